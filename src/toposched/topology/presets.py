@@ -1,0 +1,149 @@
+"""Named node topologies of common GPU servers, built in code so that the core stays free of I/O."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import cache
+
+from toposched.topology.errors import TopologyError
+from toposched.topology.node import NodeTopology
+
+# DGX-1 with V100 (hybrid cube-mesh): every GPU has six NVLinks. GPU0-GPU3 and GPU0-GPU4 are
+# bonded pairs (NV2), GPU0-GPU1 and GPU0-GPU2 single links, GPU0-GPU5/6/7 only PCIe across the
+# sockets. Matches the adjacency in NVIDIA's go-gpuallocator test fixture (see
+# tests/fixtures/topologies/SOURCES.md); no verbatim capture of a DGX-1 V100 was found.
+_DGX1_V100 = (
+    "X   NV1 NV1 NV2 NV2 SYS SYS SYS",
+    "NV1 X   NV2 NV1 SYS NV2 SYS SYS",
+    "NV1 NV2 X   NV2 SYS SYS NV1 SYS",
+    "NV2 NV1 NV2 X   SYS SYS SYS NV1",
+    "NV2 SYS SYS SYS X   NV1 NV1 NV2",
+    "SYS NV2 SYS SYS NV1 X   NV2 NV1",
+    "SYS SYS NV1 SYS NV1 NV2 X   NV2",
+    "SYS SYS SYS NV1 NV2 NV1 NV2 X  ",
+)
+
+
+def _all_to_all(n: int, code: str) -> list[list[str]]:
+    return [["X" if i == j else code for j in range(n)] for i in range(n)]
+
+
+def _tree(
+    n: int, *, switch_of: Callable[[int], int], socket_of: Callable[[int], int], same_socket: str
+) -> list[list[str]]:
+    """A PCIe tree: PIX under one switch, `same_socket` between switches of a socket, SYS across."""
+
+    def code(i: int, j: int) -> str:
+        if i == j:
+            return "X"
+        if switch_of(i) == switch_of(j):
+            return "PIX"
+        if socket_of(i) == socket_of(j):
+            return same_socket
+        return "SYS"
+
+    return [[code(i, j) for j in range(n)] for i in range(n)]
+
+
+def dgx1_v100() -> NodeTopology:
+    return NodeTopology.from_codes(
+        [row.split() for row in _DGX1_V100],
+        numa=[i // 4 for i in range(8)],
+        switch=[i // 2 for i in range(8)],
+        cpu_affinity=["0-19,40-59"] * 4 + ["20-39,60-79"] * 4,
+        name="dgx1-v100",
+    )
+
+
+def dgx2_v100() -> NodeTopology:
+    # 16 V100 on NVSwitch: every pair is NV6. Two GPUs share each PCIe switch (and NIC).
+    return NodeTopology.from_codes(
+        _all_to_all(16, "NV6"),
+        numa=[i // 8 for i in range(16)],
+        switch=[i // 2 for i in range(16)],
+        cpu_affinity=["0-23,48-71"] * 8 + ["24-47,72-95"] * 8,
+        name="dgx2-v100",
+    )
+
+
+def dgx_a100() -> NodeTopology:
+    # NUMA nodes and CPU lists of GPU0-3 as in the DGX A100 capture; GPU4-7 follow the same layout.
+    return NodeTopology.from_codes(
+        _all_to_all(8, "NV12"),
+        numa=[3, 3, 1, 1, 7, 7, 5, 5],
+        switch=[i // 2 for i in range(8)],
+        cpu_affinity=["48-63,176-191"] * 2
+        + ["16-31,144-159"] * 2
+        + ["112-127,240-255"] * 2
+        + ["80-95,208-223"] * 2,
+        name="dgx-a100",
+    )
+
+
+def hgx_h100() -> NodeTopology:
+    return NodeTopology.from_codes(
+        _all_to_all(8, "NV18"),
+        numa=[i // 4 for i in range(8)],
+        switch=list(range(8)),
+        cpu_affinity=["0-47,96-143"] * 4 + ["48-95,144-191"] * 4,
+        name="hgx-h100",
+    )
+
+
+def pcie_8gpu_2socket() -> NodeTopology:
+    # The paper's server: two CPUs, each with two PCIe switches hosting two GPUs.
+    return NodeTopology.from_codes(
+        _tree(8, switch_of=lambda i: i // 2, socket_of=lambda i: i // 4, same_socket="PHB"),
+        numa=[i // 4 for i in range(8)],
+        switch=[i // 2 for i in range(8)],
+        cpu_affinity=["0-9,20-29"] * 4 + ["10-19,30-39"] * 4,
+        name="pcie-8gpu-2socket",
+    )
+
+
+def pcie_4gpu_2socket() -> NodeTopology:
+    # As the 4x RTX 6000 Ada capture: two GPUs per socket, each under its own root port (NODE).
+    return NodeTopology.from_codes(
+        _tree(4, switch_of=lambda i: i, socket_of=lambda i: i // 2, same_socket="NODE"),
+        numa=[0, 0, 1, 1],
+        switch=[0, 1, 2, 3],
+        cpu_affinity=["0-31"] * 2 + ["32-63"] * 2,
+        name="pcie-4gpu-2socket",
+    )
+
+
+def pcie_16gpu_nvbridge() -> NodeTopology:
+    # A 16-GPU PCIe box with mixed links: GPUs 2i and 2i+1 joined by an NVLink bridge (NV4),
+    # four GPUs per PCIe switch, two switches per socket, two sockets.
+    tree = _tree(16, switch_of=lambda i: i // 4, socket_of=lambda i: i // 8, same_socket="NODE")
+    for i in range(0, 16, 2):
+        tree[i][i + 1] = tree[i + 1][i] = "NV4"
+    return NodeTopology.from_codes(
+        tree,
+        numa=[i // 8 for i in range(16)],
+        switch=[i // 4 for i in range(16)],
+        cpu_affinity=["0-31"] * 8 + ["32-63"] * 8,
+        name="pcie-16gpu-nvbridge",
+    )
+
+
+PRESETS: dict[str, Callable[[], NodeTopology]] = {
+    "dgx1-v100": dgx1_v100,
+    "dgx2-v100": dgx2_v100,
+    "dgx-a100": dgx_a100,
+    "hgx-h100": hgx_h100,
+    "pcie-8gpu-2socket": pcie_8gpu_2socket,
+    "pcie-4gpu-2socket": pcie_4gpu_2socket,
+    "pcie-16gpu-nvbridge": pcie_16gpu_nvbridge,
+}
+
+
+@cache
+def preset(name: str) -> NodeTopology:
+    """The preset called `name`, one shared object per name; unknown names list the valid ones."""
+    build = PRESETS.get(name)
+    if build is None:
+        raise TopologyError(
+            f"unknown topology preset {name!r}; known presets: {', '.join(PRESETS)}"
+        )
+    return build()
