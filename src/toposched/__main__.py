@@ -1,0 +1,5 @@
+"""`python -m toposched` runs the command line."""
+
+from toposched.cli.main import main
+
+main()

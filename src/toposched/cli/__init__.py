@@ -1,0 +1,1 @@
+"""The `toposched` command line."""

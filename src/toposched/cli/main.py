@@ -1,0 +1,36 @@
+"""Entry point of the `toposched` command: wires the sub-commands together."""
+
+from __future__ import annotations
+
+import typer
+
+from toposched import __version__
+from toposched.cli import demo_cmd, place_cmd, topology_cmd
+
+app = typer.Typer(
+    no_args_is_help=True,
+    add_completion=False,
+    help="toposched: a topology-aware gang scheduler for deep-learning jobs on GPU servers.",
+)
+app.add_typer(topology_cmd.app, name="topology")
+app.command("place")(place_cmd.place)
+app.command("demo")(demo_cmd.demo)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"toposched {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version."
+    ),
+) -> None:
+    """toposched: a topology-aware gang scheduler for deep-learning jobs on GPU servers."""
+
+
+def main() -> None:
+    app()
