@@ -13,7 +13,9 @@ def test_place_json_contract(cli) -> None:
 
 
 def test_place_avoids_busy_gpus_and_single_gpu_has_no_ring(cli) -> None:
-    result = cli("place", "-t", "dgx1-v100", "-k", "1", "--busy", "0,4", "--mode", "spread", "--json")
+    result = cli(
+        "place", "-t", "dgx1-v100", "-k", "1", "--busy", "0,4", "--mode", "spread", "--json"
+    )
     assert result.code == 0, result.err
     chosen = result.json()
     assert chosen["ring_bandwidth_gbps"] is None
@@ -22,10 +24,16 @@ def test_place_avoids_busy_gpus_and_single_gpu_has_no_ring(cli) -> None:
 
 
 def test_place_baseline_policies(cli) -> None:
-    index = cli("place", "-t", "dgx1-v100", "-k", "4", "--busy", "1", "--policy", "index-order", "--json")
+    index = cli(
+        "place", "-t", "dgx1-v100", "-k", "4", "--busy", "1", "--policy", "index-order", "--json"
+    )
     assert index.json() == {"gpus": [0, 2, 3, 4], "ring_bandwidth_gbps": 6.0}
-    first = cli("place", "-t", "dgx1-v100", "-k", "3", "--policy", "random", "--seed", "5", "--json")
-    second = cli("place", "-t", "dgx1-v100", "-k", "3", "--policy", "random", "--seed", "5", "--json")
+    first = cli(
+        "place", "-t", "dgx1-v100", "-k", "3", "--policy", "random", "--seed", "5", "--json"
+    )
+    second = cli(
+        "place", "-t", "dgx1-v100", "-k", "3", "--policy", "random", "--seed", "5", "--json"
+    )
     assert first.json() == second.json()
     pair = cli("place", "-t", "pcie-8gpu-2socket", "-k", "2", "--policy", "pair-score", "--json")
     assert pair.json() == {"gpus": [0, 1], "ring_bandwidth_gbps": 16.0}
@@ -47,7 +55,10 @@ def test_not_enough_gpus_exits_3(cli) -> None:
 
 def test_bad_input_exits_2(cli) -> None:
     cases = [
-        (("place", "-t", "nope", "-k", "1"), "neither a file nor a preset; known presets: dgx1-v100"),
+        (
+            ("place", "-t", "nope", "-k", "1"),
+            "neither a file nor a preset; known presets: dgx1-v100",
+        ),
         (("place", "-t", "dgx1-v100", "-k", "9"), "the node has 8 GPUs; 9 were requested"),
         (("place", "-t", "dgx1-v100", "-k", "1", "--busy", "8"), "out of range 0..7"),
         (("place", "-t", "dgx1-v100", "-k", "1", "--busy", "a"), "--busy takes GPU indices"),

@@ -6,7 +6,9 @@ from pathlib import Path
 
 
 def test_parse_json_contract_on_a_real_capture(cli, fixtures: Path) -> None:
-    result = cli("topology", "parse", str(fixtures / "topologies" / "pcie-2gpu-phb-tabs.txt"), "--json")
+    result = cli(
+        "topology", "parse", str(fixtures / "topologies" / "pcie-2gpu-phb-tabs.txt"), "--json"
+    )
     assert result.code == 0, result.err
     assert result.json() == {
         "gpus": 2,

@@ -46,13 +46,13 @@ def demo(
         fail(f"--gpus must be between 2 and {node.size} on this node")
     rings = [ring_bandwidth(node, s) or 0.0 for s in combinations(range(node.size), gpus)]
     best = max(rings)
-    empty = [
+    empty: list[dict[str, Any]] = [
         {"policy": name, **{"gpus": list(p.gpus), "ring_bandwidth_gbps": p.ring_bandwidth_gbps}}
         for name in POLICIES
         for p in [make_policy(name).place(NodeRequest(node, gpus))]
     ]
     singles = node.size - gpus
-    after = [_fragmentation(node, name, Mode.PACK, singles, gpus) for name in POLICIES]
+    after: list[dict[str, Any]] = [_fragmentation(node, name, Mode.PACK, singles, gpus) for name in POLICIES]
     after.append(_fragmentation(node, "topology", Mode.SPREAD, singles, gpus))
     report = {
         "topology": node.name or topology,

@@ -124,7 +124,7 @@ def presets_cmd(
     json_out: bool = typer.Option(False, "--json", help="JSON list."),
 ) -> None:
     """List the built-in topology presets."""
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name in PRESETS:
         t = preset(name)
         rows.append(

@@ -1,0 +1,1 @@
+"""Adapters that read the topology of the machine they run on (NVML), outside the pure core."""

@@ -1,0 +1,1 @@
+"""Fakes of external systems (NVML) that the CI machines do not have."""

@@ -1,0 +1,310 @@
+"""A fake `pynvml` that answers NVML topology queries from a NodeTopology."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from toposched.topology.links import Path
+from toposched.topology.node import NodeTopology
+
+# Values as in nvml.h / pynvml.
+NVML_ERROR_UNINITIALIZED = 1
+NVML_ERROR_INVALID_ARGUMENT = 2
+NVML_ERROR_NOT_SUPPORTED = 3
+NVML_ERROR_DRIVER_NOT_LOADED = 9
+NVML_ERROR_LIBRARY_NOT_FOUND = 12
+NVML_NVLINK_DEVICE_TYPE_GPU = 0x00
+NVML_NVLINK_DEVICE_TYPE_IBMNPU = 0x01
+NVML_NVLINK_DEVICE_TYPE_SWITCH = 0x02
+
+_ERROR_TEXT = {
+    NVML_ERROR_UNINITIALIZED: "Uninitialized",
+    NVML_ERROR_INVALID_ARGUMENT: "Invalid Argument",
+    NVML_ERROR_NOT_SUPPORTED: "Not Supported",
+    NVML_ERROR_DRIVER_NOT_LOADED: "Driver Not Loaded",
+    NVML_ERROR_LIBRARY_NOT_FOUND: "NVML Shared Library Not Found",
+}
+
+
+class FakeNvmlError(Exception):
+    """pynvml's NVMLError: an NVML return code in `value`, its text as the message."""
+
+    def __init__(self, value: int) -> None:
+        super().__init__(value)
+        self.value = value
+
+    def __str__(self) -> str:
+        return _ERROR_TEXT.get(self.value, f"NVML Error with code {self.value}")
+
+
+@dataclass(frozen=True)
+class FakeLink:
+    """One NVLink slot of a GPU: the PCI bus id and device type at its far end, and its state."""
+
+    remote_bus_id: str
+    remote_type: int = NVML_NVLINK_DEVICE_TYPE_GPU
+    up: bool = True
+
+
+@dataclass
+class FakeGpu:
+    """One GPU; link slots past the end of `nvlinks` answer NOT_SUPPORTED, as on real GPUs."""
+
+    bus_id: str
+    name: str = "NVIDIA H100 80GB HBM3"
+    nvlinks: list[FakeLink] = field(default_factory=list)
+    numa: int | None = None
+    cpus: frozenset[int] = frozenset()
+
+
+@dataclass(frozen=True)
+class FakeHandle:
+    index: int
+
+
+@dataclass(frozen=True)
+class FakePciInfo:
+    busId: str | bytes  # pynvml's field name
+
+
+class FakeNvml:
+    """A fake of the `pynvml` module (the subset topology discovery uses), not real NVML.
+
+    It is used because no NVIDIA GPU or driver is on the CI machines. Build one with
+    `from_topology`; `levels[i][j]` is the NVML_TOPOLOGY_* level between GPU i and GPU j.
+    Options model the machines and bindings discovery must cope with: no driver
+    (`driver_loaded=False`), GPUs that are NUMA nodes (`gpus_are_numa_nodes`, else
+    nvmlDeviceGetNumaNodeId says NOT_SUPPORTED as on x86), no memory affinity, strings
+    returned as bytes (old pynvml), and functions absent from the binding (`missing`).
+    """
+
+    NVMLError = FakeNvmlError
+    NVML_ERROR_UNINITIALIZED = NVML_ERROR_UNINITIALIZED
+    NVML_ERROR_INVALID_ARGUMENT = NVML_ERROR_INVALID_ARGUMENT
+    NVML_ERROR_NOT_SUPPORTED = NVML_ERROR_NOT_SUPPORTED
+    NVML_ERROR_DRIVER_NOT_LOADED = NVML_ERROR_DRIVER_NOT_LOADED
+    NVML_ERROR_LIBRARY_NOT_FOUND = NVML_ERROR_LIBRARY_NOT_FOUND
+    NVML_TOPOLOGY_INTERNAL = 0
+    NVML_TOPOLOGY_SINGLE = 10
+    NVML_TOPOLOGY_MULTIPLE = 20
+    NVML_TOPOLOGY_HOSTBRIDGE = 30
+    NVML_TOPOLOGY_NODE = 40
+    NVML_TOPOLOGY_SYSTEM = 50
+    NVML_FEATURE_DISABLED = 0
+    NVML_FEATURE_ENABLED = 1
+    NVML_NVLINK_MAX_LINKS = 18  # as in NVML 12 (H100); NVML 13 raised it to 36
+    NVML_NVLINK_DEVICE_TYPE_GPU = NVML_NVLINK_DEVICE_TYPE_GPU
+    NVML_NVLINK_DEVICE_TYPE_IBMNPU = NVML_NVLINK_DEVICE_TYPE_IBMNPU
+    NVML_NVLINK_DEVICE_TYPE_SWITCH = NVML_NVLINK_DEVICE_TYPE_SWITCH
+    NVML_AFFINITY_SCOPE_NODE = 0
+
+    def __init__(
+        self,
+        gpus: Sequence[FakeGpu],
+        levels: Sequence[Sequence[int]],
+        *,
+        driver_loaded: bool = True,
+        gpus_are_numa_nodes: bool = False,
+        memory_affinity: bool = True,
+        bytes_strings: bool = False,
+        missing: Iterable[str] = (),
+    ) -> None:
+        self.gpus = list(gpus)
+        self.levels = [list(row) for row in levels]
+        self.driver_loaded = driver_loaded
+        self.gpus_are_numa_nodes = gpus_are_numa_nodes
+        self.memory_affinity = memory_affinity
+        self.bytes_strings = bytes_strings
+        self.missing = frozenset(missing)
+        self.initialised = 0  # NVML counts nvmlInit calls; each needs its nvmlShutdown
+        self.shutdowns = 0
+
+    def __getattribute__(self, name: str) -> Any:
+        # An older pynvml or driver lacks some functions: discovery must probe, not assume.
+        if name.startswith("nvml") and name in object.__getattribute__(self, "missing"):
+            raise AttributeError(name)
+        return object.__getattribute__(self, name)
+
+    @classmethod
+    def from_topology(
+        cls,
+        topology: NodeTopology,
+        *,
+        nvswitch: bool = False,
+        switch_links: int | None = None,
+        switches: int = 4,
+        product: str = "NVIDIA H100 80GB HBM3",
+        legacy_remote_ids: bool = False,
+        **options: Any,
+    ) -> FakeNvml:
+        """A machine wired as `topology`: an NV<n> pair is n link slots naming the peer's bus id.
+
+        With `nvswitch`, the NVLink pairs of `topology` are replaced by `switch_links` slots per
+        GPU (default: its largest NV<n>, else 18) spread over `switches` NVSwitches, as on
+        DGX-2, DGX A100 and HGX H100. `legacy_remote_ids` spells the NVLink remote bus ids
+        as "0000:0a:00.0" instead of NVML's "00000000:0A:00.0".
+        """
+        n = topology.size
+        bus = [_gpu_bus_id(i) for i in range(n)]
+        remote = [_legacy(b) if legacy_remote_ids else b for b in bus]
+        slots: list[list[FakeLink]] = [[] for _ in range(n)]
+        if nvswitch:
+            widest = max((lk.nvlinks for row in topology.links for lk in row if lk), default=0)
+            per_gpu = switch_links or widest or 18
+            for i in range(n):
+                slots[i] = [
+                    FakeLink(_switch_bus_id(s % switches), NVML_NVLINK_DEVICE_TYPE_SWITCH)
+                    for s in range(per_gpu)
+                ]
+        else:
+            for i, row in enumerate(topology.links):
+                for j, link in enumerate(row):
+                    if link is not None and link.is_nvlink:
+                        slots[i] += [FakeLink(remote[j])] * link.nvlinks
+        for i, gpu_slots in enumerate(slots):
+            if len(gpu_slots) > cls.NVML_NVLINK_MAX_LINKS:
+                raise ValueError(
+                    f"GPU{i} needs {len(gpu_slots)} NVLink slots, more than "
+                    f"{cls.NVML_NVLINK_MAX_LINKS}; use nvswitch=True"
+                )
+        gpus = [
+            FakeGpu(
+                bus[i], product, slots[i], topology.numa[i], _parse_cpus(topology.cpu_affinity[i])
+            )
+            for i in range(n)
+        ]
+        levels = [[_level(topology, i, j) for j in range(n)] for i in range(n)]
+        return cls(gpus, levels, **options)
+
+    # --- library ---------------------------------------------------------------------------
+
+    def nvmlInit(self) -> None:
+        if not self.driver_loaded:
+            raise FakeNvmlError(NVML_ERROR_DRIVER_NOT_LOADED)
+        self.initialised += 1
+
+    def nvmlShutdown(self) -> None:
+        self._check()
+        self.initialised -= 1
+        self.shutdowns += 1
+
+    def nvmlDeviceGetCount(self) -> int:
+        self._check()
+        return len(self.gpus)
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> FakeHandle:
+        self._check()
+        if not 0 <= index < len(self.gpus):
+            raise FakeNvmlError(NVML_ERROR_INVALID_ARGUMENT)
+        return FakeHandle(index)
+
+    # --- device ----------------------------------------------------------------------------
+
+    def nvmlDeviceGetName(self, handle: FakeHandle) -> str | bytes:
+        return self._str(self._gpu(handle).name)
+
+    def nvmlDeviceGetPciInfo(self, handle: FakeHandle) -> FakePciInfo:
+        return FakePciInfo(self._str(self._gpu(handle).bus_id))
+
+    def nvmlDeviceGetTopologyCommonAncestor(self, h1: FakeHandle, h2: FakeHandle) -> int:
+        self._gpu(h1)
+        self._gpu(h2)
+        return self.levels[h1.index][h2.index]
+
+    def nvmlDeviceGetNvLinkState(self, handle: FakeHandle, link: int) -> int:
+        up = self._slot(handle, link).up
+        return self.NVML_FEATURE_ENABLED if up else self.NVML_FEATURE_DISABLED
+
+    def nvmlDeviceGetNvLinkRemotePciInfo(self, handle: FakeHandle, link: int) -> FakePciInfo:
+        return FakePciInfo(self._str(self._slot(handle, link).remote_bus_id))
+
+    def nvmlDeviceGetNvLinkRemoteDeviceType(self, handle: FakeHandle, link: int) -> int:
+        return self._slot(handle, link).remote_type
+
+    def nvmlDeviceGetNumaNodeId(self, handle: FakeHandle) -> int:
+        numa = self._gpu(handle).numa
+        if not self.gpus_are_numa_nodes or numa is None:
+            raise FakeNvmlError(NVML_ERROR_NOT_SUPPORTED)
+        return numa
+
+    def nvmlDeviceGetMemoryAffinity(self, handle: FakeHandle, words: int, scope: int) -> list[int]:
+        numa = self._gpu(handle).numa
+        if not self.memory_affinity or numa is None or scope != self.NVML_AFFINITY_SCOPE_NODE:
+            raise FakeNvmlError(NVML_ERROR_NOT_SUPPORTED)
+        return _mask_words({numa}, words)
+
+    def nvmlDeviceGetCpuAffinity(self, handle: FakeHandle, words: int) -> list[int]:
+        return _mask_words(self._gpu(handle).cpus, words)
+
+    # --- helpers ---------------------------------------------------------------------------
+
+    def _check(self) -> None:
+        if self.initialised < 1:
+            raise FakeNvmlError(NVML_ERROR_UNINITIALIZED)
+
+    def _gpu(self, handle: FakeHandle) -> FakeGpu:
+        self._check()
+        return self.gpus[handle.index]
+
+    def _slot(self, handle: FakeHandle, link: int) -> FakeLink:
+        slots = self._gpu(handle).nvlinks
+        if not 0 <= link < self.NVML_NVLINK_MAX_LINKS:
+            raise FakeNvmlError(NVML_ERROR_INVALID_ARGUMENT)
+        if link >= len(slots):
+            raise FakeNvmlError(NVML_ERROR_NOT_SUPPORTED)
+        return slots[link]
+
+    def _str(self, text: str) -> str | bytes:
+        return text.encode() if self.bytes_strings else text
+
+
+def _gpu_bus_id(i: int) -> str:
+    return f"00000000:{0x0A + 2 * i:02X}:00.0"  # NVML's spelling: 8-digit domain, upper case
+
+
+def _switch_bus_id(k: int) -> str:
+    return f"00000000:{0xC4 + k:02X}:00.0"
+
+
+def _legacy(bus_id: str) -> str:
+    return bus_id[4:].lower()  # "00000000:0A:00.0" -> "0000:0a:00.0"
+
+
+def _level(topology: NodeTopology, i: int, j: int) -> int:
+    """The NVML_TOPOLOGY_* level of a pair; under an NVLink pair, the PCIe tree of the preset."""
+    link = topology.links[i][j]
+    if link is None:
+        return FakeNvml.NVML_TOPOLOGY_INTERNAL
+    path = link.path
+    if path is Path.NV:
+        if topology.switches[i] == topology.switches[j]:
+            path = Path.PIX
+        else:
+            path = Path.NODE if topology.sockets[i] == topology.sockets[j] else Path.SYS
+    return {
+        Path.PIX: FakeNvml.NVML_TOPOLOGY_SINGLE,
+        Path.PXB: FakeNvml.NVML_TOPOLOGY_MULTIPLE,
+        Path.PHB: FakeNvml.NVML_TOPOLOGY_HOSTBRIDGE,
+        Path.NODE: FakeNvml.NVML_TOPOLOGY_NODE,
+        Path.SYS: FakeNvml.NVML_TOPOLOGY_SYSTEM,
+    }[path]
+
+
+def _parse_cpus(text: str | None) -> frozenset[int]:
+    cpus: set[int] = set()
+    for part in (text or "").split(","):
+        if part:
+            first, _, last = part.partition("-")
+            cpus.update(range(int(first), int(last or first) + 1))
+    return frozenset(cpus)
+
+
+def _mask_words(bits: Iterable[int], words: int) -> list[int]:
+    """Bits as 64-bit words, least significant first; NVML too drops bits past `words` words."""
+    mask = [0] * words
+    for b in bits:
+        if b < 64 * words:
+            mask[b // 64] |= 1 << (b % 64)
+    return mask
