@@ -20,13 +20,15 @@ from collections.abc import Callable
 from toposched.placement import NodeRequest, make_policy
 from toposched.placement.baselines import best_partition_group
 from toposched.placement.tables import subset_tables
-from toposched.placement.topology_aware import _choose
+from toposched.placement.topology_aware import clear_decision_memo
 from toposched.topology import NodeTopology, preset
 
 NODES = ("dgx1-v100", "pcie-8gpu-2socket", "hgx-h100", "dgx2-v100", "pcie-16gpu-nvbridge")
 
 
-def requests_for(topology: NodeTopology, k: int, count: int, rng: random.Random) -> list[NodeRequest]:
+def requests_for(
+    topology: NodeTopology, k: int, count: int, rng: random.Random
+) -> list[NodeRequest]:
     out = []
     for _ in range(count):
         busy_count = rng.randint(0, topology.size - k)
@@ -35,8 +37,12 @@ def requests_for(topology: NodeTopology, k: int, count: int, rng: random.Random)
     return out
 
 
-def timed(run: Callable[[NodeRequest], object], requests: list[NodeRequest], budget: float,
-          before: Callable[[], None] = lambda: None) -> list[float]:
+def timed(
+    run: Callable[[NodeRequest], object],
+    requests: list[NodeRequest],
+    budget: float,
+    before: Callable[[], None] = lambda: None,
+) -> list[float]:
     """Latency of each request in ms, stopping once `budget` seconds have been spent."""
     samples: list[float] = []
     spent = 0.0
@@ -54,10 +60,12 @@ def timed(run: Callable[[NodeRequest], object], requests: list[NodeRequest], bud
 
 def row(node: str, k: int, policy: str, samples: list[float]) -> str:
     ordered = sorted(samples)
-    p99 = ordered[min(len(ordered) - 1, int(round(0.99 * (len(ordered) - 1))))]
+    p99 = ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
     rate = len(samples) / (sum(samples) / 1e3)
-    return (f"{node:<20} {k:>3} {policy:<16} {len(samples):>6} {rate:>12.0f} "
-            f"{statistics.median(ordered):>9.3f} {p99:>9.3f}")
+    return (
+        f"{node:<20} {k:>3} {policy:<16} {len(samples):>6} {rate:>12.0f} "
+        f"{statistics.median(ordered):>9.3f} {p99:>9.3f}"
+    )
 
 
 def main() -> None:
@@ -74,10 +82,14 @@ def main() -> None:
         subset_tables.cache_clear()
         start = time.perf_counter()
         subset_tables(topology)
-        print(f"  {node:<20} {topology.size:>2} GPUs  {1e3 * (time.perf_counter() - start):8.1f} ms")
+        print(
+            f"  {node:<20} {topology.size:>2} GPUs  {1e3 * (time.perf_counter() - start):8.1f} ms"
+        )
 
-    print(f"\n{'node':<20} {'k':>3} {'policy':<16} {'n':>6} {'decisions/s':>12} "
-          f"{'p50 ms':>9} {'p99 ms':>9}")
+    print(
+        f"\n{'node':<20} {'k':>3} {'policy':<16} {'n':>6} {'decisions/s':>12} "
+        f"{'p50 ms':>9} {'p99 ms':>9}"
+    )
     topology_policy = make_policy("topology")
     pair = make_policy("pair-score")
     for node in NODES:
@@ -85,7 +97,7 @@ def main() -> None:
         sizes = [k for k in (1, 2, 4, 8, 16) if k <= topology.size]
         for k in sizes:
             requests = requests_for(topology, k, args.requests, rng)
-            cold = timed(topology_policy.place, requests, float("inf"), _choose.cache_clear)
+            cold = timed(topology_policy.place, requests, float("inf"), clear_decision_memo)
             print(row(node, k, "topology", cold))
             warm = timed(topology_policy.place, requests, float("inf"))
             print(row(node, k, "topology(memo)", warm))
@@ -101,7 +113,9 @@ def main() -> None:
                 continue
             start = time.perf_counter()
             _, scored = best_partition_group(topology, tuple(range(topology.size)), k)
-            print(f"  {node:<20} k={k}: {scored:>9} partitions, {time.perf_counter() - start:7.2f} s")
+            print(
+                f"  {node:<20} k={k}: {scored:>9} partitions, {time.perf_counter() - start:7.2f} s"
+            )
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -30,6 +31,9 @@ class Result:
 
 @pytest.fixture
 def cli() -> Callable[..., Result]:
+    # pytest exports COLUMNS=80 to children; a user's pipe has no such limit.
+    env = {key: value for key, value in os.environ.items() if key != "COLUMNS"}
+
     def run(*args: str, stdin: str | None = None) -> Result:
         proc = subprocess.run(
             [sys.executable, "-m", "toposched", *args],
@@ -37,6 +41,7 @@ def cli() -> Callable[..., Result]:
             capture_output=True,
             text=True,
             timeout=120,
+            env=env,
         )
         return Result(proc.returncode, proc.stdout, proc.stderr)
 

@@ -52,7 +52,9 @@ def demo(
         for p in [make_policy(name).place(NodeRequest(node, gpus))]
     ]
     singles = node.size - gpus
-    after: list[dict[str, Any]] = [_fragmentation(node, name, Mode.PACK, singles, gpus) for name in POLICIES]
+    after: list[dict[str, Any]] = [
+        _fragmentation(node, name, Mode.PACK, singles, gpus) for name in POLICIES
+    ]
     after.append(_fragmentation(node, "topology", Mode.SPREAD, singles, gpus))
     report = {
         "topology": node.name or topology,

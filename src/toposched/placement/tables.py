@@ -14,6 +14,7 @@ from functools import lru_cache
 import numpy as np
 import numpy.typing as npt
 
+from toposched.placement.request import PlacementError
 from toposched.topology.node import NodeTopology
 
 MAX_TABLE_GPUS = 20
@@ -24,7 +25,7 @@ LevelArray = npt.NDArray[np.uint8]
 FloatArray = npt.NDArray[np.float64]
 
 
-class NodeTooLarge(ValueError):
+class NodeTooLarge(PlacementError):
     """The node has more GPUs than the exact placement tables cover."""
 
 

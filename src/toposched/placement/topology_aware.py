@@ -67,6 +67,11 @@ def _lowest_indices(tables: SubsetTables, candidates: IntArray) -> int:
     return int(candidates[np.argmax(tables.reverse[candidates])])
 
 
+def clear_decision_memo() -> None:
+    """Forget memoised decisions (benchmarks time the cost of a question never asked before)."""
+    _choose.cache_clear()
+
+
 # Decisions are memoised per (topology, free set, size, mode): a cluster of identical nodes
 # asks the same few questions again and again. The cache is bounded.
 @lru_cache(maxsize=1 << 16)
