@@ -212,7 +212,7 @@ def test_no_driver_gives_a_clear_error() -> None:
     message = str(info.value)
     assert "NVML is not available on this machine" in message
     assert "no NVIDIA driver: Driver Not Loaded" in message
-    assert "--emulate PRESET or a topology file" in message
+    assert "a preset or a topology file instead" in message
     assert fake.shutdowns == 0  # nothing to shut down after a failed nvmlInit
     assert not nvml_available(fake)
 
@@ -249,7 +249,7 @@ def test_real_pynvml_raises_nvml_unavailable_or_discovers() -> None:
     try:
         topology = discover_topology()
     except NvmlUnavailable as err:
-        assert "--emulate PRESET or a topology file" in str(err)
+        assert "a preset or a topology file instead" in str(err)
         assert not nvml_available()
     else:  # a machine with an NVIDIA driver and GPU
         assert topology.size >= 1

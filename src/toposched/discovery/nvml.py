@@ -15,7 +15,7 @@ from typing import Any
 from toposched.topology.links import Link, Path
 from toposched.topology.node import NodeTopology
 
-_INSTEAD = "use --emulate PRESET or a topology file instead"
+_INSTEAD = "name a preset or a topology file instead (see `toposched topology presets`)"
 # domain:bus:device.function; NVML gives an 8-digit domain in busId, 4 digits in legacy ids.
 _BUS_ID_RE = re.compile(r"(?:([0-9a-f]{1,8}):)?([0-9a-f]{1,2}):([0-9a-f]{1,2})\.([0-7])")
 # NVML fills as many 64-bit mask words as it is given; ask for room for 1024 CPUs at least
