@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from functools import cache
-from itertools import combinations, pairwise, permutations
+from itertools import combinations, permutations
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.brute import brute_ring
 from tests.strategies import LINK_CODES, busy_sets, topologies
 from toposched.placement import Mode, NodeRequest, make_policy, ring_bandwidth
 from toposched.topology import NodeTopology, preset
@@ -27,22 +28,6 @@ SMALL_PRESETS = ("dgx1-v100", "dgx-a100", "hgx-h100", "pcie-8gpu-2socket", "pcie
 
 
 # ---------------------------------------------------------------- brute-force reference
-
-
-def brute_ring(bw: tuple[tuple[float, ...], ...], gpus: Iterable[int]) -> float | None:
-    """Max over cyclic orders (first GPU fixed) of the slowest link along the cycle."""
-    members = sorted(set(gpus))
-    if len(members) < 2:
-        return None
-    if len(members) == 2:
-        return bw[members[0]][members[1]]
-    first, rest = members[0], members[1:]
-    best = 0.0
-    for order in permutations(rest):
-        cycle = (first, *order, first)
-        bottleneck = min(bw[a][b] for a, b in pairwise(cycle))
-        best = max(best, bottleneck)
-    return best
 
 
 @cache

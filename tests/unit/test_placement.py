@@ -8,10 +8,11 @@ toposched/topology/presets.py (the reasoning is in the comments) and, for nodes 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from itertools import combinations, pairwise, permutations
+from itertools import combinations, pairwise
 
 import pytest
 
+from tests.brute import brute_ring
 from toposched.placement import (
     POLICIES,
     Mode,
@@ -25,20 +26,6 @@ from toposched.placement import (
 from toposched.topology import NodeTopology, preset
 
 DGX1 = "dgx1-v100"
-
-
-def brute_ring(topology: NodeTopology, gpus: Iterable[int]) -> float | None:
-    bw = topology.bandwidth_matrix
-    members = sorted(set(gpus))
-    if len(members) < 2:
-        return None
-    if len(members) == 2:
-        return bw[members[0]][members[1]]
-    first, rest = members[0], members[1:]
-    return max(
-        min(bw[a][b] for a, b in pairwise(cycle))
-        for cycle in ((first, *order, first) for order in permutations(rest))
-    )
 
 
 def place(
@@ -93,7 +80,7 @@ def test_dgx1_has_an_nv2_hamiltonian_cycle() -> None:
     assert sorted(cycle[:-1]) == list(range(8))
     assert all(codes[a][b] == "NV2" for a, b in pairwise(cycle))
     assert ring_bandwidth(preset(DGX1), range(8)) == 50.0
-    assert brute_ring(preset(DGX1), range(8)) == 50.0
+    assert brute_ring(preset(DGX1).bandwidth_matrix, range(8)) == 50.0
 
 
 def test_dgx1_exactly_eight_four_sets_ring_at_25() -> None:
@@ -110,7 +97,9 @@ def test_dgx1_exactly_eight_four_sets_ring_at_25() -> None:
     assert all(
         ring_bandwidth(topology, s) == 6.0 for s in combinations(range(8), 4) if s not in good
     )
-    assert all(brute_ring(topology, s) == ring_bandwidth(topology, s) for s in good)
+    assert all(
+        brute_ring(topology.bandwidth_matrix, s) == ring_bandwidth(topology, s) for s in good
+    )
 
 
 # ---------------------------------------------------------------- table-driven placements
@@ -170,9 +159,11 @@ def test_topology_policy_on_presets(
     topology = preset(name)
     assert ring_bandwidth(topology, expected) == ring
     if topology.size <= 8 and k >= 2:
-        assert brute_ring(topology, expected) == ring
+        assert brute_ring(topology.bandwidth_matrix, expected) == ring
         free = [g for g in range(topology.size) if g not in busy]
-        assert ring == max(brute_ring(topology, s) or 0.0 for s in combinations(free, k))
+        assert ring == max(
+            brute_ring(topology.bandwidth_matrix, s) or 0.0 for s in combinations(free, k)
+        )
 
 
 # ---------------------------------------------------------------- fragmentation sequences
