@@ -67,6 +67,17 @@ def _lowest_indices(tables: SubsetTables, candidates: IntArray) -> int:
     return int(candidates[np.argmax(tables.reverse[candidates])])
 
 
+def choose(
+    topology: NodeTopology,
+    free: int,
+    k: int,
+    mode: Mode = Mode.PACK,
+    keep_sizes: tuple[int, ...] = DEFAULT_KEEP_SIZES,
+) -> tuple[int, ...]:
+    """The `topology` policy's k GPUs out of the `free` bitmask (k <= free GPUs; memoised)."""
+    return _choose(topology, free, k, mode, keep_sizes)
+
+
 def clear_decision_memo() -> None:
     """Forget memoised decisions (benchmarks time the cost of a question never asked before)."""
     _choose.cache_clear()

@@ -1,0 +1,89 @@
+"""Events the scheduler core is fed: everything it knows about the world arrives as one of these."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from toposched.core.job import JobSpec
+from toposched.topology.cluster import Node
+
+
+@dataclass(frozen=True)
+class Event:
+    """`time` is the driver's clock (seconds); the core never reads one of its own."""
+
+    time: float
+
+
+@dataclass(frozen=True)
+class JobSubmitted(Event):
+    spec: JobSpec
+
+
+@dataclass(frozen=True)
+class JobCancelled(Event):
+    job: str
+
+
+@dataclass(frozen=True)
+class JobFinished(Event):
+    """Every worker of the job has ended; `succeeded` when all exited cleanly."""
+
+    job: str
+    succeeded: bool
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class WorkerFailed(Event):
+    """One worker died: the rest of the gang must be stopped."""
+
+    job: str
+    worker: int
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class JobStopped(Event):
+    """The driver carried out a StopJob: no process of the job holds its GPUs any more."""
+
+    job: str
+
+
+@dataclass(frozen=True)
+class NodeAdded(Event):
+    node: Node
+
+
+@dataclass(frozen=True)
+class NodeRemoved(Event):
+    node: str
+
+
+@dataclass(frozen=True)
+class NodeLabelled(Event):
+    """Set (or, with value None, remove) one label of a node."""
+
+    node: str
+    key: str
+    value: str | None
+
+
+@dataclass(frozen=True)
+class GpuHealth(Event):
+    node: str
+    gpu: int
+    healthy: bool
+
+
+@dataclass(frozen=True)
+class QueueConfigured(Event):
+    """Set a queue's guaranteed share in GPUs (creating the queue if it is new)."""
+
+    queue: str
+    guaranteed_gpus: int
+
+
+@dataclass(frozen=True)
+class Tick(Event):
+    """Time passed: waits may have crossed a locality deadline."""

@@ -1,0 +1,195 @@
+"""What a job asks for (DESIGN.md §4): gang shape, queue, priority, locality, elasticity."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from toposched.topology.cluster import Tier
+
+
+class JobError(ValueError):
+    """A job spec that cannot be scheduled as written; the message names the field."""
+
+
+class Locality(StrEnum):
+    """How far apart a job's workers may be: the widest network tier it accepts."""
+
+    NODE = "node"
+    RACK = "rack"
+    POD = "pod"
+    ANY = "any"
+
+    @property
+    def tier(self) -> Tier:
+        return {
+            Locality.NODE: Tier.NODE,
+            Locality.RACK: Tier.RACK,
+            Locality.POD: Tier.POD,
+            Locality.ANY: Tier.CLUSTER,
+        }[self]
+
+
+@dataclass(frozen=True)
+class LocalityRule:
+    """`prefer` from the start; after waiting `relax_after_s`, accept `accept` as well."""
+
+    prefer: Locality = Locality.ANY
+    accept: Locality | None = None
+    relax_after_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if (self.accept is None) != (self.relax_after_s is None):
+            raise JobError("locality: `accept` and `relax_after_s` go together")
+        if self.relax_after_s is not None and self.relax_after_s < 0:
+            raise JobError(f"locality: relax_after_s must be >= 0, got {self.relax_after_s}")
+        if self.accept is not None and self.accept.tier <= self.prefer.tier:
+            raise JobError(
+                f"locality: accept={self.accept} must be wider than prefer={self.prefer}"
+            )
+
+    def allowed(self, waited_s: float) -> Locality:
+        """The widest locality allowed after waiting `waited_s` seconds."""
+        relaxed = self.relax_after_s is not None and waited_s >= self.relax_after_s
+        if self.accept is not None and relaxed:
+            return self.accept
+        return self.prefer
+
+    @classmethod
+    def parse(cls, text: str) -> LocalityRule:
+        """`node`, `rack`, `pod`, `any`, or `node,rack@600` (node first, rack after 600 s)."""
+        try:
+            if "," not in text:
+                return cls(Locality(text))
+            prefer, rest = text.split(",", 1)
+            accept, _, after = rest.partition("@")
+            return cls(Locality(prefer), Locality(accept), float(after) if after else 0.0)
+        except ValueError as err:
+            if isinstance(err, JobError):
+                raise
+            known = ", ".join(loc.value for loc in Locality)
+            raise JobError(
+                f"locality {text!r}: expected one of {known}, or PREFER,ACCEPT@SECONDS"
+            ) from None
+
+
+class RestartPolicy(StrEnum):
+    """What happens when a job fails: end it, or queue it again (up to `max_restarts`)."""
+
+    NEVER = "never"
+    ON_FAILURE = "on-failure"
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """The job saves its state on `signal` within `grace_s`: it may be preempted and migrated."""
+
+    signal: str = "SIGTERM"
+    grace_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        if not self.signal.startswith("SIG") or not self.signal[3:].isalnum():
+            raise JobError(f"checkpoint signal must be a name such as SIGUSR1, got {self.signal!r}")
+        if self.grace_s < 0:
+            raise JobError(f"checkpoint grace_s must be >= 0, got {self.grace_s}")
+
+
+@dataclass(frozen=True)
+class Elastic:
+    """The job runs with any number of workers in [min_workers, max_workers]."""
+
+    min_workers: int
+    max_workers: int
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.min_workers <= self.max_workers:
+            raise JobError(
+                f"elastic range {self.min_workers}:{self.max_workers}: need 1 <= min <= max"
+            )
+
+
+def _positive_int(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise JobError(f"{name} must be a positive integer, got {value!r}")
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """A gang of `workers` x `gpus_per_worker`. A job asked for as "G GPUs in total" is G 1-GPU
+    workers (`JobSpec.total`): placement may then put any number of them on each node."""
+
+    name: str
+    workers: int = 1
+    gpus_per_worker: int = 1
+    queue: str = "default"
+    owner: str = ""
+    priority: int = 0
+    locality: LocalityRule = LocalityRule()
+    elastic: Elastic | None = None
+    checkpoint: Checkpoint | None = None
+    restart: RestartPolicy = RestartPolicy.NEVER
+    max_restarts: int = 3
+    limit_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if not self.name or not isinstance(self.name, str):
+            raise JobError("a job needs a name")
+        if not self.queue:
+            raise JobError(f"job {self.name!r}: queue must not be empty")
+        _positive_int("workers", self.workers)
+        _positive_int("gpus_per_worker", self.gpus_per_worker)
+        if isinstance(self.priority, bool) or not isinstance(self.priority, int):
+            raise JobError(f"priority must be an integer, got {self.priority!r}")
+        if self.max_restarts < 0:
+            raise JobError(f"max_restarts must be >= 0, got {self.max_restarts}")
+        if self.limit_s is not None and not self.limit_s > 0:
+            raise JobError(f"limit_s must be positive, got {self.limit_s}")
+        if self.elastic is not None and not (
+            self.elastic.min_workers <= self.workers <= self.elastic.max_workers
+        ):
+            raise JobError(
+                f"workers={self.workers} must lie in the elastic range "
+                f"{self.elastic.min_workers}:{self.elastic.max_workers}"
+            )
+
+    @classmethod
+    def total(cls, name: str, gpus: int, **fields: object) -> JobSpec:
+        _positive_int("gpus", gpus)
+        return cls(name, workers=gpus, gpus_per_worker=1, **fields)  # type: ignore[arg-type]
+
+    @property
+    def gpus(self) -> int:
+        return self.workers * self.gpus_per_worker
+
+    @property
+    def min_workers(self) -> int:
+        """Workers the gang needs to start: the elastic minimum, or all of them."""
+        return self.elastic.min_workers if self.elastic else self.workers
+
+    @property
+    def max_workers(self) -> int:
+        return self.elastic.max_workers if self.elastic else self.workers
+
+    @property
+    def checkpointable(self) -> bool:
+        """Jobs with a checkpoint contract lose no work when stopped and restarted elsewhere."""
+        return self.checkpoint is not None
+
+
+class JobState(StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    STOPPING = "stopping"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    REJECTED = "rejected"
+
+    @property
+    def terminal(self) -> bool:
+        return self in (
+            JobState.SUCCEEDED,
+            JobState.FAILED,
+            JobState.CANCELLED,
+            JobState.REJECTED,
+        )

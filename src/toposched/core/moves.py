@@ -1,0 +1,142 @@
+"""Plans that move running jobs: elastic growth and shrinking, and migrations that defragment."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from itertools import combinations
+
+from toposched.core.records import JobRecord
+from toposched.placement.capacity import Capacity
+from toposched.placement.gang import (
+    GangRequest,
+    Placement,
+    Shortfall,
+    WorkerSlot,
+    place_gang,
+    ring_gbps,
+)
+from toposched.placement.tables import to_mask
+from toposched.topology.cluster import Tier, tier_of
+
+MAX_MOVES = 3
+
+
+def placement_of(
+    cap: Capacity, slots: Sequence[WorkerSlot], network: Mapping[Tier, float]
+) -> Placement:
+    """A placement from worker slots: each node's ring of the job's GPUs there, and the tier."""
+    tier = tier_of(cap.nodes[cap.index[s.node]] for s in slots)
+    rings: list[float] = [] if tier == Tier.NODE else [network[tier]]
+    by_node: dict[str, list[int]] = {}
+    for slot in slots:
+        by_node.setdefault(slot.node, []).extend(slot.gpus)
+    for node, gpus in by_node.items():
+        ring = ring_gbps(cap.nodes[cap.index[node]].topology, tuple(sorted(gpus)))
+        if ring is not None:
+            rings.append(ring)
+    return Placement(tuple(slots), min(rings) if rings else None, tier)
+
+
+def plan_growth(
+    cap: Capacity, rec: JobRecord, widest: Tier, network: Mapping[Tier, float]
+) -> tuple[Placement, Placement] | None:
+    """The most extra workers an elastic job can take from free GPUs without going wider than
+    `widest`: (the extra GPUs, the whole placement after growing), or None."""
+    current = rec.placement
+    spec = rec.spec
+    if current is None or spec.elastic is None:
+        return None
+    room = spec.max_workers - len(current.workers)
+    own_nodes = {cap.index[s.node] for s in current.workers}
+    for extra in range(room, 0, -1):
+        request = GangRequest(extra, spec.gpus_per_worker, widest)
+        if widest == Tier.NODE:
+            # Only the job's own node will do: hide every other node from the search.
+            others = {i: cap.free[i] for i in cap.present_indices() if i not in own_nodes}
+            found = place_gang(cap, request, network, others)
+        else:
+            found = place_gang(cap, request, network)
+        if isinstance(found, Shortfall):
+            continue
+        whole = placement_of(cap, current.workers + found.workers, network)
+        if whole.tier <= widest:
+            return found, whole
+    return None
+
+
+@dataclass(frozen=True)
+class Move:
+    """Migrate `job` to `to` (already free), so that GPUs open up for a blocked job."""
+
+    job: JobRecord
+    to: Placement
+
+
+def plan_defrag(
+    cap: Capacity,
+    request: GangRequest,
+    movable: Mapping[int, Sequence[tuple[JobRecord, int]]],
+    network: Mapping[Tier, float],
+) -> tuple[list[Move], dict[int, int]] | None:
+    """The fewest, smallest migrations that open a node for `request` (one node's worth).
+
+    `movable[i]` lists checkpointable single-node jobs on node i with their GPU masks. Each
+    moved job must find room elsewhere (never on node i); the plan returns the moves and the
+    GPUs to reserve for the blocked job.
+    """
+    k = request.gpus
+    best: tuple[tuple[float, ...], list[Move], dict[int, int]] | None = None
+    for i, jobs in sorted(movable.items()):
+        node = cap.nodes[i]
+        for size in range(1, min(len(jobs), MAX_MOVES) + 1):
+            for subset in combinations(jobs, size):
+                opened = cap.free[i]
+                for _, mask in subset:
+                    opened |= mask
+                if opened.bit_count() < k:
+                    continue
+                moves = _relocate(cap, i, [rec for rec, _ in subset], network)
+                if moves is None:
+                    continue
+                single = GangRequest(request.workers, request.gpus_per_worker, Tier.NODE)
+                hidden = {j: cap.free[j] for j in cap.present_indices() if j != i}
+                with cap.assuming_free({i: opened}):
+                    found = place_gang(cap, single, network, hidden)
+                if isinstance(found, Shortfall):
+                    continue
+                gpus = found.gpus_by_node()[node.name]
+                key = (size, sum(m.bit_count() for _, m in subset), -(found.bandwidth_gbps or 0), i)
+                if best is None or key < best[0]:
+                    best = (key, moves, {i: to_mask(gpus)})
+            if best is not None:
+                break  # fewer moves always beat more
+    return (best[1], best[2]) if best else None
+
+
+def _relocate(
+    cap: Capacity, source: int, jobs: Sequence[JobRecord], network: Mapping[Tier, float]
+) -> list[Move] | None:
+    """New homes for `jobs` off node `source`, taken one after another (undone before return)."""
+    moves: list[Move] = []
+    taken: list[tuple[int, int]] = []
+    try:
+        for rec in jobs:
+            spec = rec.spec
+            current = rec.placement
+            assert current is not None
+            request = GangRequest(len(current.workers), spec.gpus_per_worker, Tier.NODE)
+            found = place_gang(cap, request, network, {source: cap.free[source]})
+            if isinstance(found, Shortfall):
+                return None
+            if (found.bandwidth_gbps or 0) < (current.bandwidth_gbps or 0):
+                return None  # never make the moved job slower
+            for node, gpus in found.gpus_by_node().items():
+                j = cap.index[node]
+                cap.take(j, to_mask(gpus))
+                taken.append((j, to_mask(gpus)))
+            moves.append(Move(rec, found))
+        return moves
+    finally:
+        for j, mask in taken:
+            cap.give(j, mask)

@@ -1,0 +1,212 @@
+"""Scheduler policies: named, with typed parameters, in a registry that lists the valid names."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields, replace
+from enum import StrEnum
+from typing import Any
+
+
+class PolicyError(ValueError):
+    """An unknown policy name or parameter, or a parameter of the wrong type or range."""
+
+
+class Order(StrEnum):
+    """`fair`: within-guarantee work first, then priority, then the queue below its share, then
+    submission; `fifo`: submission order alone."""
+
+    FAIR = "fair"
+    FIFO = "fifo"
+
+
+class Placing(StrEnum):
+    """`topology`: the exact objective; `first-fit`: lowest nodes and GPU indices with room;
+    `random`: each worker on a random node with room, on random free GPUs there."""
+
+    TOPOLOGY = "topology"
+    FIRST_FIT = "first-fit"
+    RANDOM = "random"
+
+
+class SingleGpu(StrEnum):
+    """How 1-GPU jobs are placed: by load (with hysteresis), or always one way."""
+
+    ADAPTIVE = "adaptive"
+    SPREAD = "spread"
+    PACK = "pack"
+
+
+@dataclass(frozen=True)
+class SchedulerPolicy:
+    """The switches and numbers of one scheduling policy.
+
+    pack_above / spread_below: allocated fraction of healthy GPUs at which adaptive placement
+    of 1-GPU jobs turns to packing, and back to spreading (the gap keeps it from flapping).
+    default_runtime_s: the run time assumed for jobs that declare no limit, when reservations
+    judge whether a backfilled job ends in time (None: such jobs never end in time).
+    stop_grace_s: how long a cancelled or failed gang's workers get to exit after SIGTERM.
+    gang: False binds workers one at a time as GPUs free up, holding partial allocations
+    (kube-scheduler without a gang plugin); such policies can deadlock, on purpose.
+    reservation: the first blocked job keeps the GPUs that free up first (no starvation).
+    backfill: later jobs may start while an earlier one is blocked (False: strict FIFO).
+    grow_after_s: an elastic job runs this long at one size before it is grown again.
+    """
+
+    name: str = "toposched"
+    gang: bool = True
+    order: Order = Order.FAIR
+    placement: Placing = Placing.TOPOLOGY
+    reservation: bool = True
+    backfill: bool = True
+    preemption: bool = True
+    preempt_lower_priority: bool = True
+    elastic: bool = True
+    migration: bool = True
+    single_gpu: SingleGpu = SingleGpu.ADAPTIVE
+    pack_above: float = 0.7
+    spread_below: float = 0.5
+    default_runtime_s: float | None = None
+    stop_grace_s: float = 10.0
+    grow_after_s: float = 60.0
+    keep_finished: int = 10_000
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.spread_below < self.pack_above <= 1.0:
+            raise PolicyError(
+                "need 0 <= spread_below < pack_above <= 1, got "
+                f"spread_below={self.spread_below}, pack_above={self.pack_above}"
+            )
+        if self.default_runtime_s is not None and not self.default_runtime_s > 0:
+            raise PolicyError(f"default_runtime_s must be positive, got {self.default_runtime_s}")
+        if self.stop_grace_s < 0:
+            raise PolicyError(f"stop_grace_s must be >= 0, got {self.stop_grace_s}")
+        if self.grow_after_s < 0:
+            raise PolicyError(f"grow_after_s must be >= 0, got {self.grow_after_s}")
+        if self.keep_finished < 0:
+            raise PolicyError(f"keep_finished must be >= 0, got {self.keep_finished}")
+
+
+@dataclass(frozen=True)
+class PolicyInfo:
+    name: str
+    summary: str
+    base: SchedulerPolicy
+
+
+SCHEDULER_POLICIES: dict[str, PolicyInfo] = {
+    info.name: info
+    for info in (
+        PolicyInfo(
+            "toposched",
+            "gang admission, exact topology placement, reservation and backfill, guaranteed "
+            "shares with borrowing and topology-aware reclaim, adaptive spread/pack, elastic "
+            "growth, defragmenting migration",
+            SchedulerPolicy(),
+        ),
+        PolicyInfo(
+            "k8s-default",
+            "kube-scheduler without gang plugins: workers bound one by one onto random GPUs as "
+            "they free up, partial allocations held (can deadlock), no topology",
+            SchedulerPolicy(
+                name="k8s-default",
+                gang=False,
+                order=Order.FIFO,
+                placement=Placing.RANDOM,
+                reservation=False,
+                preemption=False,
+                elastic=False,
+                migration=False,
+                single_gpu=SingleGpu.PACK,
+            ),
+        ),
+        PolicyInfo(
+            "fifo-gang-firstfit",
+            "gang admission in strict FIFO order, topology-unaware first fit, no preemption",
+            SchedulerPolicy(
+                name="fifo-gang-firstfit",
+                order=Order.FIFO,
+                placement=Placing.FIRST_FIT,
+                reservation=False,
+                backfill=False,
+                preemption=False,
+                elastic=False,
+                migration=False,
+                single_gpu=SingleGpu.PACK,
+            ),
+        ),
+        PolicyInfo(
+            "hived-like",
+            "HiveD-like: gang, topology-aware packing within the hierarchy, guaranteed shares "
+            "with reclaim; no reservation, no adaptive spread, no elastic growth, no migration",
+            SchedulerPolicy(
+                name="hived-like",
+                reservation=False,
+                elastic=False,
+                migration=False,
+                single_gpu=SingleGpu.PACK,
+            ),
+        ),
+        PolicyInfo(
+            "gandiva-like",
+            "Gandiva-like: gang, packing by affinity, migration to open room, grow-shrink of "
+            "elastic jobs when idle; no reservation and no guaranteed shares (FIFO order)",
+            SchedulerPolicy(
+                name="gandiva-like",
+                order=Order.FIFO,
+                reservation=False,
+                preemption=False,
+                single_gpu=SingleGpu.PACK,
+            ),
+        ),
+    )
+}
+
+_COERCE: Mapping[str, Callable[[Any], Any]] = {
+    "single_gpu": SingleGpu,
+    "order": Order,
+    "placement": Placing,
+}
+
+
+def make_scheduler_policy(name: str, params: Mapping[str, Any] | None = None) -> SchedulerPolicy:
+    """The policy `name` with `params` applied; errors name the bad parameter and the valid ones."""
+    info = SCHEDULER_POLICIES.get(name)
+    if info is None:
+        known = ", ".join(SCHEDULER_POLICIES)
+        raise PolicyError(f"unknown scheduler policy {name!r}; known policies: {known}")
+    known_fields = {f.name: f for f in fields(SchedulerPolicy) if f.name != "name"}
+    updates: dict[str, Any] = {}
+    for key, value in (params or {}).items():
+        spec = known_fields.get(key)
+        if spec is None:
+            raise PolicyError(
+                f"policy {name!r} has no parameter {key!r}; valid: {', '.join(known_fields)}"
+            )
+        updates[key] = _typed(name, key, spec.type, value)
+    return replace(info.base, **updates)
+
+
+def _typed(policy: str, key: str, kind: object, value: Any) -> Any:
+    where = f"policy {policy!r} parameter {key!r}"
+    if key in _COERCE:
+        try:
+            return _COERCE[key](value)
+        except ValueError:
+            raise PolicyError(f"{where}: got {value!r}") from None
+    text = str(kind)
+    if text == "bool":
+        if not isinstance(value, bool):
+            raise PolicyError(f"{where} must be true or false, got {value!r}")
+        return value
+    if value is None and "None" in text:
+        return None
+    if "int" in text and "float" not in text:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise PolicyError(f"{where} must be an integer, got {value!r}")
+        return value
+    if "float" in text:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise PolicyError(f"{where} must be a number, got {value!r}")
+        return float(value)
+    return value

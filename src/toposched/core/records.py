@@ -1,0 +1,81 @@
+"""The core's mutable view of each job and queue; only the scheduler changes these."""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+
+from toposched.core.actions import StopKind
+from toposched.core.job import JobSpec, JobState
+from toposched.placement.gang import Placement, WorkerSlot
+from toposched.topology.cluster import Tier
+
+LOG_LINES = 32
+
+
+@dataclass
+class JobRecord:
+    spec: JobSpec
+    seq: int
+    submitted: float
+    state: JobState = JobState.PENDING
+    waiting_since: float = 0.0
+    placement: Placement | None = None
+    # While a migration or resize stops the job, the GPUs it moves to are already its own
+    # (`target`), and `resume` is the placement it restarts on once stopped.
+    target: Placement | None = None
+    resume: Placement | None = None
+    # Workers bound so far by a non-gang policy while the job still waits for the rest.
+    partial: list[WorkerSlot] = field(default_factory=list)
+    last_restart: float = 0.0
+    stop_kind: StopKind | None = None
+    cancel_requested: bool = False
+    started: float | None = None
+    restarts: int = 0
+    reason: str = ""
+    log: deque[tuple[float, str]] = field(default_factory=lambda: deque(maxlen=LOG_LINES))
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def note(self, time: float, text: str) -> None:
+        """Record why something happened (or did not); repeats of the last line are dropped."""
+        self.reason = text
+        if not self.log or self.log[-1][1] != text:
+            self.log.append((time, text))
+
+    def held(self) -> list[Placement]:
+        held = [p for p in (self.placement, self.target) if p is not None]
+        if self.partial:
+            held.append(Placement(tuple(self.partial), None, Tier.NODE))
+        return held
+
+    def gpus_held(self) -> int:
+        return sum(p.gpus for p in self.held())
+
+    def expected_end(self, default_runtime_s: float | None) -> float:
+        limit = self.spec.limit_s if self.spec.limit_s is not None else default_runtime_s
+        if self.started is None or limit is None:
+            return math.inf
+        return self.started + limit
+
+
+@dataclass
+class QueueRecord:
+    """A team's queue: its guaranteed GPUs and the GPUs its jobs hold now."""
+
+    name: str
+    guaranteed: int = 0
+    used: int = 0
+    pending: set[str] = field(default_factory=set)
+
+    def within_guarantee(self, extra: int) -> bool:
+        return self.used + extra <= self.guaranteed
+
+    def share(self) -> float:
+        """Usage against guarantee: the queue furthest below its share goes first."""
+        if self.guaranteed == 0:
+            return math.inf if self.used else 0.0
+        return self.used / self.guaranteed

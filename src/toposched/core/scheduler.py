@@ -1,0 +1,1058 @@
+"""The scheduler state machine: `handle(event) -> [Action]`, pure and deterministic.
+
+Each event first updates the books (a job arrives, GPUs come back, a node is lost), then a
+scheduling cycle runs in named phases:
+
+1. mode      - adaptive spread/pack for 1-GPU jobs from the allocated fraction, with hysteresis;
+2. heads     - pending jobs in order: jobs within their queue's guarantee first, then priority,
+               then the queue furthest below its share, then submission order;
+3. admit     - each in turn is placed whole (gang) or not at all; nothing is held while waiting;
+4. make room - for the first blocked job: shrink elastic jobs to their minimum; else migrate the
+               fewest checkpointable jobs to open a node for it; else preempt borrowed or
+               lower-priority work, choosing victims whose GPUs form the best placement for it,
+               checkpointable work first;
+5. reserve   - otherwise it gets a reservation on the GPUs that free up first; later jobs may
+               backfill only off those GPUs, or if they are expected to end before them;
+6. grow      - with nobody waiting, elastic jobs grow into idle GPUs.
+
+A submission that changes nothing for the jobs already waiting (it ranks behind the reserved
+job) only tries the new job: the others were already tried against at least as many free GPUs.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import random
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from itertools import combinations
+
+from toposched.core.actions import Action, StartJob, StopJob, StopKind, Transition
+from toposched.core.events import (
+    Event,
+    GpuHealth,
+    JobCancelled,
+    JobFinished,
+    JobStopped,
+    JobSubmitted,
+    NodeAdded,
+    NodeLabelled,
+    NodeRemoved,
+    QueueConfigured,
+    Tick,
+    WorkerFailed,
+)
+from toposched.core.job import JobSpec, JobState, RestartPolicy
+from toposched.core.moves import placement_of, plan_defrag, plan_growth
+from toposched.core.policy import Order, Placing, SchedulerPolicy, SingleGpu
+from toposched.core.records import JobRecord, QueueRecord
+from toposched.placement.capacity import Capacity, full_mask
+from toposched.placement.gang import (
+    GangRequest,
+    Placement,
+    Shortfall,
+    WorkerSlot,
+    node_gpus,
+    place_gang,
+    ring_gbps,
+)
+from toposched.placement.request import Mode
+from toposched.placement.tables import from_mask, to_mask
+from toposched.topology.cluster import (
+    Cluster,
+    Node,
+    Tier,
+    check_labels,
+    tier_of,
+    topology_aware,
+)
+
+
+class SchedulingError(ValueError):
+    """An event the core cannot take (unknown job, duplicate name); nothing was changed."""
+
+
+class InvariantViolation(AssertionError):
+    """validate mode found the books inconsistent: a bug in the core."""
+
+
+@dataclass
+class Reservation:
+    """GPUs kept for the first blocked job; `until` is when they are expected to be free."""
+
+    job: str
+    gpus: dict[int, int]
+    until: float
+    awaiting: set[str] = field(default_factory=set)
+
+    def describe(self, capacity: Capacity) -> str:
+        parts = []
+        for i, mask in sorted(self.gpus.items()):
+            gpus = ",".join(str(g) for g in range(capacity.nodes[i].size) if mask >> g & 1)
+            parts.append(f"{capacity.nodes[i].name} GPUs {gpus}")
+        when = "when running jobs end" if math.isinf(self.until) else f"by t={self.until:g}"
+        return f"reserved {'; '.join(parts)} ({when})"
+
+
+@dataclass(frozen=True)
+class JobView:
+    """What `job(name)` tells a driver."""
+
+    name: str
+    state: JobState
+    placement: Placement | None
+    reason: str
+    restarts: int
+    history: tuple[tuple[float, str], ...]
+
+
+_STOPPED_STATE = {StopKind.CANCEL: JobState.CANCELLED}
+
+
+class Scheduler:
+    """One cluster's scheduling state. Drivers feed events and carry out the returned actions."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        policy: SchedulerPolicy | None = None,
+        queues: dict[str, int] | None = None,
+        *,
+        validate: bool = False,
+        rng: random.Random | None = None,
+    ) -> None:
+        """`rng` feeds the policies that pick at random (a seeded one keeps runs repeatable)."""
+        self.cluster = cluster
+        self.rng = rng or random.Random(0)
+        self.policy = policy or SchedulerPolicy()
+        self.validate = validate
+        self.capacity = Capacity(cluster.nodes)
+        self.labels: dict[str, dict[str, str]] = {n.name: dict(n.labels) for n in cluster.nodes}
+        self.unhealthy: dict[int, int] = {}
+        self.owner: dict[tuple[int, int], str] = {}
+        self.jobs: dict[str, JobRecord] = {}
+        self.queues: dict[str, QueueRecord] = {}
+        for name, guaranteed in (queues or {}).items():
+            self._configure_queue(name, guaranteed)
+        self._pending: dict[str, list[tuple[int, int, str]]] = {}
+        self._finished: deque[str] = deque()
+        self.reservation: Reservation | None = None
+        self.mode = Mode.PACK if self.policy.single_gpu is SingleGpu.PACK else Mode.SPREAD
+        self.now = 0.0
+        self._seq = 0
+        self.notes: deque[tuple[float, str]] = deque(maxlen=100)
+
+    # ------------------------------------------------------------------ the entry point
+
+    def handle(self, *events: Event) -> list[Action]:
+        out: list[Action] = []
+        for event in events:
+            out.extend(self._handle_one(event))
+        return out
+
+    def _handle_one(self, event: Event) -> list[Action]:
+        self.now = max(self.now, event.time)
+        out: list[Action] = []
+        only: str | None = None
+        match event:
+            case JobSubmitted(spec=spec):
+                out += self._submit(spec)
+                if self.jobs[spec.name].state is JobState.PENDING and self._behind_reservation(
+                    self.jobs[spec.name]
+                ):
+                    only = spec.name
+            case JobCancelled(job=name):
+                out += self._cancel(self._job(name))
+            case JobFinished(job=name, succeeded=ok, reason=why):
+                out += self._finished_event(self._job(name), ok, why)
+            case WorkerFailed(job=name, worker=worker, reason=why):
+                out += self._worker_failed(self._job(name), worker, why)
+            case JobStopped(job=name):
+                out += self._stopped(self._job(name))
+            case NodeAdded(node=node):
+                self._add_node(node)
+            case NodeRemoved(node=name):
+                out += self._remove_node(name)
+            case NodeLabelled(node=name, key=key, value=value):
+                self._label(name, key, value)
+            case GpuHealth(node=name, gpu=gpu, healthy=healthy):
+                out += self._gpu_health(name, gpu, healthy)
+            case QueueConfigured(queue=name, guaranteed_gpus=gpus):
+                self._configure_queue(name, gpus)
+            case Tick():
+                pass
+            case _:
+                raise SchedulingError(f"unknown event {event!r}")
+        out += self._cycle(only)
+        if self.validate:
+            self.check()
+        return out
+
+    # ------------------------------------------------------------------ queries
+
+    def job(self, name: str) -> JobView:
+        rec = self._job(name)
+        return JobView(
+            rec.name,
+            rec.state,
+            rec.placement,
+            self._reason(rec),
+            rec.restarts,
+            tuple(rec.log),
+        )
+
+    def explain(self, name: str) -> str:
+        """Why a job waits, or why it runs where it runs, in plain words."""
+        rec = self._job(name)
+        spec = rec.spec
+        lines = [
+            f"job {rec.name}: {rec.state.value}; queue {spec.queue}, priority {spec.priority}, "
+            f"{spec.workers} worker(s) x {spec.gpus_per_worker} GPU(s), "
+            f"locality {spec.locality.prefer.value}"
+            + (
+                f" (then {spec.locality.accept.value} after {spec.locality.relax_after_s:g} s)"
+                if spec.locality.accept
+                else ""
+            )
+        ]
+        if rec.placement is not None:
+            lines.append(f"placement: {rec.placement.describe()}")
+        lines.append(f"now: {self._reason(rec)}")
+        lines.extend(f"  t={t:g}: {text}" for t, text in rec.log)
+        return "\n".join(lines)
+
+    def pending(self) -> Iterator[JobRecord]:
+        """Pending jobs in the order the next cycle would try them."""
+        return self._order(None)
+
+    # ------------------------------------------------------------------ event handlers
+
+    def _job(self, name: str) -> JobRecord:
+        rec = self.jobs.get(name)
+        if rec is None:
+            raise SchedulingError(f"no job named {name!r}")
+        return rec
+
+    def _submit(self, spec: JobSpec) -> list[Action]:
+        if spec.name in self.jobs:
+            raise SchedulingError(f"a job named {spec.name!r} already exists")
+        self._seq += 1
+        rec = JobRecord(spec, self._seq, self.now, waiting_since=self.now)
+        self.jobs[spec.name] = rec
+        if spec.queue not in self.queues:
+            self._configure_queue(spec.queue, 0)
+        never = self._never_fits(spec)
+        if never:
+            rec.state = JobState.REJECTED
+            rec.note(self.now, never)
+            self._retire(rec)
+            return [Transition(rec.name, never, None, JobState.REJECTED)]
+        rec.note(self.now, "submitted")
+        self._enqueue(rec)
+        return [Transition(rec.name, "submitted", None, JobState.PENDING)]
+
+    def _never_fits(self, spec: JobSpec) -> str | None:
+        """A reason if the job cannot run even on the whole (healthy, empty) cluster."""
+        nodes = [self.capacity.nodes[i] for i in self.capacity.present_indices()]
+        g = spec.gpus_per_worker
+        largest = max((n.size for n in nodes), default=0)
+        if g > largest:
+            return f"rejected: a worker needs {g} GPUs; the largest node has {largest}"
+        widest = spec.locality.accept or spec.locality.prefer
+        best = 0
+        domains: dict[tuple[str, ...], int] = {}
+        for node in nodes:
+            if widest.tier == Tier.NODE:
+                key: tuple[str, ...] = (node.name,)
+            elif widest.tier == Tier.RACK:
+                key = (node.pod, node.rack)
+            elif widest.tier == Tier.POD:
+                key = (node.pod,)
+            else:
+                key = ()
+            domains[key] = domains.get(key, 0) + node.size // g
+            best = max(best, domains[key])
+        if best < spec.min_workers:
+            where = {"node": "one node", "rack": "one rack", "pod": "one pod", "any": "the cluster"}
+            return (
+                f"rejected: needs {spec.min_workers} workers x {g} GPUs within "
+                f"{where[widest.value]}; at most {best} fit there even when it is empty"
+            )
+        return None
+
+    def _cancel(self, rec: JobRecord) -> list[Action]:
+        if rec.state.terminal:
+            raise SchedulingError(f"job {rec.name!r} has already ended ({rec.state.value})")
+        if rec.state is JobState.PENDING:
+            self._dequeue(rec)
+            return self._end(rec, JobState.CANCELLED, "cancelled while pending")
+        rec.cancel_requested = True
+        if rec.state is JobState.STOPPING:
+            rec.note(self.now, "cancel requested while stopping")
+            return []
+        return self._stop(rec, StopKind.CANCEL, "cancelled")
+
+    def _finished_event(self, rec: JobRecord, ok: bool, why: str) -> list[Action]:
+        if rec.state not in (JobState.RUNNING, JobState.STOPPING):
+            raise SchedulingError(f"job {rec.name!r} is {rec.state.value}, so it cannot finish")
+        self._release_all(rec)
+        if ok:
+            return self._end(rec, JobState.SUCCEEDED, why or "all workers exited 0")
+        return self._failed(rec, why or "a worker exited non-zero")
+
+    def _worker_failed(self, rec: JobRecord, worker: int, why: str) -> list[Action]:
+        if rec.state is not JobState.RUNNING:
+            return []
+        return self._stop(rec, StopKind.FAILURE, f"worker {worker} failed: {why or 'no reason'}")
+
+    def _stopped(self, rec: JobRecord) -> list[Action]:
+        if rec.state is not JobState.STOPPING:
+            raise SchedulingError(f"job {rec.name!r} is {rec.state.value}, not stopping")
+        kind, rec.stop_kind = rec.stop_kind, None
+        if self.reservation is not None:
+            self.reservation.awaiting.discard(rec.name)
+        if rec.cancel_requested:
+            self._release_all(rec)
+            return self._end(rec, JobState.CANCELLED, "cancelled")
+        if rec.resume is not None and kind in (StopKind.MIGRATE, StopKind.RESIZE):
+            return self._resume(rec, kind)
+        if kind is StopKind.FAILURE:
+            self._release_all(rec)
+            return self._failed(rec, rec.reason)
+        # Preempted: back to the queue, keeping its place in submission order.
+        self._release_all(rec)
+        rec.state = JobState.PENDING
+        rec.waiting_since = self.now
+        rec.note(self.now, f"requeued after {kind.value if kind else 'stop'}")
+        self._enqueue(rec)
+        return [Transition(rec.name, rec.reason, JobState.STOPPING, JobState.PENDING)]
+
+    def _resume(self, rec: JobRecord, kind: StopKind) -> list[Action]:
+        """A migrated or resized job restarts on its new GPUs; the ones it left are freed."""
+        resume = rec.resume
+        assert resume is not None
+        keep = set(resume.pairs())
+        self._release_pairs(rec, {pair for p in rec.held() for pair in p.pairs()} - keep)
+        rec.placement, rec.target, rec.resume = resume, None, None
+        rec.state = JobState.RUNNING
+        rec.last_restart = self.now
+        rec.note(self.now, f"restarted after {kind.value} on {resume.describe()}")
+        return [
+            StartJob(rec.name, rec.reason, resume),
+            Transition(rec.name, rec.reason, JobState.STOPPING, JobState.RUNNING),
+        ]
+
+    def _failed(self, rec: JobRecord, why: str) -> list[Action]:
+        spec = rec.spec
+        if spec.restart is RestartPolicy.ON_FAILURE and rec.restarts < spec.max_restarts:
+            rec.restarts += 1
+            old = rec.state
+            rec.state = JobState.PENDING
+            rec.waiting_since = self.now
+            rec.note(self.now, f"requeued (restart {rec.restarts} of {spec.max_restarts}): {why}")
+            self._enqueue(rec)
+            return [Transition(rec.name, rec.reason, old, JobState.PENDING)]
+        return self._end(rec, JobState.FAILED, why)
+
+    def _add_node(self, node: Node) -> None:
+        i = self.capacity.index.get(node.name)
+        if i is not None and self.capacity.present[i]:
+            raise SchedulingError(f"node {node.name!r} is already in the cluster")
+        i = self.capacity.add_node(node)
+        self.labels[node.name] = dict(node.labels)
+        self.unhealthy.pop(i, None)
+        held = 0
+        for (j, gpu), _ in self.owner.items():
+            if j == i:
+                held |= 1 << gpu
+        if held:
+            self.capacity.take(i, held)
+        self._note(f"node {node.name} added ({node.size} GPUs)")
+
+    def _remove_node(self, name: str) -> list[Action]:
+        i = self._node_index(name)
+        out: list[Action] = []
+        for job in sorted({j for (n, _), j in self.owner.items() if n == i}):
+            rec = self.jobs[job]
+            if rec.state is JobState.RUNNING:
+                out += self._stop(rec, StopKind.FAILURE, f"node {name} was lost")
+        self.capacity.remove_node(i)
+        self.unhealthy.pop(i, None)
+        if self.reservation is not None and i in self.reservation.gpus:
+            self.reservation = None
+        self._note(f"node {name} removed")
+        return out
+
+    def _label(self, name: str, key: str, value: str | None) -> None:
+        i = self._node_index(name)
+        labels = dict(self.labels[name])
+        if value is None:
+            labels.pop(key, None)
+        else:
+            labels[key] = value
+        try:
+            check_labels(name, labels)
+        except ValueError as err:
+            raise SchedulingError(str(err)) from None
+        self.labels[name] = labels
+        self.capacity.set_aware(i, topology_aware(labels))
+
+    def _gpu_health(self, name: str, gpu: int, healthy: bool) -> list[Action]:
+        i = self._node_index(name)
+        size = self.capacity.nodes[i].size
+        if not 0 <= gpu < size:
+            raise SchedulingError(f"node {name} has GPUs 0..{size - 1}, not {gpu}")
+        bit = 1 << gpu
+        bad = self.unhealthy.get(i, 0)
+        holder = self.owner.get((i, gpu))
+        if not healthy:
+            if bad & bit:
+                return []
+            self.unhealthy[i] = bad | bit
+            if holder is None:
+                self.capacity.take(i, bit)
+                return []
+            rec = self.jobs[holder]
+            if rec.state is JobState.RUNNING:
+                return self._stop(rec, StopKind.FAILURE, f"GPU {gpu} of node {name} failed")
+            return []
+        if bad & bit:
+            self.unhealthy[i] = bad & ~bit
+            if holder is None:
+                self.capacity.give(i, bit)
+        return []
+
+    def _configure_queue(self, name: str, guaranteed: int) -> None:
+        if not name:
+            raise SchedulingError("a queue needs a name")
+        if isinstance(guaranteed, bool) or not isinstance(guaranteed, int) or guaranteed < 0:
+            raise SchedulingError(f"queue {name!r}: guaranteed GPUs must be >= 0, got {guaranteed}")
+        queue = self.queues.setdefault(name, QueueRecord(name))
+        queue.guaranteed = guaranteed
+
+    def _node_index(self, name: str) -> int:
+        i = self.capacity.index.get(name)
+        if i is None or not self.capacity.present[i]:
+            raise SchedulingError(f"no node named {name!r} in the cluster")
+        return i
+
+    # ------------------------------------------------------------------ state changes
+
+    def _enqueue(self, rec: JobRecord) -> None:
+        entries = self._pending.setdefault(rec.spec.queue, [])
+        bisect.insort(entries, (-rec.spec.priority, rec.seq, rec.name))
+        self.queues[rec.spec.queue].pending.add(rec.name)
+
+    def _dequeue(self, rec: JobRecord) -> None:
+        entries = self._pending[rec.spec.queue]
+        key = (-rec.spec.priority, rec.seq, rec.name)
+        del entries[bisect.bisect_left(entries, key)]
+        self.queues[rec.spec.queue].pending.discard(rec.name)
+
+    def _allocate(self, rec: JobRecord, placement: Placement) -> None:
+        for node, gpus in placement.gpus_by_node().items():
+            i = self.capacity.index[node]
+            self.capacity.take(i, to_mask(gpus))
+            for gpu in gpus:
+                self.owner[(i, gpu)] = rec.name
+        self.queues[rec.spec.queue].used += placement.gpus
+
+    def _release_pairs(self, rec: JobRecord, pairs: set[tuple[str, int]]) -> None:
+        for node, gpu in pairs:
+            i = self.capacity.index[node]
+            del self.owner[(i, gpu)]
+            if self.capacity.present[i] and not self.unhealthy.get(i, 0) >> gpu & 1:
+                self.capacity.give(i, 1 << gpu)
+        self.queues[rec.spec.queue].used -= len(pairs)
+
+    def _release_all(self, rec: JobRecord) -> None:
+        self._release_pairs(rec, {pair for p in rec.held() for pair in p.pairs()})
+        rec.placement = rec.target = rec.resume = None
+        rec.partial = []
+
+    def _start(
+        self, rec: JobRecord, placement: Placement, why: str, allocate: bool = True
+    ) -> list[Action]:
+        self._dequeue(rec)
+        if allocate:
+            self._allocate(rec, placement)
+        rec.placement = placement
+        rec.state = JobState.RUNNING
+        rec.started = rec.last_restart = self.now
+        rec.note(self.now, f"started on {placement.describe()}: {why}")
+        if self.reservation is not None and self.reservation.job == rec.name:
+            self.reservation = None
+        return [
+            StartJob(rec.name, rec.reason, placement),
+            Transition(rec.name, rec.reason, JobState.PENDING, JobState.RUNNING),
+        ]
+
+    def _stop(self, rec: JobRecord, kind: StopKind, why: str) -> list[Action]:
+        checkpoint = rec.spec.checkpoint
+        if kind in (StopKind.PREEMPT, StopKind.MIGRATE, StopKind.RESIZE) and checkpoint:
+            signal, grace = checkpoint.signal, checkpoint.grace_s
+        elif checkpoint is not None:
+            signal, grace = checkpoint.signal, max(checkpoint.grace_s, self.policy.stop_grace_s)
+        else:
+            signal, grace = "SIGTERM", self.policy.stop_grace_s
+        rec.state = JobState.STOPPING
+        rec.stop_kind = kind
+        rec.note(self.now, f"stopping ({kind.value}): {why}")
+        return [
+            StopJob(rec.name, rec.reason, kind, signal, grace),
+            Transition(rec.name, rec.reason, JobState.RUNNING, JobState.STOPPING),
+        ]
+
+    def _end(self, rec: JobRecord, state: JobState, why: str) -> list[Action]:
+        old = rec.state
+        rec.state = state
+        rec.note(self.now, why)
+        self._retire(rec)
+        return [Transition(rec.name, why, old, state)]
+
+    def _retire(self, rec: JobRecord) -> None:
+        """Ended jobs stay answerable for a while; the oldest are forgotten (drivers keep them)."""
+        self._finished.append(rec.name)
+        while len(self._finished) > self.policy.keep_finished:
+            self.jobs.pop(self._finished.popleft(), None)
+
+    def _note(self, text: str) -> None:
+        self.notes.append((self.now, text))
+
+    # ------------------------------------------------------------------ the cycle
+
+    def _order(self, only: str | None) -> Iterator[JobRecord]:
+        """Phase 2 (heads): merge the queues' heads, best first, recomputing shares as we go."""
+        if only is not None:
+            yield self.jobs[only]
+            return
+        cursors = {q: 0 for q, entries in self._pending.items() if entries}
+        while cursors:
+            best_key: tuple[float, ...] | None = None
+            best_queue = ""
+            for q, pos in cursors.items():
+                rec = self.jobs[self._pending[q][pos][2]]
+                key = self._rank(rec)
+                if best_key is None or key < best_key:
+                    best_key, best_queue = key, q
+            entries = self._pending[best_queue]
+            pos = cursors[best_queue]
+            name = entries[pos][2]
+            yield self.jobs[name]
+            # Starting the job removed it from the list; otherwise step past it.
+            if pos < len(entries) and entries[pos][2] == name:
+                pos += 1
+            if pos < len(entries):
+                cursors[best_queue] = pos
+            else:
+                del cursors[best_queue]
+
+    def _rank(self, rec: JobRecord) -> tuple[float, ...]:
+        if self.policy.order is Order.FIFO:
+            return (rec.seq,)
+        queue = self.queues[rec.spec.queue]
+        inside = 0 if queue.within_guarantee(rec.spec.min_workers * rec.spec.gpus_per_worker) else 1
+        return (inside, -rec.spec.priority, queue.share(), rec.seq)
+
+    def _behind_reservation(self, rec: JobRecord) -> bool:
+        res = self.reservation
+        if res is None or res.job == rec.name or res.job not in self.jobs:
+            return False
+        return self._rank(self.jobs[res.job]) < self._rank(rec)
+
+    def _request(self, rec: JobRecord) -> GangRequest:
+        spec = rec.spec
+        widest = spec.locality.allowed(self.now - rec.waiting_since).tier
+        first_fit = self.policy.placement is not Placing.TOPOLOGY
+        return GangRequest(spec.min_workers, spec.gpus_per_worker, widest, self.mode, first_fit)
+
+    def _update_mode(self) -> None:
+        """Phase 1: spread 1-GPU jobs while the cluster is quiet, pack them when it is busy."""
+        if self.policy.single_gpu is not SingleGpu.ADAPTIVE:
+            return
+        healthy = self._healthy_gpus()
+        load = 1.0 - self.capacity.total_free / healthy if healthy else 1.0
+        if self.mode is Mode.SPREAD and load >= self.policy.pack_above:
+            self.mode = Mode.PACK
+            self._note(f"1-GPU jobs now packed: {load:.0%} of GPUs allocated")
+        elif self.mode is Mode.PACK and load <= self.policy.spread_below:
+            self.mode = Mode.SPREAD
+            self._note(f"1-GPU jobs now spread: {load:.0%} of GPUs allocated")
+
+    def _healthy_gpus(self) -> int:
+        total = 0
+        for i in self.capacity.present_indices():
+            total += self.capacity.nodes[i].size - self.unhealthy.get(i, 0).bit_count()
+        return total
+
+    def _cycle(self, only: str | None) -> list[Action]:
+        if not self.policy.gang:
+            return self._bind_workers()
+        out: list[Action] = []
+        self._update_mode()
+        res = self.reservation
+        if res is not None and (
+            res.job not in self.jobs or self.jobs[res.job].state is not JobState.PENDING
+        ):
+            self.reservation = None
+        failed: dict[tuple[object, ...], str] = {}
+        first_blocked = only is not None
+        for rec in self._order(only):
+            if rec.state is not JobState.PENDING:
+                continue
+            if self.capacity.total_free == 0 and first_blocked:
+                break
+            request = self._request(rec)
+            res = self.reservation
+            exclude = None
+            if res is not None and res.job != rec.name and self.policy.backfill:
+                end = self.now + (rec.spec.limit_s or self.policy.default_runtime_s or math.inf)
+                if end > res.until:
+                    exclude = res.gpus
+            key = (request, exclude is not None)
+            result: Placement | Shortfall
+            if request.gpus > self.capacity.total_free:
+                result = Shortfall(
+                    f"needs {request.gpus} GPUs; {self.capacity.total_free} are free"
+                )
+            elif key in failed:
+                result = Shortfall(failed[key])
+            else:
+                result = place_gang(self.capacity, request, self.cluster.network_gbps, exclude)
+            if isinstance(result, Placement):
+                why = "best placement now"
+                if exclude is not None:
+                    why = "backfilled around the reservation for " + (res.job if res else "")
+                out += self._start(rec, result, why)
+                continue
+            failed[key] = result.reason
+            if not first_blocked:
+                first_blocked = True
+                out += self._blocked_head(rec, request, result)
+                if not self.policy.backfill:
+                    break
+            elif res is not None and res.job != rec.name:
+                rec.note(self.now, f"{result.reason}; waiting behind {res.job}")
+            else:
+                rec.note(self.now, result.reason)
+        if self.policy.elastic and not any(self._pending.values()):
+            out += self._grow()
+        return out
+
+    def _grow(self) -> list[Action]:
+        """Phase 6: nobody waits, so elastic jobs take idle GPUs (a restart at the new size)."""
+        out: list[Action] = []
+        for rec in sorted(self.jobs.values(), key=lambda r: r.seq):
+            if rec.state is not JobState.RUNNING or rec.spec.elastic is None:
+                continue
+            if self.now - rec.last_restart < self.policy.grow_after_s:
+                continue
+            if self.capacity.total_free < rec.spec.gpus_per_worker:
+                break
+            widest = (rec.spec.locality.accept or rec.spec.locality.prefer).tier
+            plan = plan_growth(self.capacity, rec, widest, self.cluster.network_gbps)
+            if plan is None:
+                continue
+            extra, whole = plan
+            self._allocate(rec, extra)
+            rec.target, rec.resume = extra, whole
+            out += self._stop(
+                rec, StopKind.RESIZE, f"growing to {len(whole.workers)} workers on idle GPUs"
+            )
+        return out
+
+    def _blocked_head(self, rec: JobRecord, request: GangRequest, short: Shortfall) -> list[Action]:
+        """Phases 4 and 5 for the first job that could not be placed."""
+        res = self.reservation
+        if res is not None and res.job == rec.name:
+            if res.awaiting:
+                rec.note(
+                    self.now,
+                    f"{short.reason}; waiting for {', '.join(sorted(res.awaiting))} to stop",
+                )
+            else:
+                rec.note(self.now, f"{short.reason}; {res.describe(self.capacity)}")
+            return []
+        out: list[Action] = []
+        if self.policy.elastic:
+            out += self._shrink_for(rec, request)
+            if out:
+                return out
+        if self.policy.migration:
+            out += self._defragment_for(rec, request)
+            if out:
+                return out
+        if self.policy.preemption:
+            plan = self._plan_reclaim(rec, request)
+            if plan is not None:
+                victims, gpus = plan
+                self.reservation = Reservation(rec.name, gpus, self.now, {v.name for v in victims})
+                names = ", ".join(v.name for v in victims)
+                rec.note(self.now, f"{short.reason}; preempting {names} for it")
+                for victim in victims:
+                    out += self._stop(victim, StopKind.PREEMPT, f"preempted for {rec.name}")
+                return out
+        if self.policy.reservation:
+            self.reservation = self._reserve(rec, request)
+        if self.reservation is not None and self.reservation.job == rec.name:
+            rec.note(self.now, f"{short.reason}; {self.reservation.describe(self.capacity)}")
+        else:
+            rec.note(self.now, short.reason)
+        return out
+
+    def _shrink_for(self, rec: JobRecord, request: GangRequest) -> list[Action]:
+        """Elastic jobs above their minimum give back workers first (lowest priority first)."""
+        candidates = sorted(
+            (
+                r
+                for r in self.jobs.values()
+                if r.state is JobState.RUNNING
+                and r.spec.elastic is not None
+                and r.placement is not None
+                and len(r.placement.workers) > r.spec.min_workers
+                and r.spec.priority <= rec.spec.priority
+            ),
+            key=lambda r: (r.spec.priority, -(r.started or 0.0), r.seq),
+        )
+        chosen: list[tuple[JobRecord, Placement]] = []
+        freed: dict[int, int] = {}
+        for victim in candidates:
+            assert victim.placement is not None
+            keep = victim.placement.workers[: victim.spec.min_workers]
+            for slot in victim.placement.workers[victim.spec.min_workers :]:
+                i = self.capacity.index[slot.node]
+                freed[i] = freed.get(i, 0) | to_mask(slot.gpus)
+            chosen.append((victim, placement_of(self.capacity, keep, self.cluster.network_gbps)))
+            with self.capacity.assuming_free(freed):
+                found = place_gang(self.capacity, request, self.cluster.network_gbps)
+            if isinstance(found, Placement):
+                out: list[Action] = []
+                gpus = {self.capacity.index[n]: to_mask(g) for n, g in found.gpus_by_node().items()}
+                names = {v.name for v, _ in chosen}
+                self.reservation = Reservation(rec.name, gpus, self.now, names)
+                rec.note(self.now, f"shrinking {', '.join(sorted(names))} to make room")
+                for shrunk, resume in chosen:
+                    shrunk.resume = resume
+                    out += self._stop(
+                        shrunk,
+                        StopKind.RESIZE,
+                        f"shrinking to {len(resume.workers)} for {rec.name}",
+                    )
+                return out
+        return []
+
+    def _defragment_for(self, rec: JobRecord, request: GangRequest) -> list[Action]:
+        """Migrate the fewest checkpointable jobs so that one node can take the blocked job."""
+        cap = self.capacity
+        largest = max((cap.nodes[i].size for i in cap.present_indices()), default=0)
+        if request.gpus > largest or request.gpus > cap.total_free:
+            return []
+        movable: dict[int, list[tuple[JobRecord, int]]] = {}
+        for r in self.jobs.values():
+            if r.state is not JobState.RUNNING or r.placement is None or not r.spec.checkpointable:
+                continue
+            by_node = r.placement.gpus_by_node()
+            if len(by_node) != 1:
+                continue
+            ((node, held),) = by_node.items()
+            movable.setdefault(cap.index[node], []).append((r, to_mask(held)))
+        plan = plan_defrag(cap, request, movable, self.cluster.network_gbps)
+        if plan is None:
+            return []
+        moves, gpus = plan
+        out: list[Action] = []
+        names = {m.job.name for m in moves}
+        self.reservation = Reservation(rec.name, gpus, self.now, names)
+        rec.note(self.now, f"migrating {', '.join(sorted(names))} to open a node for it")
+        for move in moves:
+            self._allocate(move.job, move.to)
+            move.job.target = move.job.resume = move.to
+            out += self._stop(
+                move.job, StopKind.MIGRATE, f"moving to {move.to.describe()} for {rec.name}"
+            )
+        return out
+
+    # ------------------------------------------------------------------ non-gang binding
+
+    def _bind_workers(self) -> list[Action]:
+        """The non-gang cycle: each waiting job binds what workers it can, holding them until
+        the last one is bound. Two jobs holding halves of what each needs wait forever."""
+        out: list[Action] = []
+        for rec in self._order(None):
+            if rec.state is not JobState.PENDING:
+                continue
+            g = rec.spec.gpus_per_worker
+            needed = rec.spec.min_workers
+            while len(rec.partial) < needed and self.capacity.total_free >= g:
+                slot = self._random_slot(g)
+                if slot is None:
+                    break
+                self._allocate(rec, Placement((slot,), None, Tier.NODE))
+                rec.partial.append(slot)
+            if len(rec.partial) == needed:
+                placement = placement_of(self.capacity, rec.partial, self.cluster.network_gbps)
+                rec.partial = []
+                out += self._start(rec, placement, "every worker bound", allocate=False)
+            elif rec.partial:
+                rec.note(self.now, f"holding {len(rec.partial)} of {needed} workers; the rest wait")
+            else:
+                rec.note(self.now, f"no node has {g} free GPUs")
+        return out
+
+    def _random_slot(self, g: int) -> WorkerSlot | None:
+        cap = self.capacity
+        nodes = [i for i in cap.present_indices() if cap.free[i].bit_count() >= g]
+        if not nodes:
+            return None
+        i = self.rng.choice(nodes)
+        gpus = self.rng.sample(from_mask(cap.free[i]), g)
+        return WorkerSlot(cap.nodes[i].name, tuple(sorted(gpus)))
+
+    # ------------------------------------------------------------------ reservation
+
+    def _jobs_by_node(self) -> dict[int, dict[str, int]]:
+        out: dict[int, dict[str, int]] = {}
+        for (i, gpu), job in self.owner.items():
+            per = out.setdefault(i, {})
+            per[job] = per.get(job, 0) | 1 << gpu
+        return out
+
+    def _end_estimate(self, name: str) -> float:
+        rec = self.jobs[name]
+        if rec.state is JobState.STOPPING:
+            return self.now
+        return rec.expected_end(self.policy.default_runtime_s)
+
+    def _reserve(self, rec: JobRecord, request: GangRequest) -> Reservation | None:
+        """The GPUs that free up first for `rec` (one node if it fits in one, else whole nodes)."""
+        by_node = self._jobs_by_node()
+        cap = self.capacity
+        k = request.gpus
+        best: tuple[tuple[float, ...], Reservation] | None = None
+        for i in cap.present_indices():
+            healthy = full_mask(cap.nodes[i].size) & ~self.unhealthy.get(i, 0)
+            if healthy.bit_count() < k:
+                continue
+            avail, until, released = cap.free[i], self.now, 0
+            for job, mask in sorted(
+                by_node.get(i, {}).items(), key=lambda jm: (self._end_estimate(jm[0]), jm[0])
+            ):
+                if avail.bit_count() >= k:
+                    break
+                avail |= mask & healthy
+                until = max(until, self._end_estimate(job))
+                released += mask.bit_count()
+            if avail.bit_count() < k:
+                continue
+            topology = cap.nodes[i].topology
+            gpus = node_gpus(topology, avail, k, cap.aware[i], request.mode)
+            key = (until, released, -(ring_gbps(topology, gpus) or 0.0), i)
+            if best is None or key < best[0]:
+                best = (key, Reservation(rec.name, {i: to_mask(gpus)}, until))
+        if best is not None:
+            return best[1]
+        if request.widest == Tier.NODE:
+            return None
+        return self._reserve_nodes(rec, request, by_node)
+
+    def _reserve_nodes(
+        self, rec: JobRecord, request: GangRequest, by_node: dict[int, dict[str, int]]
+    ) -> Reservation | None:
+        cap = self.capacity
+        g = request.gpus_per_worker
+        domains: dict[tuple[str, ...], list[tuple[float, int, int, int]]] = {}
+        for i in cap.present_indices():
+            healthy = full_mask(cap.nodes[i].size) & ~self.unhealthy.get(i, 0)
+            if healthy.bit_count() < g:
+                continue
+            jobs = by_node.get(i, {})
+            until = max((self._end_estimate(j) for j in jobs), default=self.now)
+            busy = sum(m.bit_count() for m in jobs.values())
+            node = cap.nodes[i]
+            key = {
+                Tier.RACK: (node.pod, node.rack),
+                Tier.POD: (node.pod,),
+                Tier.CLUSTER: (),
+            }.get(request.widest, (node.name,))
+            domains.setdefault(key, []).append((until, busy, i, healthy))
+        best: tuple[tuple[float, ...], Reservation] | None = None
+        for members in domains.values():
+            members.sort()
+            held, chosen = 0, []
+            for until, busy, i, healthy in members:
+                chosen.append((until, busy, i, healthy))
+                held += healthy.bit_count() // g
+                if held >= request.workers:
+                    break
+            if held < request.workers:
+                continue
+            rank = (max(c[0] for c in chosen), sum(c[1] for c in chosen), min(c[2] for c in chosen))
+            if best is None or rank < best[0]:
+                best = (rank, Reservation(rec.name, {c[2]: c[3] for c in chosen}, rank[0]))
+        return best[1] if best else None
+
+    # ------------------------------------------------------------------ reclaim
+
+    def _victims_for(self, rec: JobRecord) -> list[JobRecord]:
+        """Running jobs `rec` may preempt: work borrowed beyond another queue's guarantee (if
+        `rec` is within its own), and lower-priority work of its own queue."""
+        spec = rec.spec
+        queue = self.queues[spec.queue]
+        within = queue.within_guarantee(spec.min_workers * spec.gpus_per_worker)
+        out: list[JobRecord] = []
+        for q in self.queues.values():
+            running = sorted(
+                (
+                    r
+                    for r in self.jobs.values()
+                    if r.spec.queue == q.name and r.state is JobState.RUNNING
+                ),
+                key=lambda r: (-r.spec.priority, r.started or 0.0, r.seq),
+            )
+            held = 0
+            for r in running:
+                held += r.gpus_held()
+                borrowed = held > q.guaranteed
+                if (q.name != spec.queue and within and borrowed) or (
+                    q.name == spec.queue
+                    and self.policy.preempt_lower_priority
+                    and r.spec.priority < spec.priority
+                ):
+                    out.append(r)
+        return out
+
+    @staticmethod
+    def _cost(victims: tuple[JobRecord, ...]) -> tuple[int, int, int, int]:
+        """Checkpointable work first, then lower priority, then fewer jobs, then fewer GPUs."""
+        return (
+            sum(1 for v in victims if not v.spec.checkpointable),
+            max((v.spec.priority for v in victims), default=0),
+            len(victims),
+            sum(v.gpus_held() for v in victims),
+        )
+
+    def _plan_reclaim(
+        self, rec: JobRecord, request: GangRequest
+    ) -> tuple[list[JobRecord], dict[int, int]] | None:
+        victims = self._victims_for(rec)
+        if not victims:
+            return None
+        cap = self.capacity
+        k = request.gpus
+        owned: dict[int, dict[str, int]] = {}
+        names = {v.name for v in victims}
+        for (i, gpu), job in self.owner.items():
+            if job in names:
+                per = owned.setdefault(i, {})
+                per[job] = per.get(job, 0) | 1 << gpu
+        best: tuple[tuple[float, ...], list[JobRecord], dict[int, int]] | None = None
+        for i, per in owned.items():
+            if not cap.present[i]:
+                continue
+            everything = cap.free[i]
+            for mask in per.values():
+                everything |= mask
+            everything &= ~self.unhealthy.get(i, 0)
+            if everything.bit_count() < k:
+                continue
+            topology = cap.nodes[i].topology
+            jobs = [self.jobs[j] for j in sorted(per)]
+            for size in range(1, min(len(jobs), 4) + 1):
+                for subset in combinations(jobs, size):
+                    avail = cap.free[i]
+                    for v in subset:
+                        avail |= per[v.name]
+                    avail &= ~self.unhealthy.get(i, 0)
+                    if avail.bit_count() < k:
+                        continue
+                    gpus = node_gpus(topology, avail, k, cap.aware[i], request.mode)
+                    ring = ring_gbps(topology, gpus) or 0.0
+                    cost = self._cost(subset)
+                    key = (cost[0], -ring, *cost[1:], i)
+                    if best is None or key < best[0]:
+                        best = (key, list(subset), {i: to_mask(gpus)})
+        if best is not None:
+            return best[1], best[2]
+        return None
+
+    # ------------------------------------------------------------------ explanation
+
+    def _reason(self, rec: JobRecord) -> str:
+        """The last recorded reason; a job not yet tried says how many are ahead of it."""
+        if rec.state is JobState.PENDING and rec.reason == "submitted":
+            ahead = 0
+            for other in self._order(None):
+                if other.name == rec.name:
+                    break
+                ahead += 1
+            return f"queued; {ahead} job(s) ahead of it"
+        return rec.reason
+
+    # ------------------------------------------------------------------ validate mode
+
+    def _check_gang(self, rec: JobRecord) -> None:
+        if rec.placement is None:
+            raise InvariantViolation(f"{rec.name} is {rec.state.value} with no placement")
+        spec = rec.spec
+        workers = rec.placement.workers
+        if not spec.min_workers <= len(workers) <= spec.max_workers or any(
+            len(w.gpus) != spec.gpus_per_worker for w in workers
+        ):
+            raise InvariantViolation(f"{rec.name}: gang is not whole: {rec.placement}")
+        nodes = (self.capacity.nodes[self.capacity.index[w.node]] for w in workers)
+        if tier_of(nodes) > (spec.locality.accept or spec.locality.prefer).tier:
+            raise InvariantViolation(f"{rec.name}: placed wider than its locality allows")
+
+    def check(self) -> None:
+        """Raise InvariantViolation unless the books agree (on after every event in tests)."""
+        owner: dict[tuple[int, int], str] = {}
+        used: dict[str, int] = {q: 0 for q in self.queues}
+        for rec in self.jobs.values():
+            held = rec.held()
+            spec = rec.spec
+            if rec.state is JobState.PENDING and not self.policy.gang and rec.partial:
+                if len(rec.partial) >= spec.min_workers or rec.placement or rec.target:
+                    raise InvariantViolation(f"{rec.name} waits while holding a whole gang")
+            elif rec.state is JobState.PENDING or rec.state.terminal:
+                if held:
+                    raise InvariantViolation(f"{rec.name} is {rec.state.value} but holds GPUs")
+                continue
+            else:
+                self._check_gang(rec)
+            for placement in held:
+                for node, gpu in placement.pairs():
+                    slot = (self.capacity.index[node], gpu)
+                    if slot in owner:
+                        raise InvariantViolation(
+                            f"GPU {gpu} of {node} held by {owner[slot]} and {rec.name}"
+                        )
+                    owner[slot] = rec.name
+                used[spec.queue] = used.get(spec.queue, 0) + placement.gpus
+        if owner != self.owner:
+            raise InvariantViolation("the GPU owner map disagrees with the jobs' placements")
+        for q, queue in self.queues.items():
+            if queue.used != used.get(q, 0):
+                raise InvariantViolation(f"queue {q}: usage {queue.used} != {used.get(q, 0)}")
+        total = 0
+        for i in self.capacity.present_indices():
+            size = self.capacity.nodes[i].size
+            held_mask = 0
+            for gpu in range(size):
+                if (i, gpu) in owner:
+                    held_mask |= 1 << gpu
+            expected = full_mask(size) & ~held_mask & ~self.unhealthy.get(i, 0)
+            if self.capacity.free[i] != expected:
+                raise InvariantViolation(f"node {self.capacity.nodes[i].name}: free GPUs disagree")
+            total += expected.bit_count()
+        if total != self.capacity.total_free:
+            raise InvariantViolation("the free-GPU total disagrees with the nodes")
+        for q, entries in self._pending.items():
+            for _, _, name in entries:
+                if self.jobs[name].state is not JobState.PENDING:
+                    raise InvariantViolation(f"{name} is queued in {q} but not pending")
+        if self.reservation is not None:
+            holder = self.jobs.get(self.reservation.job)
+            if holder is None or holder.state is not JobState.PENDING:
+                raise InvariantViolation("a reservation is held for a job that is not pending")

@@ -1,0 +1,121 @@
+"""Free GPUs per node, indexed by node signature so that identical nodes are asked only once.
+
+The cluster description is immutable; this is the usage kept apart from it. Nodes keep their
+index for life (a removed node stays as an empty slot), so indices can be stored elsewhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+
+from toposched.topology.cluster import Node, topology_aware
+from toposched.topology.node import NodeTopology
+
+Signature = tuple[NodeTopology, int, bool]
+
+
+def full_mask(size: int) -> int:
+    return (1 << size) - 1
+
+
+class Capacity:
+    """Bitmask of free GPUs per node, and groups of nodes with the same (topology, free, label)."""
+
+    def __init__(self, nodes: Sequence[Node] = ()) -> None:
+        self.nodes: list[Node] = []
+        self.free: list[int] = []
+        self.aware: list[bool] = []
+        self.present: list[bool] = []
+        self.index: dict[str, int] = {}
+        self.total_free = 0
+        self._groups: dict[Signature, set[int]] = {}
+        for node in nodes:
+            self.add_node(node)
+
+    def add_node(self, node: Node) -> int:
+        """Add (or bring back) a node with every GPU free; returns its index."""
+        i = self.index.get(node.name)
+        if i is None:
+            i = len(self.nodes)
+            self.index[node.name] = i
+            self.nodes.append(node)
+            self.free.append(0)
+            self.aware.append(True)
+            self.present.append(False)
+        elif self.present[i]:
+            raise ValueError(f"node {node.name!r} is already present")
+        self.nodes[i] = node
+        self.present[i] = True
+        self.aware[i] = topology_aware(node.labels)
+        self.free[i] = full_mask(node.size)
+        self.total_free += node.size
+        self._join(i)
+        return i
+
+    def remove_node(self, i: int) -> None:
+        self._leave(i)
+        self.total_free -= self.free[i].bit_count()
+        self.free[i] = 0
+        self.present[i] = False
+
+    def take(self, i: int, mask: int) -> None:
+        if self.free[i] & mask != mask:
+            raise ValueError(f"node {self.nodes[i].name}: GPUs {mask:#x} are not all free")
+        self._leave(i)
+        self.free[i] &= ~mask
+        self.total_free -= mask.bit_count()
+        self._join(i)
+
+    def give(self, i: int, mask: int) -> None:
+        if self.free[i] & mask:
+            raise ValueError(f"node {self.nodes[i].name}: GPUs {mask:#x} are already free")
+        if not self.present[i]:
+            return
+        self._leave(i)
+        self.free[i] |= mask
+        self.total_free += mask.bit_count()
+        self._join(i)
+
+    def set_aware(self, i: int, aware: bool) -> None:
+        self._leave(i)
+        self.aware[i] = aware
+        self._join(i)
+
+    @contextmanager
+    def assuming_free(self, extra: Mapping[int, int]) -> Iterator[Capacity]:
+        """Within the block, GPUs in `extra` (node -> mask, now busy) count as free: what-if
+        questions for preemption and migration plans, undone on exit."""
+        given = {i: mask & ~self.free[i] for i, mask in extra.items() if self.present[i]}
+        for i, mask in given.items():
+            if mask:
+                self.give(i, mask)
+        try:
+            yield self
+        finally:
+            for i, mask in given.items():
+                if mask:
+                    self.take(i, mask)
+
+    def signature(self, i: int) -> Signature:
+        return (self.nodes[i].topology, self.free[i], self.aware[i])
+
+    def groups(self) -> Iterator[tuple[Signature, set[int]]]:
+        """Present nodes with at least one free GPU, grouped by signature."""
+        return iter(self._groups.items())
+
+    def present_indices(self) -> Iterator[int]:
+        return (i for i, up in enumerate(self.present) if up)
+
+    def _join(self, i: int) -> None:
+        if self.present[i] and self.free[i]:
+            self._groups.setdefault(self.signature(i), set()).add(i)
+
+    def _leave(self, i: int) -> None:
+        if not (self.present[i] and self.free[i]):
+            return
+        key = self.signature(i)
+        members = self._groups[key]
+        members.discard(i)
+        if not members:
+            del self._groups[key]

@@ -1,0 +1,338 @@
+"""Placing a whole gang on a cluster (DESIGN.md §3): node choice and GPU choice made together.
+
+Order of the objective: the job's locality tolerance is a constraint; then fewest nodes; then the
+lowest network tier; then the best ring (inside one node: exact, over every node's best GPU set;
+across nodes: the slowest of each node's ring and the network tier); then best fit (the fullest
+nodes that do the job, so that empty nodes stay empty for large jobs).
+
+Across nodes the ring of w workers on a node is taken as "every count up to w reaches the
+threshold" (a prefix), which is exact whenever a node's good rings nest (PCIe trees, NVSwitch,
+uniform NVLink) and a safe under-estimate otherwise (the hybrid cube mesh of a DGX-1, where four
+GPUs can form an NVLink ring that no three of them do).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+from toposched.placement.capacity import Capacity
+from toposched.placement.request import Mode
+from toposched.placement.tables import from_mask, subset_tables, to_mask
+from toposched.placement.topology_aware import choose
+from toposched.topology.cluster import Node, Tier, tier_of
+from toposched.topology.node import NodeTopology
+
+
+@dataclass(frozen=True)
+class WorkerSlot:
+    """Where one worker runs: a node and its GPU indices there."""
+
+    node: str
+    gpus: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Placement:
+    """A whole gang: one slot per worker, its ring bandwidth (None for one GPU) and network tier."""
+
+    workers: tuple[WorkerSlot, ...]
+    bandwidth_gbps: float | None
+    tier: Tier
+
+    def gpus_by_node(self) -> dict[str, tuple[int, ...]]:
+        out: dict[str, list[int]] = {}
+        for slot in self.workers:
+            out.setdefault(slot.node, []).extend(slot.gpus)
+        return {node: tuple(sorted(gpus)) for node, gpus in out.items()}
+
+    def pairs(self) -> Iterator[tuple[str, int]]:
+        for slot in self.workers:
+            for gpu in slot.gpus:
+                yield slot.node, gpu
+
+    @property
+    def gpus(self) -> int:
+        return sum(len(slot.gpus) for slot in self.workers)
+
+    def describe(self) -> str:
+        by_node = self.gpus_by_node().items()
+        nodes = "; ".join(f"{n} GPUs {','.join(map(str, g))}" for n, g in by_node)
+        ring = "no ring" if self.bandwidth_gbps is None else f"ring {self.bandwidth_gbps:g} GB/s"
+        return f"{nodes} ({ring})"
+
+
+@dataclass(frozen=True)
+class GangRequest:
+    """`workers` x `gpus_per_worker`, no wider apart than `widest`; `mode` for 1-GPU jobs.
+
+    `first_fit` asks for what a topology-unaware scheduler does instead (a baseline): the
+    lowest-numbered nodes that have room, and the lowest free GPU indices on each.
+    """
+
+    workers: int
+    gpus_per_worker: int
+    widest: Tier = Tier.CLUSTER
+    mode: Mode = Mode.PACK
+    first_fit: bool = False
+
+    @property
+    def gpus(self) -> int:
+        return self.workers * self.gpus_per_worker
+
+
+@dataclass(frozen=True)
+class Shortfall:
+    """Why a gang cannot be placed now, in plain words."""
+
+    reason: str
+
+
+def node_gpus(
+    topology: NodeTopology, free: int, k: int, aware: bool, mode: Mode
+) -> tuple[int, ...]:
+    """The k GPUs a node gives: the exact topology choice, or the lowest free indices."""
+    if aware:
+        return choose(topology, free, k, mode)
+    return from_mask(free)[:k]
+
+
+def ring_gbps(topology: NodeTopology, gpus: tuple[int, ...]) -> float | None:
+    if len(gpus) < 2:
+        return None
+    tables = subset_tables(topology)
+    return tables.gbps(int(tables.ring[to_mask(gpus)]))
+
+
+def _slots(node: str, gpus: tuple[int, ...], per_worker: int) -> list[WorkerSlot]:
+    return [WorkerSlot(node, gpus[i : i + per_worker]) for i in range(0, len(gpus), per_worker)]
+
+
+def _crowding(topology: NodeTopology, free: int, gpu: int) -> tuple[int, int]:
+    """Busy GPUs under the same PCIe switch, then in the same socket."""
+    busy = [b for b in range(topology.size) if not free >> b & 1]
+    return (
+        sum(1 for b in busy if topology.switches[b] == topology.switches[gpu]),
+        sum(1 for b in busy if topology.sockets[b] == topology.sockets[gpu]),
+    )
+
+
+def _candidates(cap: Capacity, exclude: Mapping[int, int]) -> Iterator[tuple[int, int]]:
+    """(node index, effective free mask) for one representative per signature, and for every
+    node with excluded GPUs on its own."""
+    for (_, free, _), members in cap.groups():
+        usable = [i for i in members if i not in exclude]
+        if usable:
+            yield min(usable), free
+    for i, mask in exclude.items():
+        if cap.present[i]:
+            yield i, cap.free[i] & ~mask
+
+
+def place_gang(
+    cap: Capacity,
+    request: GangRequest,
+    network: Mapping[Tier, float],
+    exclude: Mapping[int, int] | None = None,
+) -> Placement | Shortfall:
+    """The best placement of `request` on the free GPUs of `cap`, minus `exclude` (node -> mask)."""
+    exclude = exclude or {}
+    if request.first_fit:
+        return _first_fit(cap, request, network, exclude)
+    single = _place_on_one_node(cap, request, exclude)
+    if single is not None:
+        return single
+    k = request.gpus
+    largest = max((free.bit_count() for _, free in _candidates(cap, exclude)), default=0)
+    if request.widest == Tier.NODE or request.workers == 1:
+        return Shortfall(f"needs {k} GPUs on one node; the best node has {largest} free")
+    return _place_on_many_nodes(cap, request, network, exclude)
+
+
+def _place_on_one_node(
+    cap: Capacity, request: GangRequest, exclude: Mapping[int, int]
+) -> Placement | None:
+    k = request.gpus
+    best: tuple[tuple[float, ...], int, tuple[int, ...]] | None = None
+    for i, free in _candidates(cap, exclude):
+        count = free.bit_count()
+        if count < k:
+            continue
+        topology = cap.nodes[i].topology
+        gpus = node_gpus(topology, free, k, cap.aware[i], request.mode)
+        if k >= 2:
+            ring = ring_gbps(topology, gpus)
+            key: tuple[float, ...] = (-(ring or 0.0), count - k, i)
+        elif request.mode is Mode.SPREAD:
+            key = (*_crowding(topology, free, gpus[0]), -count, i)
+        else:
+            key = (count, i)
+        if best is None or key < best[0]:
+            best = (key, i, gpus)
+    if best is None:
+        return None
+    _, i, gpus = best
+    topology = cap.nodes[i].topology
+    slots = _slots(cap.nodes[i].name, gpus, request.gpus_per_worker)
+    return Placement(tuple(slots), ring_gbps(topology, gpus), Tier.NODE)
+
+
+def _first_fit(
+    cap: Capacity, request: GangRequest, network: Mapping[Tier, float], exclude: Mapping[int, int]
+) -> Placement | Shortfall:
+    g, k = request.gpus_per_worker, request.gpus
+    for i in cap.present_indices():
+        free = cap.free[i] & ~exclude.get(i, 0)
+        if free.bit_count() >= k:
+            gpus = from_mask(free)[:k]
+            one = _slots(cap.nodes[i].name, gpus, g)
+            return Placement(tuple(one), ring_gbps(cap.nodes[i].topology, gpus), Tier.NODE)
+    if request.widest == Tier.NODE or request.workers == 1:
+        return Shortfall(f"needs {k} GPUs on one node; first fit found none")
+    slots: list[WorkerSlot] = []
+    rings: list[float] = []
+    left = request.workers
+    for i in cap.present_indices():
+        free = cap.free[i] & ~exclude.get(i, 0)
+        take = min(left, free.bit_count() // g)
+        if take:
+            gpus = from_mask(free)[: take * g]
+            slots.extend(_slots(cap.nodes[i].name, gpus, g))
+            ring = ring_gbps(cap.nodes[i].topology, gpus)
+            if ring is not None:
+                rings.append(ring)
+            left -= take
+        if not left:
+            break
+    tier = tier_of(cap.nodes[cap.index[s.node]] for s in slots)
+    if left or tier > request.widest:
+        return Shortfall(f"needs {request.workers} workers x {g} GPUs; first fit found no room")
+    return Placement(tuple(slots), min([network[tier], *rings]), tier)
+
+
+def _domain(node: Node, tier: Tier) -> tuple[str, ...]:
+    if tier == Tier.RACK:
+        return (node.pod, node.rack)
+    if tier == Tier.POD:
+        return (node.pod,)
+    return ()
+
+
+def _ring_for(topology: NodeTopology, free: int, c: int, aware: bool) -> float:
+    """Best ring of c GPUs the node would give (infinite for one GPU: nothing to cross)."""
+    if c < 2:
+        return math.inf
+    tables = subset_tables(topology)
+    if aware:
+        return tables.gbps(int(tables.best[free, c]))
+    return tables.gbps(int(tables.ring[to_mask(from_mask(free)[:c])]))
+
+
+def _prefix_capacity(
+    topology: NodeTopology, free: int, aware: bool, per_worker: int, threshold: float
+) -> int:
+    """Most workers w such that every count up to w reaches `threshold` on this node."""
+    most = free.bit_count() // per_worker
+    w = 0
+    while w < most and _ring_for(topology, free, (w + 1) * per_worker, aware) >= threshold:
+        w += 1
+    return w
+
+
+def _fewest_nodes(capacities: list[int], workers: int) -> int | None:
+    total = 0
+    for m, c in enumerate(sorted(capacities, reverse=True), start=1):
+        total += c
+        if total >= workers:
+            return m
+    return None
+
+
+def _place_on_many_nodes(
+    cap: Capacity, request: GangRequest, network: Mapping[Tier, float], exclude: Mapping[int, int]
+) -> Placement | Shortfall:
+    g, workers = request.gpus_per_worker, request.workers
+    usable: list[tuple[int, int]] = []
+    for i in cap.present_indices():
+        free = cap.free[i] & ~exclude.get(i, 0)
+        if free.bit_count() >= g:
+            usable.append((i, free))
+
+    # Phase 1: fewest nodes, then lowest tier, over the domains the job accepts.
+    chosen: tuple[int, Tier, list[tuple[int, int]]] | None = None
+    best_hold = 0
+    for tier in (Tier.RACK, Tier.POD, Tier.CLUSTER):
+        if tier > request.widest:
+            break
+        domains: dict[tuple[str, ...], list[tuple[int, int]]] = {}
+        for i, free in usable:
+            domains.setdefault(_domain(cap.nodes[i], tier), []).append((i, free))
+        for key in sorted(domains):
+            members = domains[key]
+            capacities = [free.bit_count() // g for _, free in members]
+            best_hold = max(best_hold, sum(capacities))
+            m = _fewest_nodes(capacities, workers)
+            if m is not None and (chosen is None or m < chosen[0]):
+                chosen = (m, tier, members)
+    if chosen is None:
+        where = {Tier.RACK: "one rack", Tier.POD: "one pod", Tier.CLUSTER: "the cluster"}
+        return Shortfall(
+            f"needs {workers} workers x {g} GPUs within {where[request.widest]}; "
+            f"at most {best_hold} fit now"
+        )
+    m, tier, _ = chosen
+    # Every domain of that tier that does it with m nodes competes on ring, then fit.
+    domains = {}
+    for i, free in usable:
+        domains.setdefault(_domain(cap.nodes[i], tier), []).append((i, free))
+    best: tuple[tuple[float, ...], list[tuple[int, int, int]]] | None = None
+    for key in sorted(domains):
+        pick = _best_nodes(cap, domains[key], workers, g, m)
+        if pick is not None and (best is None or pick[0] < best[0]):
+            best = pick
+    assert best is not None  # the domain found in phase 1 does it with m nodes
+    slots: list[WorkerSlot] = []
+    rings: list[float] = [network[tier]]
+    for i, free, w in best[1]:
+        node = cap.nodes[i]
+        gpus = node_gpus(node.topology, free, w * g, cap.aware[i], request.mode)
+        slots.extend(_slots(node.name, gpus, g))
+        ring = ring_gbps(node.topology, gpus)
+        if ring is not None:
+            rings.append(ring)
+    return Placement(tuple(slots), min(rings), tier)
+
+
+def _best_nodes(
+    cap: Capacity, members: list[tuple[int, int]], workers: int, g: int, m: int
+) -> tuple[tuple[float, ...], list[tuple[int, int, int]]] | None:
+    """The m nodes of one domain with the best bottleneck ring, then the best fit.
+
+    Returns (sort key, [(node index, free mask, workers there)]) or None if m nodes cannot.
+    """
+    thresholds = {math.inf}
+    for i, free in members:
+        topology = cap.nodes[i].topology
+        for c in range(g, free.bit_count() + 1, g):
+            thresholds.add(_ring_for(topology, free, c, cap.aware[i]))
+    for threshold in sorted(thresholds, reverse=True):
+        caps = [
+            (_prefix_capacity(cap.nodes[i].topology, free, cap.aware[i], g, threshold), i, free)
+            for i, free in members
+        ]
+        caps = [c for c in caps if c[0] > 0]
+        # Largest capacity first; among equals the fullest node (best fit), then the lowest index.
+        caps.sort(key=lambda c: (-c[0], c[2].bit_count(), c[1]))
+        if sum(c[0] for c in caps[:m]) < workers:
+            continue
+        taken = caps[: m - 1]
+        remainder = workers - sum(c[0] for c in taken)
+        last = min(
+            (c for c in caps[m - 1 :] if c[0] >= remainder),
+            key=lambda c: (c[2].bit_count(), c[1]),
+        )
+        plan = [(i, free, w) for w, i, free in taken] + [(last[1], last[2], remainder)]
+        spare = sum(free.bit_count() for _, free, _ in plan) - workers * g
+        return (-threshold, spare, min(i for i, _, _ in plan)), plan
+    return None
