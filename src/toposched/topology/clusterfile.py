@@ -1,0 +1,316 @@
+"""The cluster description: one-line shorthands and the YAML cluster file (no I/O here)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from pathlib import PurePath
+from typing import Any
+
+import yaml
+
+from toposched.topology.cluster import (
+    DEFAULT_NETWORK_GBPS,
+    Cluster,
+    ClusterError,
+    Node,
+    Tier,
+    check_labels,
+)
+from toposched.topology.errors import TopologyError
+from toposched.topology.node import NodeTopology
+from toposched.topology.presets import PRESETS, preset
+from toposched.topology.yamlfile import _line
+
+# Turns a `topology:` value that is not a preset (a file path) into a topology; the loader in
+# toposched.discovery.files reads files relative to the cluster file and caches them by path.
+Resolver = Callable[[str], NodeTopology]
+
+KEYS = ("name", "network_gbps", "groups", "nodes")
+GROUP_KEYS = ("count", "topology", "racks_of", "racks_per_pod", "name_prefix", "labels")
+NODE_KEYS = ("name", "topology", "rack", "pod", "labels")
+TIERS = ("rack", "pod", "cluster")
+
+SHORTHAND_FORMS = "N*PRESET[/R] or 'N x PRESET [in racks of R]', groups joined by +"
+_COMPACT = re.compile(r"(\d+)\s*\*\s*([^\s/]+)(?:\s*/\s*(\d+))?")
+_READABLE = re.compile(r"(\d+)\s+x\s+(\S+)(?:\s+in\s+racks\s+of\s+(\d+))?")
+
+
+def looks_like_shorthand(spec: str) -> bool:
+    """Whether a `--cluster` value is a shorthand rather than a file path."""
+    return "*" in spec or " x " in spec
+
+
+class _Builder:
+    """Collects nodes, numbering racks and pods across the whole cluster and names per prefix."""
+
+    def __init__(self, source: str | None) -> None:
+        self.source = source
+        self.nodes: list[Node] = []
+        self.names: set[str] = set()
+        self.next_index: dict[str, int] = {}
+        self.racks = 0
+        self.pods = 0
+
+    def add(self, node: Node, line: int | None) -> None:
+        if node.name in self.names:
+            raise ClusterError(f"two nodes are named {node.name!r}", source=self.source, line=line)
+        self.names.add(node.name)
+        self.nodes.append(node)
+
+    def group(
+        self,
+        count: int,
+        topology: NodeTopology,
+        prefix: str,
+        *,
+        racks_of: int | None = None,
+        racks_per_pod: int | None = None,
+        labels: Mapping[str, str] | None = None,
+        line: int | None = None,
+    ) -> None:
+        """`count` nodes `<prefix>-<i>`; a group starts a new rack, and a new pod if it has pods."""
+        first = self.next_index.get(prefix, 0)
+        self.next_index[prefix] = first + count
+        per_rack = racks_of or count
+        for i in range(count):
+            rack = i // per_rack
+            pod = 0 if racks_per_pod is None else self.pods + rack // racks_per_pod
+            node = Node(
+                f"{prefix}-{first + i}",
+                topology,
+                rack=f"rack-{self.racks + rack}",
+                pod=f"pod-{pod}",
+                labels=labels or {},
+            )
+            self.add(node, line)
+        racks = -(-count // per_rack)
+        self.racks += racks
+        # Groups without racks_per_pod share pod-0; a group with pods starts after those in use.
+        if racks_per_pod is None:
+            self.pods = max(self.pods, 1)
+        else:
+            self.pods += -(-racks // racks_per_pod)
+
+    def cluster(self, name: str, network: Mapping[Tier, float]) -> Cluster:
+        if not self.nodes:
+            raise ClusterError(
+                "a cluster needs at least one node (give groups or nodes)", source=self.source
+            )
+        try:
+            return Cluster(tuple(self.nodes), network_gbps=network, name=name)
+        except ClusterError as err:
+            raise ClusterError(err.reason, source=self.source) from None
+
+
+def parse_shorthand(spec: str) -> Cluster:
+    """`8*dgx1-v100/4+4*pcie-8gpu-2socket` or `64 x dgx1-v100 in racks of 8 + 2 x hgx-h100`."""
+    builder = _Builder(None)
+    for group in spec.split("+"):
+        match = _COMPACT.fullmatch(group.strip()) or _READABLE.fullmatch(group.strip())
+        if match is None:
+            raise ClusterError(
+                f"cluster shorthand {spec!r}: cannot read {group.strip()!r}; "
+                f"expected {SHORTHAND_FORMS}, e.g. 64*dgx1-v100/8"
+            )
+        count, name, per_rack = int(match[1]), match[2], match[3]
+        if count < 1 or (per_rack is not None and int(per_rack) < 1):
+            raise ClusterError(
+                f"cluster shorthand {spec!r}: node counts and rack sizes must be positive integers"
+            )
+        if name not in PRESETS:
+            raise ClusterError(
+                f"cluster shorthand {spec!r}: unknown preset {name!r}; "
+                f"known presets: {', '.join(PRESETS)}"
+            )
+        racks_of = None if per_rack is None else int(per_rack)
+        builder.group(count, preset(name), name, racks_of=racks_of)
+    return builder.cluster(spec.strip(), DEFAULT_NETWORK_GBPS)
+
+
+class _Map:
+    """A YAML mapping and the line of each key, so that errors point at the entry to fix."""
+
+    def __init__(
+        self,
+        data: Any,
+        node: yaml.Node | None,
+        what: str,
+        keys: tuple[str, ...],
+        source: str,
+        *,
+        noun: str = "key",
+    ) -> None:
+        self.source = source
+        self.line = _line(node)
+        if not isinstance(data, dict):
+            raise self.error(f"{what} must be a mapping with keys: {', '.join(keys)}")
+        self.data: dict[Any, Any] = data
+        self.key_nodes = (
+            {k.value: k for k, _ in node.value if isinstance(k, yaml.ScalarNode)}
+            if isinstance(node, yaml.MappingNode)
+            else {}
+        )
+        self.value_nodes = (
+            {k.value: v for k, v in node.value if isinstance(k, yaml.ScalarNode)}
+            if isinstance(node, yaml.MappingNode)
+            else {}
+        )
+        unknown = [k for k in data if k not in keys]
+        if unknown:
+            raise self.error(
+                f"unknown {noun} {unknown[0]!r} in {what}; valid {noun}s: {', '.join(keys)}",
+                str(unknown[0]),
+            )
+
+    def line_of(self, key: str) -> int | None:
+        return _line(self.key_nodes.get(key)) or self.line
+
+    def error(self, message: str, key: str | None = None) -> ClusterError:
+        line = self.line if key is None else self.line_of(key)
+        return ClusterError(message, source=self.source, line=line)
+
+    def require(self, key: str, what: str) -> Any:
+        if key not in self.data:
+            raise self.error(f"{what} needs {key!r}")
+        return self.data[key]
+
+    def text(self, key: str, default: str) -> str:
+        value = self.data.get(key, default)
+        if not isinstance(value, str) or not value:
+            raise self.error(f"{key} must be a non-empty string, got {value!r}", key)
+        return value
+
+    def positive(self, key: str) -> int | None:
+        value = self.data.get(key)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise self.error(f"{key} must be a positive integer, got {value!r}", key)
+        return value
+
+    def labels(self, owner: str) -> dict[str, str]:
+        value = self.data.get("labels", {})
+        if not isinstance(value, dict):
+            raise self.error("labels must be a mapping such as {team: vision}", "labels")
+        try:
+            check_labels(owner, value)
+        except ClusterError as err:
+            raise self.error(err.reason, "labels") from None
+        return value
+
+    def topology(self, what: str, resolve: Resolver | None) -> tuple[str, NodeTopology]:
+        spec = self.require("topology", what)
+        if not isinstance(spec, str) or not spec:
+            raise self.error("topology must be a preset name or a topology file path", "topology")
+        if spec in PRESETS:
+            return spec, preset(spec)
+        if resolve is None:
+            raise self.error(
+                f"unknown preset {spec!r}; known presets: {', '.join(PRESETS)}", "topology"
+            )
+        try:
+            return spec, resolve(spec)
+        except TopologyError as err:
+            raise self.error(f"topology {spec!r}: {err}", "topology") from None
+
+    def items(self, key: str) -> list[tuple[Any, yaml.Node | None]]:
+        """A list entry's items with their YAML nodes (None where the structure differs)."""
+        value = self.data.get(key, [])
+        if not isinstance(value, list):
+            raise self.error(f"{key} must be a list", key)
+        node = self.value_nodes.get(key)
+        nodes = node.value if isinstance(node, yaml.SequenceNode) else []
+        if len(nodes) != len(value):
+            nodes = [node] * len(value)
+        return list(zip(value, nodes, strict=True))
+
+
+def _compose(text: str, source: str) -> tuple[Any, yaml.Node | None]:
+    """The data and the node tree it was built from, so that both have the same shape."""
+    loader = yaml.SafeLoader(text)
+    try:
+        root = loader.get_single_node()
+        return (None if root is None else loader.construct_document(root)), root
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        raise ClusterError(
+            f"not valid YAML: {getattr(err, 'problem', None) or err}",
+            source=source,
+            line=None if mark is None else mark.line + 1,
+        ) from None
+    finally:
+        loader.dispose()
+
+
+def parse_cluster_yaml(
+    text: str, *, source: str = "<cluster>", resolve: Resolver | None = None
+) -> Cluster:
+    """Parse a YAML cluster file; every error names the file, the line and what is wrong.
+
+    `topology:` values that are not presets go to `resolve` (without one they are errors).
+    """
+    data, root = _compose(text, source)
+    top = _Map({} if data is None else data, root, "a cluster file", KEYS, source)
+    name = top.data.get("name", "")
+    if not isinstance(name, str):
+        raise top.error("name must be a string", "name")
+
+    network = dict(DEFAULT_NETWORK_GBPS)
+    if "network_gbps" in top.data:
+        gbps = _Map(
+            top.data["network_gbps"],
+            top.value_nodes.get("network_gbps"),
+            "network_gbps",
+            TIERS,
+            source,
+            noun="tier",
+        )
+        for tier, value in gbps.data.items():
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+                raise gbps.error(f"{tier} bandwidth must be a positive number, got {value!r}", tier)
+            network[Tier[tier.upper()]] = float(value)
+
+    builder = _Builder(source)
+    for i, (item, node) in enumerate(top.items("groups")):
+        group = _Map(item, node, f"groups[{i}]", GROUP_KEYS, source)
+        count = group.positive("count")
+        if count is None:
+            raise group.error(f"groups[{i}] needs 'count', a positive integer")
+        spec, topology = group.topology(f"groups[{i}]", resolve)
+        prefix = group.text("name_prefix", spec if spec in PRESETS else PurePath(spec).stem)
+        labels = group.labels(f"{prefix}-*")
+        builder.group(
+            count,
+            topology,
+            prefix,
+            racks_of=group.positive("racks_of"),
+            racks_per_pod=group.positive("racks_per_pod"),
+            labels=labels,
+            line=group.line_of("count"),
+        )
+    for i, (item, node) in enumerate(top.items("nodes")):
+        entry = _Map(item, node, f"nodes[{i}]", NODE_KEYS, source)
+        entry.require("name", f"nodes[{i}]")
+        node_name = entry.text("name", "")
+        _, topology = entry.topology(f"nodes[{i}]", resolve)
+        labels = entry.labels(node_name)
+        rack, pod = entry.text("rack", "rack-0"), entry.text("pod", "pod-0")
+        builder.add(Node(node_name, topology, rack, pod, labels), entry.line_of("name"))
+    return builder.cluster(name, network)
+
+
+def dump_cluster_yaml(cluster: Cluster) -> str:
+    """The cluster as explicit nodes; each topology is written by name, so presets round-trip."""
+    data: dict[str, Any] = {}
+    if cluster.name:
+        data["name"] = cluster.name
+    data["network_gbps"] = {
+        t.name.lower(): cluster.network_gbps[t] for t in (Tier.RACK, Tier.POD, Tier.CLUSTER)
+    }
+    data["nodes"] = [
+        {"name": n.name, "topology": n.topology.name, "rack": n.rack, "pod": n.pod}
+        | ({"labels": dict(n.labels)} if n.labels else {})
+        for n in cluster.nodes
+    ]
+    return yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=1 << 20)
