@@ -37,6 +37,13 @@ class SingleGpu(StrEnum):
     PACK = "pack"
 
 
+_COERCE: Mapping[str, Callable[[Any], Any]] = {
+    "single_gpu": SingleGpu,
+    "order": Order,
+    "placement": Placing,
+}
+
+
 @dataclass(frozen=True)
 class SchedulerPolicy:
     """The switches and numbers of one scheduling policy.
@@ -72,6 +79,12 @@ class SchedulerPolicy:
     keep_finished: int = 10_000
 
     def __post_init__(self) -> None:
+        for key, kind in _COERCE.items():
+            value = getattr(self, key)
+            try:
+                object.__setattr__(self, key, kind(value))
+            except ValueError:
+                raise PolicyError(f"{key}: unknown value {value!r}") from None
         if not 0.0 <= self.spread_below < self.pack_above <= 1.0:
             raise PolicyError(
                 "need 0 <= spread_below < pack_above <= 1, got "
@@ -160,12 +173,6 @@ SCHEDULER_POLICIES: dict[str, PolicyInfo] = {
             ),
         ),
     )
-}
-
-_COERCE: Mapping[str, Callable[[Any], Any]] = {
-    "single_gpu": SingleGpu,
-    "order": Order,
-    "placement": Placing,
 }
 
 

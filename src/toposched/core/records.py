@@ -30,6 +30,7 @@ class JobRecord:
     partial: list[WorkerSlot] = field(default_factory=list)
     last_restart: float = 0.0
     stop_kind: StopKind | None = None
+    stop_why: str = ""
     cancel_requested: bool = False
     started: float | None = None
     restarts: int = 0

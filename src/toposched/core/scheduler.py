@@ -27,7 +27,9 @@ import random
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import reduce
 from itertools import combinations
+from operator import or_
 
 from toposched.core.actions import Action, StartJob, StopJob, StopKind, Transition
 from toposched.core.events import (
@@ -111,6 +113,23 @@ class JobView:
 _STOPPED_STATE = {StopKind.CANCEL: JobState.CANCELLED}
 
 
+EXHAUSTIVE_VICTIMS = 8
+SMALL_VICTIM_SETS = 3
+
+
+def _victim_sets(jobs: list[JobRecord]) -> Iterator[tuple[JobRecord, ...]]:
+    """Sets of victims on one node to try: all of them when there are few, else every set of up
+    to three and every prefix of the cheapest-first order (so a large node still finds room)."""
+    if len(jobs) <= EXHAUSTIVE_VICTIMS:
+        for size in range(1, len(jobs) + 1):
+            yield from combinations(jobs, size)
+        return
+    for size in range(1, SMALL_VICTIM_SETS + 1):
+        yield from combinations(jobs, size)
+    for size in range(SMALL_VICTIM_SETS + 1, len(jobs) + 1):
+        yield tuple(jobs[:size])
+
+
 class Scheduler:
     """One cluster's scheduling state. Drivers feed events and carry out the returned actions."""
 
@@ -134,11 +153,11 @@ class Scheduler:
         self.owner: dict[tuple[int, int], str] = {}
         self.jobs: dict[str, JobRecord] = {}
         self.queues: dict[str, QueueRecord] = {}
+        self.reservation: Reservation | None = None
         for name, guaranteed in (queues or {}).items():
             self._configure_queue(name, guaranteed)
         self._pending: dict[str, list[tuple[int, int, str]]] = {}
         self._finished: deque[str] = deque()
-        self.reservation: Reservation | None = None
         self.mode = Mode.PACK if self.policy.single_gpu is SingleGpu.PACK else Mode.SPREAD
         self.now = 0.0
         self._seq = 0
@@ -153,7 +172,18 @@ class Scheduler:
         return out
 
     def _handle_one(self, event: Event) -> list[Action]:
+        before = self.now
         self.now = max(self.now, event.time)
+        try:
+            out = self._apply(event)
+        except SchedulingError:
+            self.now = before  # every handler refuses before it changes anything
+            raise
+        if self.validate:
+            self.check()
+        return out
+
+    def _apply(self, event: Event) -> list[Action]:
         out: list[Action] = []
         only: str | None = None
         match event:
@@ -186,8 +216,6 @@ class Scheduler:
             case _:
                 raise SchedulingError(f"unknown event {event!r}")
         out += self._cycle(only)
-        if self.validate:
-            self.check()
         return out
 
     # ------------------------------------------------------------------ queries
@@ -320,7 +348,7 @@ class Scheduler:
             return self._resume(rec, kind)
         if kind is StopKind.FAILURE:
             self._release_all(rec)
-            return self._failed(rec, rec.reason)
+            return self._failed(rec, rec.stop_why)
         # Preempted: back to the queue, keeping its place in submission order.
         self._release_all(rec)
         rec.state = JobState.PENDING
@@ -411,6 +439,8 @@ class Scheduler:
             if bad & bit:
                 return []
             self.unhealthy[i] = bad | bit
+            if self.reservation is not None and self.reservation.gpus.get(i, 0) & bit:
+                self.reservation = None  # re-planned in this cycle, around the failed GPU
             if holder is None:
                 self.capacity.take(i, bit)
                 return []
@@ -431,6 +461,8 @@ class Scheduler:
             raise SchedulingError(f"queue {name!r}: guaranteed GPUs must be >= 0, got {guaranteed}")
         queue = self.queues.setdefault(name, QueueRecord(name))
         queue.guaranteed = guaranteed
+        if self.reservation is not None and not self.reservation.awaiting:
+            self.reservation = None  # new shares may allow a reclaim: plan afresh
 
     def _node_index(self, name: str) -> int:
         i = self.capacity.index.get(name)
@@ -468,6 +500,8 @@ class Scheduler:
         self.queues[rec.spec.queue].used -= len(pairs)
 
     def _release_all(self, rec: JobRecord) -> None:
+        if self.reservation is not None:
+            self.reservation.awaiting.discard(rec.name)
         self._release_pairs(rec, {pair for p in rec.held() for pair in p.pairs()})
         rec.placement = rec.target = rec.resume = None
         rec.partial = []
@@ -499,6 +533,7 @@ class Scheduler:
             signal, grace = "SIGTERM", self.policy.stop_grace_s
         rec.state = JobState.STOPPING
         rec.stop_kind = kind
+        rec.stop_why = why
         rec.note(self.now, f"stopping ({kind.value}): {why}")
         return [
             StopJob(rec.name, rec.reason, kind, signal, grace),
@@ -599,6 +634,9 @@ class Scheduler:
             self.reservation = None
         failed: dict[tuple[object, ...], str] = {}
         first_blocked = only is not None
+        # Jobs that rank before the reservation's holder may use its GPUs; those after it may
+        # not, unless they are expected to end before the holder can start.
+        behind_holder = only is not None
         for rec in self._order(only):
             if rec.state is not JobState.PENDING:
                 continue
@@ -606,10 +644,12 @@ class Scheduler:
                 break
             request = self._request(rec)
             res = self.reservation
+            if res is not None and res.job == rec.name:
+                behind_holder = True
             exclude = None
-            if res is not None and res.job != rec.name and self.policy.backfill:
+            if res is not None and res.job != rec.name and behind_holder:
                 end = self.now + (rec.spec.limit_s or self.policy.default_runtime_s or math.inf)
-                if end > res.until:
+                if math.isinf(end) or end > res.until:
                     exclude = res.gpus
             key = (request, exclude is not None)
             result: Placement | Shortfall
@@ -958,24 +998,43 @@ class Scheduler:
             if everything.bit_count() < k:
                 continue
             topology = cap.nodes[i].topology
-            jobs = [self.jobs[j] for j in sorted(per)]
-            for size in range(1, min(len(jobs), 4) + 1):
-                for subset in combinations(jobs, size):
-                    avail = cap.free[i]
-                    for v in subset:
-                        avail |= per[v.name]
-                    avail &= ~self.unhealthy.get(i, 0)
-                    if avail.bit_count() < k:
-                        continue
-                    gpus = node_gpus(topology, avail, k, cap.aware[i], request.mode)
-                    ring = ring_gbps(topology, gpus) or 0.0
-                    cost = self._cost(subset)
-                    key = (cost[0], -ring, *cost[1:], i)
-                    if best is None or key < best[0]:
-                        best = (key, list(subset), {i: to_mask(gpus)})
+            jobs = sorted((self.jobs[j] for j in per), key=lambda v: (self._cost((v,)), v.name))
+            for subset in _victim_sets(jobs):
+                avail = cap.free[i]
+                for v in subset:
+                    avail |= per[v.name]
+                avail &= ~self.unhealthy.get(i, 0)
+                if avail.bit_count() < k:
+                    continue
+                gpus = node_gpus(topology, avail, k, cap.aware[i], request.mode)
+                ring = ring_gbps(topology, gpus) or 0.0
+                cost = self._cost(subset)
+                key = (cost[0], -ring, *cost[1:], i)
+                if best is None or key < best[0]:
+                    best = (key, list(subset), {i: to_mask(gpus)})
         if best is not None:
             return best[1], best[2]
-        return None
+        if request.widest == Tier.NODE or request.workers == 1:
+            return None
+        return self._plan_reclaim_nodes(request, victims, owned)
+
+    def _plan_reclaim_nodes(
+        self, request: GangRequest, victims: list[JobRecord], owned: dict[int, dict[str, int]]
+    ) -> tuple[list[JobRecord], dict[int, int]] | None:
+        """A multi-node job: place it as if every candidate victim were gone, then preempt the
+        victims that hold GPUs of that placement (the placement, not the victims, is optimised)."""
+        everything = {i: reduce(or_, per.values(), 0) for i, per in owned.items()}
+        with self.capacity.assuming_free(everything):
+            found = place_gang(self.capacity, request, self.cluster.network_gbps)
+        if isinstance(found, Shortfall):
+            return None
+        gpus = {self.capacity.index[n]: to_mask(g) for n, g in found.gpus_by_node().items()}
+        chosen = [
+            v
+            for v in victims
+            if any(owned.get(i, {}).get(v.name, 0) & mask for i, mask in gpus.items())
+        ]
+        return chosen, gpus
 
     # ------------------------------------------------------------------ explanation
 

@@ -1,0 +1,1085 @@
+"""The scheduler core, table-driven: events in, the exact actions out.
+
+In the style of dask's worker-state-machine tests: each case is a list of steps, each step a batch
+of events and the actions it must produce, projected onto plain tuples by `tests.builders.project`:
+("start", job, {node: gpus}), ("stop", job, kind), ("transition", job, old, new). Every scheduler
+here validates its books after each event (`validate=True`).
+
+Expected GPU sets were worked out by hand from the preset link matrices
+(toposched/topology/presets.py); the reasoning is in the comments.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from tests.builders import (
+    DGX1,
+    PCIE4,
+    PCIE8,
+    Step,
+    cluster,
+    job,
+    moved,
+    node,
+    nodes,
+    project,
+    queued,
+    racks,
+    scheduler,
+    snapshot,
+    started,
+    stopping,
+    submit,
+)
+from toposched.core import (
+    Checkpoint,
+    Event,
+    GpuHealth,
+    JobCancelled,
+    JobFinished,
+    JobState,
+    JobStopped,
+    JobSubmitted,
+    Locality,
+    LocalityRule,
+    NodeAdded,
+    NodeLabelled,
+    NodeRemoved,
+    QueueConfigured,
+    RestartPolicy,
+    Scheduler,
+    SchedulingError,
+    StopJob,
+    StopKind,
+    Tick,
+    WorkerFailed,
+)
+from toposched.placement.request import Mode
+from toposched.topology.cluster import SCHEDULE_LABEL, Cluster
+
+ALL8 = tuple(range(8))
+LOW = (0, 1, 2, 3)
+HIGH = (4, 5, 6, 7)
+
+
+@dataclass(frozen=True)
+class Case:
+    """A cluster, a policy, and steps: (events, the actions they must produce)."""
+
+    id: str
+    cluster: Cluster
+    steps: Sequence[tuple[Sequence[Event], Sequence[Step]]]
+    policy: dict[str, Any] = field(default_factory=dict)
+    queues: dict[str, int] | None = None
+
+
+def play(case: Case) -> Scheduler:
+    s = scheduler(case.cluster, queues=case.queues, **case.policy)
+    for i, (events, expected) in enumerate(case.steps):
+        got = project(s.handle(*events))
+        assert got == list(expected), f"step {i}: {events}"
+    return s
+
+
+def cases(*all_cases: Case) -> Callable[[Callable[[Case], None]], Callable[[Case], None]]:
+    mark: Callable[[Callable[[Case], None]], Callable[[Case], None]] = pytest.mark.parametrize(
+        "case", all_cases, ids=[c.id for c in all_cases]
+    )
+    return mark
+
+
+def half_busy(s: Scheduler, *names: str, t: float = 0.0) -> None:
+    """Leave GPUs 0-3 of each named node busy with a long job `hold-<node>`, 4-7 free.
+
+    Best fit fills the fuller node first and the lowest index among equals, so pairs of 4-GPU
+    jobs submitted in turn fill the nodes in order (0-3, then 4-7); then the second ones end.
+    """
+    for name in names:
+        s.handle(*submit(job(f"hold-{name}", 4), job(f"tmp-{name}", 4), t=t))
+    for name in names:
+        s.handle(JobFinished(t, f"tmp-{name}", True))
+    for name in names:
+        placement = s.job(f"hold-{name}").placement
+        assert placement is not None and placement.gpus_by_node() == {name: LOW}
+
+
+def two_steps(name: str, where: dict[str, tuple[int, ...]]) -> list[Step]:
+    """Submitted and started at once."""
+    return [queued(name), *started(name, where)]
+
+
+# ---------------------------------------------------------------- gang admission
+
+
+@cases(
+    Case(
+        "2x8 on two empty dgx1 nodes",
+        cluster(*nodes(DGX1, 2)),
+        [(submit(job("g", 8, workers=2)), two_steps("g", {"n0": ALL8, "n1": ALL8}))],
+    ),
+    Case(
+        # 3 workers x 4 GPUs: one whole node (two workers) and half of the other.
+        "3x4 on two empty dgx1 nodes",
+        cluster(*nodes(DGX1, 2)),
+        [(submit(job("g", 4, workers=3)), two_steps("g", {"n0": ALL8, "n1": LOW}))],
+    ),
+    Case(
+        # 12 GPUs are free in all, the gang needs 16: it waits whole, holding nothing, and
+        # starts at once when the 4-GPU job ends.
+        "a gang that does not fit only becomes pending",
+        cluster(*nodes(DGX1, 2)),
+        [
+            (submit(job("a", 4)), two_steps("a", {"n0": LOW})),
+            (submit(job("g", 8, workers=2), t=1), [queued("g")]),
+            (
+                [JobFinished(2, "a", True)],
+                [moved("a", "running", "succeeded"), *started("g", {"n0": ALL8, "n1": ALL8})],
+            ),
+        ],
+    ),
+)
+def test_gang_admission(case: Case) -> None:
+    play(case)
+
+
+def test_a_waiting_gang_holds_nothing() -> None:
+    s = scheduler(DGX1, 2)
+    s.handle(*submit(job("a", 4)))
+    assert project(s.handle(*submit(job("g", 8, workers=2), t=1))) == [queued("g")]
+    view = s.job("g")
+    assert (view.state, view.placement) == (JobState.PENDING, None)
+    assert set(s.owner.values()) == {"a"}
+    assert s.capacity.free == [0b11110000, 0b11111111]
+    assert s.queues["default"].used == 4
+
+
+# ---------------------------------------------------------------- topology-aware choice
+
+
+@cases(
+    Case(
+        # DGX-1 hybrid cube mesh: GPUs 0-3 are joined by NVLinks all round (0-1 NV1, 1-2 NV2,
+        # 2-3 NV2, 3-0 NV2): a ring of 25 GB/s, the best any four GPUs give.
+        "4 GPUs on dgx1: an NVLink quad",
+        cluster(node("n0", DGX1)),
+        [(submit(job("q", 4)), two_steps("q", {"n0": LOW}))],
+    ),
+    Case(
+        # 0-3 is a bonded pair (NV2, 50 GB/s); it leaves 1-2, 4-7 and 5-6 as NV2 pairs too.
+        "2 GPUs on dgx1: a bonded NVLink pair",
+        cluster(node("n0", DGX1)),
+        [(submit(job("p", 2)), two_steps("p", {"n0": (0, 3)}))],
+    ),
+    Case(
+        # Two GPUs under one PCIe switch (PIX, 16 GB/s) rather than across switches or sockets.
+        "2 GPUs on pcie8: a PIX pair",
+        cluster(node("n0", PCIE8)),
+        [(submit(job("p", 2)), two_steps("p", {"n0": (0, 1)}))],
+    ),
+    Case(
+        # Both quads ring at 25 GB/s on either node: best fit takes the fuller node.
+        "rings tie: the fuller node",
+        cluster(*nodes(DGX1, 2)),
+        [
+            (submit(job("a", 4)), two_steps("a", {"n0": LOW})),
+            (submit(job("b", 4)), two_steps("b", {"n0": HIGH})),
+        ],
+    ),
+    Case(
+        # The ring counts before fit: the 4-GPU PCIe node would be the tighter fit, but its
+        # four GPUs ring at 6 GB/s (across sockets, SYS); the DGX-1 gives an NVLink quad.
+        "ring before fit",
+        cluster(node("n0", PCIE4), node("n1", DGX1)),
+        [(submit(job("q", 4)), two_steps("q", {"n1": LOW}))],
+    ),
+)
+def test_topology_choice(case: Case) -> None:
+    play(case)
+
+
+@pytest.mark.parametrize(
+    ("kind", "gpus", "ring"),
+    [(DGX1, 4, 25.0), (DGX1, 2, 50.0), (PCIE8, 2, 16.0), (PCIE8, 4, 12.0), (PCIE4, 2, 10.0)],
+)
+def test_ring_of_the_chosen_gpus(kind: str, gpus: int, ring: float) -> None:
+    s = scheduler(kind)
+    s.handle(*submit(job("j", gpus)))
+    placement = s.job("j").placement
+    assert placement is not None
+    assert placement.bandwidth_gbps == ring
+
+
+def test_multi_node_fewest_nodes() -> None:
+    # n0 and n1 have 4 GPUs free each, n2 all 8: 3x4 fits on two nodes (n2 and one half-free
+    # node) rather than on three; of the two half-free nodes, the lower index.
+    s = scheduler(cluster(*nodes(DGX1, 3)))
+    half_busy(s, "n0", "n1")
+    got = project(s.handle(*submit(job("m", 4, workers=3), t=1)))
+    assert got == two_steps("m", {"n0": HIGH, "n2": ALL8})
+
+
+@cases(
+    Case(
+        # Two nodes either way; a0 plus c0 would be the better fit (a0 is half busy), but it
+        # crosses racks: c0 and c1 share one.
+        "same rack over cross-rack",
+        cluster(node("a0", rack="ra"), node("c0", rack="rc"), node("c1", rack="rc")),
+        [
+            (submit(job("x", 4)), two_steps("x", {"a0": LOW})),
+            (submit(job("m", 4, workers=3)), two_steps("m", {"c0": ALL8, "c1": LOW})),
+        ],
+    ),
+    Case(
+        "cross-rack when no rack can",
+        racks(DGX1, {"ra": 1, "rb": 1}),
+        [(submit(job("m", 8, workers=2)), two_steps("m", {"ra0": ALL8, "rb0": ALL8}))],
+    ),
+)
+def test_multi_node_network_tier(case: Case) -> None:
+    play(case)
+
+
+@pytest.mark.parametrize(
+    ("label", "gpus"),
+    [(None, (0, 3)), ("topology", (0, 3)), ("default", (0, 1))],
+)
+def test_schedule_label(label: str | None, gpus: tuple[int, ...]) -> None:
+    # On a `default` node GPUs are taken in index order, ignoring the NVLink matrix.
+    s = scheduler(DGX1)
+    assert s.handle(NodeLabelled(0, "n0", SCHEDULE_LABEL, "default")) == []
+    assert s.handle(NodeLabelled(0, "n0", SCHEDULE_LABEL, label)) == []
+    assert project(s.handle(*submit(job("p", 2)))) == two_steps("p", {"n0": gpus})
+
+
+# ---------------------------------------------------------------- locality
+
+
+def test_node_locality_never_splits() -> None:
+    s = scheduler(DGX1, 2)
+    half_busy(s, "n0", "n1")
+    # 8 GPUs are free, 4 on each node: a `node` gang waits ...
+    pinned = job("pinned", 4, workers=2, locality=LocalityRule(Locality.NODE))
+    assert project(s.handle(*submit(pinned, t=1))) == [queued("pinned")]
+    assert "needs 8 GPUs on one node; the best node has 4 free" in s.explain("pinned")
+    # ... however long it waits ...
+    assert s.handle(Tick(10_000)) == []
+    # ... until one node has room for the whole gang.
+    got = project(s.handle(JobFinished(10_001, "hold-n1", True)))
+    assert got == [moved("hold-n1", "running", "succeeded"), *started("pinned", {"n1": ALL8})]
+
+
+def test_any_locality_splits_at_once() -> None:
+    s = scheduler(DGX1, 2)
+    half_busy(s, "n0", "n1")
+    got = project(s.handle(*submit(job("loose", 4, workers=2), t=1)))
+    assert got == two_steps("loose", {"n0": HIGH, "n1": HIGH})
+
+
+NODE_THEN_RACK = LocalityRule(Locality.NODE, Locality.RACK, 600)
+
+
+def test_locality_relaxes_after_waiting() -> None:
+    s = scheduler(racks(DGX1, {"ra": 2, "rb": 1}))
+    half_busy(s, "ra0", "ra1", "rb0")
+    patient = job("patient", 4, workers=2, locality=NODE_THEN_RACK)
+    assert project(s.handle(*submit(patient))) == [queued("patient")]
+    assert s.handle(Tick(599)) == []
+    # After 600 s it takes the free halves of two nodes of one rack (rb0 has no rack-mate).
+    got = project(s.handle(Tick(600)))
+    assert got == started("patient", {"ra0": HIGH, "ra1": HIGH})
+
+
+def test_relaxed_locality_still_bounds_the_tier() -> None:
+    # Each rack has one half-free node: relaxing to `rack` does not allow two racks.
+    s = scheduler(racks(DGX1, {"ra": 1, "rb": 1}))
+    half_busy(s, "ra0", "rb0")
+    patient = job("patient", 4, workers=2, locality=NODE_THEN_RACK)
+    assert project(s.handle(*submit(patient))) == [queued("patient")]
+    assert s.handle(Tick(5_000)) == []
+    assert s.job("patient").state is JobState.PENDING
+
+
+# ---------------------------------------------------------------- rejection
+
+
+@pytest.mark.parametrize(
+    ("where", "spec", "reason"),
+    [
+        pytest.param(
+            cluster(*nodes(DGX1, 4)),
+            job("fat", 16),
+            "a worker needs 16 GPUs; the largest node has 8",
+            id="worker larger than any node",
+        ),
+        pytest.param(
+            cluster(*nodes(DGX1, 2)),
+            job("wide", 8, workers=2, locality=LocalityRule(Locality.NODE)),
+            "needs 2 workers x 8 GPUs within one node; at most 1 fit",
+            id="node locality, two nodes' worth",
+        ),
+        pytest.param(
+            racks(DGX1, {"ra": 1, "rb": 1}),
+            job("wide", 8, workers=2, locality=LocalityRule(Locality.RACK)),
+            "needs 2 workers x 8 GPUs within one rack; at most 1 fit",
+            id="rack locality, racks of one node",
+        ),
+        pytest.param(
+            racks(DGX1, {"ra": 1, "rb": 1}),
+            job("wide", 8, workers=2, locality=NODE_THEN_RACK),
+            "within one rack",
+            id="even the relaxed locality cannot",
+        ),
+        pytest.param(
+            cluster(*nodes(DGX1, 2)),
+            job("huge", 8, workers=3),
+            "needs 3 workers x 8 GPUs within the cluster; at most 2 fit",
+            id="more than the cluster",
+        ),
+        pytest.param(
+            # 3 GPUs per worker: a PCIe node of 4 holds one worker, not two.
+            cluster(*nodes(PCIE4, 1)),
+            job("odd", 3, workers=2),
+            "at most 1 fit",
+            id="workers do not pack into a node",
+        ),
+    ],
+)
+def test_rejected_at_submission(where: Cluster, spec: Any, reason: str) -> None:
+    s = scheduler(where)
+    assert project(s.handle(*submit(spec))) == [moved(spec.name, None, "rejected")]
+    view = s.job(spec.name)
+    assert view.state is JobState.REJECTED
+    assert reason in view.reason
+    assert view.reason.startswith("rejected: ")
+    assert list(s.pending()) == []
+    assert s.capacity.total_free == where.gpus
+
+
+# ---------------------------------------------------------------- reservation and backfill
+
+
+def reservation_case(short_limit: float) -> Case:
+    """n0 is a DGX-1, n1 a 4-GPU PCIe node where `big` (8 GPUs) can never run."""
+    return Case(
+        f"backfill limit {short_limit:g}",
+        cluster(node("n0", DGX1), node("n1", PCIE4)),
+        [
+            # The quad ring (25 GB/s) beats anything on the PCIe node.
+            (submit(job("a", 4, limit_s=100)), two_steps("a", {"n0": LOW})),
+            # big reserves n0, free by t=100 when a's limit runs out.
+            (submit(job("big", 8), t=1), [queued("big")]),
+            # Off the reservation: s1 would rather have n0's quad, but takes the PCIe node.
+            (submit(job("s1", 4), t=2), two_steps("s1", {"n1": LOW})),
+            # No limit, and only the reserved GPUs are left: it waits.
+            (submit(job("s2", 4), t=3), [queued("s2")]),
+            # Ends by t=10+90=100, when the reservation falls due: it may backfill (and 91 not).
+            (
+                submit(job("s3", 4, limit_s=short_limit), t=10),
+                two_steps("s3", {"n0": HIGH}) if short_limit <= 90 else [queued("s3")],
+            ),
+        ],
+    )
+
+
+@pytest.mark.parametrize("short_limit", [50, 90, 91])
+def test_reservation_and_backfill(short_limit: float) -> None:
+    s = play(reservation_case(short_limit))
+    assert "reserved n0 GPUs 0,1,2,3,4,5,6,7 (by t=100)" in s.explain("big")
+    assert "waiting behind big" in s.explain("s2")
+    backfilled = short_limit <= 90
+    # a ends: its GPUs stay kept for big, although s2 could use them.
+    assert project(s.handle(JobFinished(95, "a", True))) == (
+        [moved("a", "running", "succeeded")]
+        if backfilled
+        # Without the backfilled job, n0 is whole again: big starts.
+        else [moved("a", "running", "succeeded"), *started("big", {"n0": ALL8})]
+    )
+    if backfilled:
+        got = project(s.handle(JobFinished(100, "s3", True)))
+        assert got == [moved("s3", "running", "succeeded"), *started("big", {"n0": ALL8})]
+    # The waiting jobs get their turn after big, in submission order.
+    got = project(s.handle(JobFinished(200, "big", True)))
+    expected = [moved("big", "running", "succeeded"), *started("s2", {"n0": LOW})]
+    if not backfilled:
+        expected += started("s3", {"n0": HIGH})
+    assert got == expected
+
+
+def test_no_starvation_with_declared_limits() -> None:
+    # A stream of small jobs that would end after the reservation never takes big's GPUs.
+    s = scheduler(DGX1)
+    s.handle(*submit(job("a", 4, limit_s=50)))
+    assert project(s.handle(*submit(job("big", 8), t=1))) == [queued("big")]
+    for i in range(4):
+        spec = job(f"small{i}", 1, limit_s=100)
+        assert project(s.handle(*submit(spec, t=2 + i))) == [queued(spec.name)]
+    got = project(s.handle(JobFinished(20, "a", True)))
+    assert got == [moved("a", "running", "succeeded"), *started("big", {"n0": ALL8})]
+
+
+def test_no_starvation_without_limits() -> None:
+    s = scheduler(DGX1)
+    s.handle(*submit(job("a", 4)))
+    assert project(s.handle(*submit(job("big", 8), t=1))) == [queued("big")]
+    # Reality: small starts on GPU 4 ("best placement now"), inside big's reservation.
+    assert project(s.handle(*submit(job("small", 1), t=2))) == [queued("small")]
+
+
+# ---------------------------------------------------------------- queues, reclaim, priorities
+
+B_JOBS = [job(name, 2, queue="B") for name in ("b1", "b3", "b2", "b4")]
+# On pcie8 these take, in turn, the PIX pairs (0,1), (2,3), (4,5), (6,7) (rule 2 keeps the
+# other socket whole for a 4-GPU job, so the second pair is (2,3)).
+B_PLACED = [
+    *two_steps("b1", {"n0": (0, 1)}),
+    *two_steps("b3", {"n0": (2, 3)}),
+    *two_steps("b2", {"n0": (4, 5)}),
+    *two_steps("b4", {"n0": (6, 7)}),
+]
+CKPT = Checkpoint("SIGUSR1", 5.0)
+
+
+@cases(
+    Case(
+        # Queue B borrows the whole node. A is within its guarantee, so it reclaims: any two of
+        # B's jobs give it 4 GPUs, but only a pair on one socket rings at 12 GB/s (PHB) rather
+        # than 6 (SYS). The first pair in name order, b1+b2, crosses sockets: b1+b3 does not.
+        "reclaim: the victims that give the best ring",
+        cluster(node("n0", PCIE8)),
+        [
+            (submit(*B_JOBS), B_PLACED),
+            (
+                submit(job("a", 4, queue="A"), t=1),
+                [queued("a"), *stopping("b1", "preempt"), *stopping("b3", "preempt")],
+            ),
+            ([JobStopped(2, "b1")], [moved("b1", "stopping", "pending")]),
+            (
+                [JobStopped(3, "b3")],
+                [moved("b3", "stopping", "pending"), *started("a", {"n0": LOW})],
+            ),
+            # The victims wait; nothing frees GPUs for them.
+            ([Tick(4)], []),
+        ],
+        queues={"A": 4},
+    ),
+    Case(
+        # Same ring either way (b2+b4 share socket 1): the checkpointable pair goes.
+        "reclaim: checkpointable victims first",
+        cluster(node("n0", PCIE8)),
+        [
+            (
+                submit(
+                    job("b1", 2, queue="B"),
+                    job("b3", 2, queue="B"),
+                    job("b2", 2, queue="B", checkpoint=CKPT),
+                    job("b4", 2, queue="B", checkpoint=CKPT),
+                ),
+                B_PLACED,
+            ),
+            (
+                submit(job("a", 4, queue="A"), t=1),
+                [queued("a"), *stopping("b2", "preempt"), *stopping("b4", "preempt")],
+            ),
+            ([JobStopped(2, "b4")], [moved("b4", "stopping", "pending")]),
+            (
+                [JobStopped(3, "b2")],
+                [moved("b2", "stopping", "pending"), *started("a", {"n0": HIGH})],
+            ),
+        ],
+        queues={"A": 4},
+    ),
+    Case(
+        "no reclaim beyond the guarantee",
+        cluster(node("n0", PCIE8)),
+        [(submit(*B_JOBS), B_PLACED), (submit(job("a", 4, queue="A"), t=1), [queued("a")])],
+        queues={"A": 0},
+    ),
+    Case(
+        "no reclaim from a queue within its own guarantee",
+        cluster(node("n0", PCIE8)),
+        [(submit(*B_JOBS), B_PLACED), (submit(job("a", 4, queue="A"), t=1), [queued("a")])],
+        queues={"A": 4, "B": 8},
+    ),
+    Case(
+        "no reclaim with preemption off",
+        cluster(node("n0", PCIE8)),
+        [(submit(*B_JOBS), B_PLACED), (submit(job("a", 4, queue="A"), t=1), [queued("a")])],
+        queues={"A": 4},
+        policy={"preemption": False},
+    ),
+    Case(
+        # A guarantee configured by event works as one given at construction.
+        "QueueConfigured before the job",
+        cluster(node("n0", PCIE8)),
+        [
+            ([QueueConfigured(0, "A", 4)], []),
+            (submit(*B_JOBS), B_PLACED),
+            (
+                submit(job("a", 4, queue="A"), t=1),
+                [queued("a"), *stopping("b1", "preempt"), *stopping("b3", "preempt")],
+            ),
+        ],
+    ),
+)
+def test_reclaim(case: Case) -> None:
+    s = play(case)
+    for name in ("b1", "b2", "b3", "b4"):
+        assert s.job(name).state in (JobState.RUNNING, JobState.STOPPING, JobState.PENDING)
+
+
+def test_preempt_signal_follows_the_checkpoint_contract() -> None:
+    s = scheduler(PCIE8, queues={"A": 4})
+    s.handle(*submit(job("b1", 4, queue="B", checkpoint=CKPT), job("b2", 4, queue="B")))
+    stops = [a for a in s.handle(*submit(job("a", 4, queue="A"), t=1)) if isinstance(a, StopJob)]
+    assert [(a.job, a.kind, a.signal, a.grace_s) for a in stops] == [
+        ("b1", StopKind.PREEMPT, "SIGUSR1", 5.0)
+    ]
+    assert "preempted for a" in stops[0].reason
+    assert "preempting b1 for it" in s.explain("a")
+
+
+def test_preempted_victims_are_pending_again() -> None:
+    s = scheduler(PCIE8, queues={"A": 4})
+    s.handle(*submit(*B_JOBS))
+    s.handle(*submit(job("a", 4, queue="A"), t=1))
+    s.handle(JobStopped(2, "b1"), JobStopped(2, "b3"))
+    assert [s.job(n).state for n in ("a", "b1", "b2", "b3", "b4")] == [
+        JobState.RUNNING,
+        JobState.PENDING,
+        JobState.RUNNING,
+        JobState.PENDING,
+        JobState.RUNNING,
+    ]
+    assert s.job("b1").placement is None
+    assert "requeued after preempt" in s.explain("b1")
+    assert s.queues["A"].used == 4 and s.queues["B"].used == 4
+
+
+@cases(
+    Case(
+        # Both lower-priority quads give a 25 GB/s ring; the lowest priority goes.
+        "higher priority preempts the lowest priority",
+        cluster(node("n0", DGX1)),
+        [
+            (
+                submit(job("lo0", 4, priority=0), job("lo1", 4, priority=1)),
+                [*two_steps("lo0", {"n0": LOW}), *two_steps("lo1", {"n0": HIGH})],
+            ),
+            (
+                submit(job("hi", 4, priority=5), t=1),
+                [queued("hi"), *stopping("lo0", "preempt")],
+            ),
+            (
+                [JobStopped(2, "lo0")],
+                [moved("lo0", "stopping", "pending"), *started("hi", {"n0": LOW})],
+            ),
+        ],
+    ),
+    Case(
+        "equal priority does not preempt",
+        cluster(node("n0", DGX1)),
+        [
+            (submit(job("lo0", 8, priority=3)), two_steps("lo0", {"n0": ALL8})),
+            (submit(job("hi", 4, priority=3), t=1), [queued("hi")]),
+        ],
+    ),
+    Case(
+        "preempt_lower_priority off",
+        cluster(node("n0", DGX1)),
+        [
+            (submit(job("lo0", 8, priority=0)), two_steps("lo0", {"n0": ALL8})),
+            (submit(job("hi", 4, priority=5), t=1), [queued("hi")]),
+        ],
+        policy={"preempt_lower_priority": False},
+    ),
+)
+def test_priority_preemption(case: Case) -> None:
+    play(case)
+
+
+@pytest.mark.parametrize(("guarantee", "order"), [(8, ["a", "b"]), (0, ["b", "a"])])
+def test_within_guarantee_goes_before_priority(guarantee: int, order: list[str]) -> None:
+    # x (queue C) holds the node. b (queue B, priority 5) and then a (queue A, priority 0)
+    # wait; when x ends, a goes first if A's guarantee covers it, else b by priority.
+    s = scheduler(DGX1, queues={"A": 0, "B": 0}, preemption=False)
+    assert s.handle(QueueConfigured(0, "A", guarantee)) == []
+    s.handle(*submit(job("x", 8, queue="C")))
+    s.handle(*submit(job("b", 8, queue="B", priority=5), t=1))
+    s.handle(*submit(job("a", 8, queue="A"), t=2))
+    assert [r.name for r in s.pending()] == order
+    got = project(s.handle(JobFinished(3, "x", True)))
+    assert got == [moved("x", "running", "succeeded"), *started(order[0], {"n0": ALL8})]
+    assert s.job(order[1]).state is JobState.PENDING
+
+
+# ---------------------------------------------------------------- spread / pack
+
+
+@pytest.mark.parametrize(
+    ("single_gpu", "where"),
+    [("spread", {"n1": (0,)}), ("pack", {"n0": (4,)}), ("adaptive", {"n1": (0,)})],
+)
+def test_one_gpu_mode(single_gpu: str, where: dict[str, tuple[int, ...]]) -> None:
+    # n0 has 0-3 busy. Spread: the emptiest node, no busy neighbour. Pack: the fullest node.
+    s = scheduler(PCIE8, 2, single_gpu=single_gpu)
+    s.handle(*submit(job("w", 4)))
+    assert project(s.handle(*submit(job("one", 1), t=1))) == two_steps("one", where)
+
+
+@pytest.mark.parametrize(
+    ("single_gpu", "order"),
+    [
+        # Spread: a new PCIe switch each time, alternating sockets.
+        ("spread", [0, 4, 2, 6, 1, 5, 3, 7]),
+        # Pack: beside the busy GPUs, one socket first.
+        ("pack", [0, 1, 2, 3, 4, 5, 6, 7]),
+    ],
+)
+def test_one_gpu_sequence_on_pcie8(single_gpu: str, order: list[int]) -> None:
+    s = scheduler(PCIE8, single_gpu=single_gpu)
+    got = project(s.handle(*submit(*[job(f"j{i}") for i in range(8)])))
+    expected: list[Step] = []
+    for i, gpu in enumerate(order):
+        expected += two_steps(f"j{i}", {"n0": (gpu,)})
+    assert got == expected
+
+
+def test_adaptive_spread_pack_with_hysteresis() -> None:
+    # Two pcie8 nodes, 16 GPUs; pack at >= 70% allocated, spread again at <= 50%.
+    # The mode is chosen at the start of each cycle, from the load before it.
+    steps: list[tuple[list[Event], list[Step], Mode]] = [
+        # w0 fills n0; w1 takes a 3-GPU ring (12 GB/s) on socket 0 of n1. 11/16 allocated.
+        (
+            [*submit(job("w0", 8), job("w1", 3))],
+            [*two_steps("w0", {"n0": ALL8}), *two_steps("w1", {"n1": (0, 1, 2)})],
+            Mode.SPREAD,
+        ),
+        # 69% < 70%: spread, to socket 1, away from busy GPUs. 12/16.
+        (submit(job("s1", 1), t=1), two_steps("s1", {"n1": (4,)}), Mode.SPREAD),
+        # 75%: pack. GPUs 3 and 5 both leave a PIX pair free; 3 sits beside w1 (its switch-mate
+        # 2 and three busy GPUs in its socket). 13/16.
+        (submit(job("s2", 1), t=2), two_steps("s2", {"n1": (3,)}), Mode.PACK),
+        # w1 ends: 10/16 = 62.5% is below 70% but above 50%: still packing.
+        ([JobFinished(3, "w1", True)], [moved("w1", "running", "succeeded")], Mode.PACK),
+        # Pack: GPU 2 (switch-mate 3 busy) rather than 0, 1, 6, 7 that spreading would take.
+        (submit(job("s3", 1), t=4), two_steps("s3", {"n1": (2,)}), Mode.PACK),
+        # w0 ends: 3/16: spread again, onto the empty node.
+        ([JobFinished(5, "w0", True)], [moved("w0", "running", "succeeded")], Mode.SPREAD),
+        (submit(job("s4", 1), t=6), two_steps("s4", {"n0": (0,)}), Mode.SPREAD),
+    ]
+    s = scheduler(PCIE8, 2)
+    for i, (events, expected, mode) in enumerate(steps):
+        assert project(s.handle(*events)) == expected, f"step {i}"
+        assert s.mode is mode, f"step {i}"
+
+
+# ---------------------------------------------------------------- failures
+
+
+@cases(
+    Case(
+        "a worker dies: the gang stops and fails; the waiting job starts",
+        cluster(*nodes(DGX1, 2)),
+        [
+            (submit(job("f", 8, workers=2)), two_steps("f", {"n0": ALL8, "n1": ALL8})),
+            (submit(job("w", 4), t=1), [queued("w")]),
+            ([WorkerFailed(2, "f", 1, "oom")], stopping("f", "failure")),
+            # Its other workers die too: nothing more to do.
+            ([WorkerFailed(2, "f", 0, "killed")], []),
+            ([JobStopped(3, "f")], [moved("f", "stopping", "failed"), *started("w", {"n0": LOW})]),
+        ],
+    ),
+    Case(
+        "restart on failure, up to max_restarts",
+        cluster(node("n0", DGX1)),
+        [
+            (
+                submit(job("r", 4, restart=RestartPolicy.ON_FAILURE, max_restarts=1)),
+                two_steps("r", {"n0": LOW}),
+            ),
+            ([WorkerFailed(1, "r", 0)], stopping("r", "failure")),
+            (
+                [JobStopped(2, "r")],
+                [moved("r", "stopping", "pending"), *started("r", {"n0": LOW})],
+            ),
+            ([WorkerFailed(3, "r", 0)], stopping("r", "failure")),
+            ([JobStopped(4, "r")], [moved("r", "stopping", "failed")]),
+        ],
+    ),
+    Case(
+        "a failed exit counts as a failure too",
+        cluster(node("n0", DGX1)),
+        [
+            (
+                submit(job("r", 4, restart=RestartPolicy.ON_FAILURE, max_restarts=1)),
+                two_steps("r", {"n0": LOW}),
+            ),
+            (
+                [JobFinished(1, "r", False, "exit 1")],
+                [moved("r", "running", "pending"), *started("r", {"n0": LOW})],
+            ),
+            ([JobFinished(2, "r", False, "exit 1")], [moved("r", "running", "failed")]),
+        ],
+    ),
+    Case(
+        "a lost node stops its jobs; they fail or requeue; it comes back",
+        cluster(*nodes(DGX1, 2)),
+        [
+            (
+                submit(
+                    job("a", 4),
+                    job("b", 8),
+                    job("c", 4, restart=RestartPolicy.ON_FAILURE),
+                ),
+                [
+                    *two_steps("a", {"n0": LOW}),
+                    *two_steps("b", {"n1": ALL8}),
+                    *two_steps("c", {"n0": HIGH}),
+                ],
+            ),
+            ([NodeRemoved(1, "n0")], [*stopping("a", "failure"), *stopping("c", "failure")]),
+            ([JobStopped(2, "a")], [moved("a", "stopping", "failed")]),
+            # Requeued, but no node has room.
+            ([JobStopped(2, "c")], [moved("c", "stopping", "pending")]),
+            ([NodeAdded(3, node("n0"))], started("c", {"n0": LOW})),
+        ],
+    ),
+    Case(
+        "a lost node stops a gang that spans it; the other node's GPUs free on JobStopped",
+        cluster(*nodes(DGX1, 2)),
+        [
+            (submit(job("g", 4, workers=4)), two_steps("g", {"n0": ALL8, "n1": ALL8})),
+            (submit(job("w", 8), t=1), [queued("w")]),
+            ([NodeRemoved(2, "n0")], stopping("g", "failure")),
+            ([JobStopped(3, "g")], [moved("g", "stopping", "failed"), *started("w", {"n1": ALL8})]),
+        ],
+    ),
+    Case(
+        "an unhealthy GPU stops its job and is not reused until healthy",
+        cluster(node("n0", DGX1)),
+        [
+            (
+                submit(job("a", 4), job("b", 4)),
+                [*two_steps("a", {"n0": LOW}), *two_steps("b", {"n0": HIGH})],
+            ),
+            ([GpuHealth(1, "n0", 5, False)], stopping("b", "failure")),
+            ([JobStopped(2, "b")], [moved("b", "stopping", "failed")]),
+            # 4, 6 and 7 are free, 5 is not.
+            (submit(job("c", 4), t=3), [queued("c")]),
+            ([GpuHealth(4, "n0", 5, True)], started("c", {"n0": HIGH})),
+        ],
+    ),
+    Case(
+        # The free GPU 0 goes bad: an 8-GPU job waits (nothing can be reserved for it), and a
+        # pair takes the NV2 pair 1-2 instead of 0-3. Healthy again, GPU 0 serves the 8-GPU job.
+        "an unhealthy free GPU is left out",
+        cluster(node("n0", DGX1)),
+        [
+            ([GpuHealth(0, "n0", 0, False)], []),
+            ([GpuHealth(0, "n0", 0, False)], []),
+            (submit(job("big", 8)), [queued("big")]),
+            (submit(job("pair", 2), t=1), two_steps("pair", {"n0": (1, 2)})),
+            ([GpuHealth(2, "n0", 0, True)], []),
+            (
+                [JobFinished(3, "pair", True)],
+                [moved("pair", "running", "succeeded"), *started("big", {"n0": ALL8})],
+            ),
+        ],
+    ),
+    Case(
+        # A node the cluster never had (another preset, another rack) takes the waiting job.
+        "a new node takes a waiting job",
+        cluster(node("n0", DGX1)),
+        [
+            (submit(job("a", 8), job("w", 8)), [*two_steps("a", {"n0": ALL8}), queued("w")]),
+            ([NodeAdded(1, node("n5", PCIE8, rack="r9"))], started("w", {"n5": ALL8})),
+        ],
+    ),
+)
+def test_failures(case: Case) -> None:
+    play(case)
+
+
+def test_failure_reason_and_restart_count() -> None:
+    s = scheduler(DGX1)
+    s.handle(*submit(job("r", 4, restart=RestartPolicy.ON_FAILURE, max_restarts=2)))
+    s.handle(WorkerFailed(1, "r", 3, "NCCL timeout"), JobStopped(2, "r"))
+    view = s.job("r")
+    assert (view.state, view.restarts) == (JobState.RUNNING, 1)
+    assert "restart 1 of 2" in s.explain("r")
+    assert "worker 3 failed: NCCL timeout" in s.explain("r")
+
+
+# ---------------------------------------------------------------- cancel and finish
+
+
+@cases(
+    Case(
+        "cancel pending and running jobs; freed GPUs go at once",
+        cluster(node("n0", DGX1)),
+        [
+            (
+                submit(job("a", 8), job("b", 8), job("c", 2)),
+                [*two_steps("a", {"n0": ALL8}), queued("b"), queued("c")],
+            ),
+            ([JobCancelled(1, "b")], [moved("b", "pending", "cancelled")]),
+            ([JobCancelled(1, "a")], stopping("a", "cancel")),
+            (
+                [JobStopped(2, "a")],
+                [moved("a", "stopping", "cancelled"), *started("c", {"n0": (0, 3)})],
+            ),
+        ],
+    ),
+    Case(
+        "a job that finishes frees its GPUs for the waiting job in the same step",
+        cluster(node("n0", DGX1)),
+        [
+            (submit(job("a", 8), job("w", 8)), [*two_steps("a", {"n0": ALL8}), queued("w")]),
+            (
+                [JobFinished(5, "a", True)],
+                [moved("a", "running", "succeeded"), *started("w", {"n0": ALL8})],
+            ),
+        ],
+    ),
+    Case(
+        "cancel while stopping for a failure: cancelled, not restarted",
+        cluster(node("n0", DGX1)),
+        [
+            (submit(job("r", 8, restart=RestartPolicy.ON_FAILURE)), two_steps("r", {"n0": ALL8})),
+            ([WorkerFailed(1, "r", 0)], stopping("r", "failure")),
+            ([JobCancelled(2, "r")], []),
+            ([JobStopped(3, "r")], [moved("r", "stopping", "cancelled")]),
+        ],
+    ),
+    Case(
+        "cancel a victim while it is being preempted: cancelled, not requeued",
+        cluster(node("n0", DGX1)),
+        [
+            (submit(job("lo", 8)), two_steps("lo", {"n0": ALL8})),
+            (submit(job("hi", 8, priority=1), t=1), [queued("hi"), *stopping("lo", "preempt")]),
+            ([JobCancelled(2, "lo")], []),
+            (
+                [JobStopped(3, "lo")],
+                [moved("lo", "stopping", "cancelled"), *started("hi", {"n0": ALL8})],
+            ),
+        ],
+    ),
+    Case(
+        # s ends after big's reservation falls due (t=100), so it waits; once big is cancelled
+        # nothing is reserved and s starts in the same step.
+        "cancel the job holding the reservation",
+        cluster(node("n0", DGX1)),
+        [
+            (submit(job("a", 4, limit_s=100)), two_steps("a", {"n0": LOW})),
+            (submit(job("big", 8), t=1), [queued("big")]),
+            (submit(job("s", 4, limit_s=200), t=2), [queued("s")]),
+            (
+                [JobCancelled(3, "big")],
+                [moved("big", "pending", "cancelled"), *started("s", {"n0": HIGH})],
+            ),
+        ],
+    ),
+    Case(
+        # The victims are already stopping; with nobody to take their GPUs they start again.
+        "cancel the job that preempted others",
+        cluster(node("n0", PCIE8)),
+        [
+            (submit(*B_JOBS), B_PLACED),
+            (
+                submit(job("a", 4, queue="A"), t=1),
+                [queued("a"), *stopping("b1", "preempt"), *stopping("b3", "preempt")],
+            ),
+            ([JobCancelled(2, "a")], [moved("a", "pending", "cancelled")]),
+            (
+                [JobStopped(3, "b1")],
+                [moved("b1", "stopping", "pending"), *started("b1", {"n0": (0, 1)})],
+            ),
+            (
+                [JobStopped(3, "b3")],
+                [moved("b3", "stopping", "pending"), *started("b3", {"n0": (2, 3)})],
+            ),
+        ],
+        queues={"A": 4},
+    ),
+)
+def test_cancel_and_finish(case: Case) -> None:
+    play(case)
+
+
+def test_cancel_uses_grace_period() -> None:
+    s = scheduler(DGX1, stop_grace_s=20.0)
+    s.handle(*submit(job("a", 8), job("k", 8, checkpoint=Checkpoint("SIGUSR1", 45.0))))
+    s.handle(JobFinished(1, "a", True))
+    stops = [a for a in s.handle(JobCancelled(2, "k")) if isinstance(a, StopJob)]
+    assert [(a.kind, a.signal, a.grace_s) for a in stops] == [(StopKind.CANCEL, "SIGUSR1", 45.0)]
+
+
+# ---------------------------------------------------------------- bad events
+
+
+def busy_scheduler() -> Scheduler:
+    """One DGX-1: `run` running (GPUs 0-3), `done` succeeded, `wait` (8 GPUs) pending."""
+    s = scheduler(DGX1)
+    s.handle(*submit(job("run", 4), job("done", 2), job("wait", 8)))
+    s.handle(JobFinished(0, "done", True))
+    assert [s.job(n).state for n in ("run", "done", "wait")] == [
+        JobState.RUNNING,
+        JobState.SUCCEEDED,
+        JobState.PENDING,
+    ]
+    return s
+
+
+@pytest.mark.parametrize(
+    ("event", "message"),
+    [
+        pytest.param(JobSubmitted(0, job("run", 1)), "a job named 'run' already exists", id="dup"),
+        pytest.param(JobSubmitted(0, job("done", 1)), "'done' already exists", id="dup-ended"),
+        pytest.param(JobSubmitted(0, job("wait", 1)), "'wait' already exists", id="dup-pending"),
+        pytest.param(JobCancelled(0, "ghost"), "no job named 'ghost'", id="cancel-unknown"),
+        pytest.param(JobFinished(0, "ghost", True), "no job named 'ghost'", id="finish-unknown"),
+        pytest.param(WorkerFailed(0, "ghost", 0), "no job named 'ghost'", id="fail-unknown"),
+        pytest.param(JobStopped(0, "ghost"), "no job named 'ghost'", id="stopped-unknown"),
+        pytest.param(JobCancelled(0, "done"), "already ended (succeeded)", id="cancel-ended"),
+        pytest.param(JobFinished(0, "done", True), "is succeeded", id="finish-ended"),
+        pytest.param(JobFinished(0, "wait", True), "is pending, so it cannot finish", id="finish"),
+        pytest.param(JobStopped(0, "run"), "is running, not stopping", id="stopped-running"),
+        pytest.param(NodeRemoved(0, "n9"), "no node named 'n9'", id="remove-unknown"),
+        pytest.param(NodeLabelled(0, "n9", "zone", "a"), "no node named 'n9'", id="label-unknown"),
+        pytest.param(
+            NodeLabelled(0, "n0", SCHEDULE_LABEL, "fastest"),
+            "must be one of topology, default, got 'fastest'",
+            id="label-value",
+        ),
+        pytest.param(GpuHealth(0, "n9", 0, False), "no node named 'n9'", id="gpu-unknown-node"),
+        pytest.param(GpuHealth(0, "n0", 8, False), "GPUs 0..7, not 8", id="gpu-index"),
+        pytest.param(NodeAdded(0, node("n0")), "'n0' is already in the cluster", id="node-dup"),
+        pytest.param(QueueConfigured(0, "default", -1), "must be >= 0", id="queue-negative"),
+        pytest.param(QueueConfigured(0, "", 4), "needs a name", id="queue-unnamed"),
+        pytest.param(Event(0), "unknown event", id="unknown-event"),
+    ],
+)
+def test_bad_event_raises_and_changes_nothing(event: Event, message: str) -> None:
+    s = busy_scheduler()
+    before = snapshot(s)
+    views = {n: s.job(n) for n in ("run", "done", "wait")}
+    explained = s.explain("wait")
+    with pytest.raises(SchedulingError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        s.handle(event)
+    s.check()
+    assert snapshot(s) == before
+    assert {n: s.job(n) for n in ("run", "done", "wait")} == views
+    assert s.explain("wait") == explained
+    assert s.now == 0
+    # And the scheduler still works.
+    got = project(s.handle(JobFinished(1, "run", True)))
+    assert got == [moved("run", "running", "succeeded"), *started("wait", {"n0": ALL8})]
+
+
+def test_bad_event_does_not_move_the_clock() -> None:
+    s = scheduler(DGX1, 2)
+    half_busy(s, "n0", "n1")
+    s.handle(*submit(job("patient", 4, workers=2, locality=NODE_THEN_RACK)))
+    with pytest.raises(SchedulingError):
+        s.handle(JobCancelled(1_000, "ghost"))
+    assert s.now == 0
+    # The job has waited 10 s, not 600: it must not relax yet (reality: it starts split).
+    assert s.handle(Tick(10)) == []
+
+
+def test_bad_event_in_a_batch_keeps_the_events_before_it() -> None:
+    s = scheduler(DGX1)
+    with pytest.raises(SchedulingError):
+        s.handle(*submit(job("a", 4)), JobCancelled(0, "ghost"))
+    assert s.job("a").state is JobState.RUNNING
+    s.check()
+
+
+# ---------------------------------------------------------------- explain
+
+
+def test_explain_says_why_a_job_waits() -> None:
+    s = scheduler(DGX1, 2)
+    s.handle(*submit(job("a", 4)))
+    s.handle(*submit(job("g", 8, workers=2), t=1))
+    text = s.explain("g")
+    assert text.startswith("job g: pending; queue default, priority 0, 2 worker(s) x 8 GPU(s)")
+    assert "needs 16 GPUs; 12 are free" in text
+    assert "reserved n0 GPUs 0,1,2,3,4,5,6,7; n1 GPUs 0,1,2,3,4,5,6,7" in text
+    assert s.job("g").reason.startswith("needs 16 GPUs")
+
+
+def test_explain_says_where_a_job_runs() -> None:
+    s = scheduler(DGX1)
+    s.handle(*submit(job("a", 4, locality=NODE_THEN_RACK)))
+    text = s.explain("a")
+    assert "locality node (then rack after 600 s)" in text
+    assert "placement: n0 GPUs 0,1,2,3 (ring 25 GB/s)" in text
+
+
+# ---------------------------------------------------------------- suspected core bugs
+
+
+def test_higher_ranked_job_is_not_kept_off_a_lower_ranked_reservation() -> None:
+    s = scheduler(DGX1)
+    s.handle(*submit(job("run", 4, limit_s=100)))
+    assert project(s.handle(*submit(job("x", 8), t=1))) == [queued("x")]  # reserves n0
+    # y outranks x and 4-7 are free: it should start there, not preempt `run`
+    # (reality: [queued y, stop run (preempt), run -> stopping]; y waits for run to stop).
+    got = project(s.handle(*submit(job("y", 4, priority=5), t=2)))
+    assert got == two_steps("y", {"n0": HIGH})
+
+
+def test_reservation_moves_off_an_unhealthy_gpu() -> None:
+    s = scheduler(DGX1, 2)
+    s.handle(*submit(job("a", 8, limit_s=100), job("b", 8, limit_s=1_000)))
+    s.handle(*submit(job("big", 8), t=1))  # reserves n0 (free by t=100)
+    s.handle(GpuHealth(2, "n0", 3, False), JobStopped(3, "a"))
+    # n0 has 7 healthy GPUs now: big can only ever run on n1. n0's free GPUs should not stay
+    # reserved for it (reality: small waits "behind big" with 7 GPUs idle).
+    got = project(s.handle(*submit(job("small", 4), t=4)))
+    assert [step[:2] for step in got] == [
+        ("transition", "small"),
+        ("start", "small"),
+        ("transition", "small"),
+    ]
+    placed = got[1][2]
+    assert list(placed) == ["n0"] and 3 not in placed["n0"]
+
+
+def test_raised_guarantee_lets_a_reserved_job_reclaim() -> None:
+    s = scheduler(DGX1)
+    s.handle(*submit(job("b1", 4, queue="B"), job("b2", 4, queue="B")))
+    assert project(s.handle(*submit(job("a", 4, queue="A"), t=1))) == [queued("a")]
+    got = project(s.handle(QueueConfigured(2, "A", 4)))
+    assert len(got) == 2 and got[0][0] == "stop" and got[0][2] == "preempt"
+    assert got[0][1] in ("b1", "b2")
+
+
+def test_multi_node_job_within_guarantee_reclaims() -> None:
+    s = scheduler(DGX1, 2, queues={"A": 16})
+    s.handle(*submit(job("b1", 8, queue="B"), job("b2", 8, queue="B")))
+    got = project(s.handle(*submit(job("a", 8, workers=2, queue="A"), t=1)))
+    assert {step[1] for step in got if step[0] == "stop"} == {"b1", "b2"}
+    assert all(step[2] == "preempt" for step in got if step[0] == "stop")
+
+
+def test_reclaim_from_many_small_jobs() -> None:
+    s = scheduler(DGX1, queues={"A": 8})
+    s.handle(*submit(*[job(f"b{i}", 1, queue="B") for i in range(8)]))
+    got = project(s.handle(*submit(job("a", 8, queue="A"), t=1)))
+    assert {step[1] for step in got if step[0] == "stop"} == {f"b{i}" for i in range(8)}
+
+
+def test_victim_that_finishes_is_no_longer_awaited() -> None:
+    s = scheduler(PCIE8, queues={"A": 4})
+    s.handle(*submit(*B_JOBS))
+    s.handle(*submit(job("a", 4, queue="A"), t=1))  # preempts b1 and b3
+    s.handle(JobFinished(2, "b1", True))
+    assert s.job("b1").state is JobState.SUCCEEDED
+    assert "b1" not in s.job("a").reason
