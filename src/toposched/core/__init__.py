@@ -40,7 +40,8 @@ from toposched.core.policy import (
     SingleGpu,
     make_scheduler_policy,
 )
-from toposched.core.scheduler import InvariantViolation, JobView, Scheduler, SchedulingError
+from toposched.core.scheduler import JobView, Scheduler, SchedulingError
+from toposched.core.validate import InvariantViolation
 
 __all__ = [
     "SCHEDULER_POLICIES",

@@ -26,10 +26,7 @@ import math
 import random
 from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from functools import reduce
-from itertools import combinations
-from operator import or_
+from dataclasses import dataclass
 
 from toposched.core.actions import Action, StartJob, StopJob, StopKind, Transition
 from toposched.core.events import (
@@ -49,16 +46,17 @@ from toposched.core.events import (
 from toposched.core.job import JobSpec, JobState, RestartPolicy
 from toposched.core.moves import placement_of, plan_defrag, plan_growth
 from toposched.core.policy import Order, Placing, SchedulerPolicy, SingleGpu
+from toposched.core.reclaim import plan_reclaim
 from toposched.core.records import JobRecord, QueueRecord
-from toposched.placement.capacity import Capacity, full_mask
+from toposched.core.reservation import Reservation, reserve
+from toposched.core.validate import check as check_books
+from toposched.placement.capacity import Capacity
 from toposched.placement.gang import (
     GangRequest,
     Placement,
     Shortfall,
     WorkerSlot,
-    node_gpus,
     place_gang,
-    ring_gbps,
 )
 from toposched.placement.request import Mode
 from toposched.placement.tables import from_mask, to_mask
@@ -67,35 +65,12 @@ from toposched.topology.cluster import (
     Node,
     Tier,
     check_labels,
-    tier_of,
     topology_aware,
 )
 
 
 class SchedulingError(ValueError):
     """An event the core cannot take (unknown job, duplicate name); nothing was changed."""
-
-
-class InvariantViolation(AssertionError):
-    """validate mode found the books inconsistent: a bug in the core."""
-
-
-@dataclass
-class Reservation:
-    """GPUs kept for the first blocked job; `until` is when they are expected to be free."""
-
-    job: str
-    gpus: dict[int, int]
-    until: float
-    awaiting: set[str] = field(default_factory=set)
-
-    def describe(self, capacity: Capacity) -> str:
-        parts = []
-        for i, mask in sorted(self.gpus.items()):
-            gpus = ",".join(str(g) for g in range(capacity.nodes[i].size) if mask >> g & 1)
-            parts.append(f"{capacity.nodes[i].name} GPUs {gpus}")
-        when = "when running jobs end" if math.isinf(self.until) else f"by t={self.until:g}"
-        return f"reserved {'; '.join(parts)} ({when})"
 
 
 @dataclass(frozen=True)
@@ -111,23 +86,6 @@ class JobView:
 
 
 _STOPPED_STATE = {StopKind.CANCEL: JobState.CANCELLED}
-
-
-EXHAUSTIVE_VICTIMS = 8
-SMALL_VICTIM_SETS = 3
-
-
-def _victim_sets(jobs: list[JobRecord]) -> Iterator[tuple[JobRecord, ...]]:
-    """Sets of victims on one node to try: all of them when there are few, else every set of up
-    to three and every prefix of the cheapest-first order (so a large node still finds room)."""
-    if len(jobs) <= EXHAUSTIVE_VICTIMS:
-        for size in range(1, len(jobs) + 1):
-            yield from combinations(jobs, size)
-        return
-    for size in range(1, SMALL_VICTIM_SETS + 1):
-        yield from combinations(jobs, size)
-    for size in range(SMALL_VICTIM_SETS + 1, len(jobs) + 1):
-        yield tuple(jobs[:size])
 
 
 class Scheduler:
@@ -725,7 +683,7 @@ class Scheduler:
             if out:
                 return out
         if self.policy.preemption:
-            plan = self._plan_reclaim(rec, request)
+            plan = plan_reclaim(self, rec, request)
             if plan is not None:
                 victims, gpus = plan
                 self.reservation = Reservation(rec.name, gpus, self.now, {v.name for v in victims})
@@ -735,7 +693,7 @@ class Scheduler:
                     out += self._stop(victim, StopKind.PREEMPT, f"preempted for {rec.name}")
                 return out
         if self.policy.reservation:
-            self.reservation = self._reserve(rec, request)
+            self.reservation = reserve(self, rec, request)
         if self.reservation is not None and self.reservation.job == rec.name:
             rec.note(self.now, f"{short.reason}; {self.reservation.describe(self.capacity)}")
         else:
@@ -850,192 +808,6 @@ class Scheduler:
         gpus = self.rng.sample(from_mask(cap.free[i]), g)
         return WorkerSlot(cap.nodes[i].name, tuple(sorted(gpus)))
 
-    # ------------------------------------------------------------------ reservation
-
-    def _jobs_by_node(self) -> dict[int, dict[str, int]]:
-        out: dict[int, dict[str, int]] = {}
-        for (i, gpu), job in self.owner.items():
-            per = out.setdefault(i, {})
-            per[job] = per.get(job, 0) | 1 << gpu
-        return out
-
-    def _end_estimate(self, name: str) -> float:
-        rec = self.jobs[name]
-        if rec.state is JobState.STOPPING:
-            return self.now
-        return rec.expected_end(self.policy.default_runtime_s)
-
-    def _reserve(self, rec: JobRecord, request: GangRequest) -> Reservation | None:
-        """The GPUs that free up first for `rec` (one node if it fits in one, else whole nodes)."""
-        by_node = self._jobs_by_node()
-        cap = self.capacity
-        k = request.gpus
-        best: tuple[tuple[float, ...], Reservation] | None = None
-        for i in cap.present_indices():
-            healthy = full_mask(cap.nodes[i].size) & ~self.unhealthy.get(i, 0)
-            if healthy.bit_count() < k:
-                continue
-            avail, until, released = cap.free[i], self.now, 0
-            for job, mask in sorted(
-                by_node.get(i, {}).items(), key=lambda jm: (self._end_estimate(jm[0]), jm[0])
-            ):
-                if avail.bit_count() >= k:
-                    break
-                avail |= mask & healthy
-                until = max(until, self._end_estimate(job))
-                released += mask.bit_count()
-            if avail.bit_count() < k:
-                continue
-            topology = cap.nodes[i].topology
-            gpus = node_gpus(topology, avail, k, cap.aware[i], request.mode)
-            key = (until, released, -(ring_gbps(topology, gpus) or 0.0), i)
-            if best is None or key < best[0]:
-                best = (key, Reservation(rec.name, {i: to_mask(gpus)}, until))
-        if best is not None:
-            return best[1]
-        if request.widest == Tier.NODE:
-            return None
-        return self._reserve_nodes(rec, request, by_node)
-
-    def _reserve_nodes(
-        self, rec: JobRecord, request: GangRequest, by_node: dict[int, dict[str, int]]
-    ) -> Reservation | None:
-        cap = self.capacity
-        g = request.gpus_per_worker
-        domains: dict[tuple[str, ...], list[tuple[float, int, int, int]]] = {}
-        for i in cap.present_indices():
-            healthy = full_mask(cap.nodes[i].size) & ~self.unhealthy.get(i, 0)
-            if healthy.bit_count() < g:
-                continue
-            jobs = by_node.get(i, {})
-            until = max((self._end_estimate(j) for j in jobs), default=self.now)
-            busy = sum(m.bit_count() for m in jobs.values())
-            node = cap.nodes[i]
-            key = {
-                Tier.RACK: (node.pod, node.rack),
-                Tier.POD: (node.pod,),
-                Tier.CLUSTER: (),
-            }.get(request.widest, (node.name,))
-            domains.setdefault(key, []).append((until, busy, i, healthy))
-        best: tuple[tuple[float, ...], Reservation] | None = None
-        for members in domains.values():
-            members.sort()
-            held, chosen = 0, []
-            for until, busy, i, healthy in members:
-                chosen.append((until, busy, i, healthy))
-                held += healthy.bit_count() // g
-                if held >= request.workers:
-                    break
-            if held < request.workers:
-                continue
-            rank = (max(c[0] for c in chosen), sum(c[1] for c in chosen), min(c[2] for c in chosen))
-            if best is None or rank < best[0]:
-                best = (rank, Reservation(rec.name, {c[2]: c[3] for c in chosen}, rank[0]))
-        return best[1] if best else None
-
-    # ------------------------------------------------------------------ reclaim
-
-    def _victims_for(self, rec: JobRecord) -> list[JobRecord]:
-        """Running jobs `rec` may preempt: work borrowed beyond another queue's guarantee (if
-        `rec` is within its own), and lower-priority work of its own queue."""
-        spec = rec.spec
-        queue = self.queues[spec.queue]
-        within = queue.within_guarantee(spec.min_workers * spec.gpus_per_worker)
-        out: list[JobRecord] = []
-        for q in self.queues.values():
-            running = sorted(
-                (
-                    r
-                    for r in self.jobs.values()
-                    if r.spec.queue == q.name and r.state is JobState.RUNNING
-                ),
-                key=lambda r: (-r.spec.priority, r.started or 0.0, r.seq),
-            )
-            held = 0
-            for r in running:
-                held += r.gpus_held()
-                borrowed = held > q.guaranteed
-                if (q.name != spec.queue and within and borrowed) or (
-                    q.name == spec.queue
-                    and self.policy.preempt_lower_priority
-                    and r.spec.priority < spec.priority
-                ):
-                    out.append(r)
-        return out
-
-    @staticmethod
-    def _cost(victims: tuple[JobRecord, ...]) -> tuple[int, int, int, int]:
-        """Checkpointable work first, then lower priority, then fewer jobs, then fewer GPUs."""
-        return (
-            sum(1 for v in victims if not v.spec.checkpointable),
-            max((v.spec.priority for v in victims), default=0),
-            len(victims),
-            sum(v.gpus_held() for v in victims),
-        )
-
-    def _plan_reclaim(
-        self, rec: JobRecord, request: GangRequest
-    ) -> tuple[list[JobRecord], dict[int, int]] | None:
-        victims = self._victims_for(rec)
-        if not victims:
-            return None
-        cap = self.capacity
-        k = request.gpus
-        owned: dict[int, dict[str, int]] = {}
-        names = {v.name for v in victims}
-        for (i, gpu), job in self.owner.items():
-            if job in names:
-                per = owned.setdefault(i, {})
-                per[job] = per.get(job, 0) | 1 << gpu
-        best: tuple[tuple[float, ...], list[JobRecord], dict[int, int]] | None = None
-        for i, per in owned.items():
-            if not cap.present[i]:
-                continue
-            everything = cap.free[i]
-            for mask in per.values():
-                everything |= mask
-            everything &= ~self.unhealthy.get(i, 0)
-            if everything.bit_count() < k:
-                continue
-            topology = cap.nodes[i].topology
-            jobs = sorted((self.jobs[j] for j in per), key=lambda v: (self._cost((v,)), v.name))
-            for subset in _victim_sets(jobs):
-                avail = cap.free[i]
-                for v in subset:
-                    avail |= per[v.name]
-                avail &= ~self.unhealthy.get(i, 0)
-                if avail.bit_count() < k:
-                    continue
-                gpus = node_gpus(topology, avail, k, cap.aware[i], request.mode)
-                ring = ring_gbps(topology, gpus) or 0.0
-                cost = self._cost(subset)
-                key = (cost[0], -ring, *cost[1:], i)
-                if best is None or key < best[0]:
-                    best = (key, list(subset), {i: to_mask(gpus)})
-        if best is not None:
-            return best[1], best[2]
-        if request.widest == Tier.NODE or request.workers == 1:
-            return None
-        return self._plan_reclaim_nodes(request, victims, owned)
-
-    def _plan_reclaim_nodes(
-        self, request: GangRequest, victims: list[JobRecord], owned: dict[int, dict[str, int]]
-    ) -> tuple[list[JobRecord], dict[int, int]] | None:
-        """A multi-node job: place it as if every candidate victim were gone, then preempt the
-        victims that hold GPUs of that placement (the placement, not the victims, is optimised)."""
-        everything = {i: reduce(or_, per.values(), 0) for i, per in owned.items()}
-        with self.capacity.assuming_free(everything):
-            found = place_gang(self.capacity, request, self.cluster.network_gbps)
-        if isinstance(found, Shortfall):
-            return None
-        gpus = {self.capacity.index[n]: to_mask(g) for n, g in found.gpus_by_node().items()}
-        chosen = [
-            v
-            for v in victims
-            if any(owned.get(i, {}).get(v.name, 0) & mask for i, mask in gpus.items())
-        ]
-        return chosen, gpus
-
     # ------------------------------------------------------------------ explanation
 
     def _reason(self, rec: JobRecord) -> str:
@@ -1051,67 +823,6 @@ class Scheduler:
 
     # ------------------------------------------------------------------ validate mode
 
-    def _check_gang(self, rec: JobRecord) -> None:
-        if rec.placement is None:
-            raise InvariantViolation(f"{rec.name} is {rec.state.value} with no placement")
-        spec = rec.spec
-        workers = rec.placement.workers
-        if not spec.min_workers <= len(workers) <= spec.max_workers or any(
-            len(w.gpus) != spec.gpus_per_worker for w in workers
-        ):
-            raise InvariantViolation(f"{rec.name}: gang is not whole: {rec.placement}")
-        nodes = (self.capacity.nodes[self.capacity.index[w.node]] for w in workers)
-        if tier_of(nodes) > (spec.locality.accept or spec.locality.prefer).tier:
-            raise InvariantViolation(f"{rec.name}: placed wider than its locality allows")
-
     def check(self) -> None:
         """Raise InvariantViolation unless the books agree (on after every event in tests)."""
-        owner: dict[tuple[int, int], str] = {}
-        used: dict[str, int] = {q: 0 for q in self.queues}
-        for rec in self.jobs.values():
-            held = rec.held()
-            spec = rec.spec
-            if rec.state is JobState.PENDING and not self.policy.gang and rec.partial:
-                if len(rec.partial) >= spec.min_workers or rec.placement or rec.target:
-                    raise InvariantViolation(f"{rec.name} waits while holding a whole gang")
-            elif rec.state is JobState.PENDING or rec.state.terminal:
-                if held:
-                    raise InvariantViolation(f"{rec.name} is {rec.state.value} but holds GPUs")
-                continue
-            else:
-                self._check_gang(rec)
-            for placement in held:
-                for node, gpu in placement.pairs():
-                    slot = (self.capacity.index[node], gpu)
-                    if slot in owner:
-                        raise InvariantViolation(
-                            f"GPU {gpu} of {node} held by {owner[slot]} and {rec.name}"
-                        )
-                    owner[slot] = rec.name
-                used[spec.queue] = used.get(spec.queue, 0) + placement.gpus
-        if owner != self.owner:
-            raise InvariantViolation("the GPU owner map disagrees with the jobs' placements")
-        for q, queue in self.queues.items():
-            if queue.used != used.get(q, 0):
-                raise InvariantViolation(f"queue {q}: usage {queue.used} != {used.get(q, 0)}")
-        total = 0
-        for i in self.capacity.present_indices():
-            size = self.capacity.nodes[i].size
-            held_mask = 0
-            for gpu in range(size):
-                if (i, gpu) in owner:
-                    held_mask |= 1 << gpu
-            expected = full_mask(size) & ~held_mask & ~self.unhealthy.get(i, 0)
-            if self.capacity.free[i] != expected:
-                raise InvariantViolation(f"node {self.capacity.nodes[i].name}: free GPUs disagree")
-            total += expected.bit_count()
-        if total != self.capacity.total_free:
-            raise InvariantViolation("the free-GPU total disagrees with the nodes")
-        for q, entries in self._pending.items():
-            for _, _, name in entries:
-                if self.jobs[name].state is not JobState.PENDING:
-                    raise InvariantViolation(f"{name} is queued in {q} but not pending")
-        if self.reservation is not None:
-            holder = self.jobs.get(self.reservation.job)
-            if holder is None or holder.state is not JobState.PENDING:
-                raise InvariantViolation("a reservation is held for a job that is not pending")
+        check_books(self)

@@ -1,0 +1,84 @@
+"""Validate mode: the invariants the core's books must keep after every event."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from toposched.core.job import JobState
+from toposched.core.records import JobRecord
+from toposched.placement.capacity import full_mask
+from toposched.topology.cluster import tier_of
+
+if TYPE_CHECKING:
+    from toposched.core.scheduler import Scheduler
+
+
+class InvariantViolation(AssertionError):
+    """validate mode found the books inconsistent: a bug in the core."""
+
+
+def check_gang(s: Scheduler, rec: JobRecord) -> None:
+    if rec.placement is None:
+        raise InvariantViolation(f"{rec.name} is {rec.state.value} with no placement")
+    spec = rec.spec
+    workers = rec.placement.workers
+    if not spec.min_workers <= len(workers) <= spec.max_workers or any(
+        len(w.gpus) != spec.gpus_per_worker for w in workers
+    ):
+        raise InvariantViolation(f"{rec.name}: gang is not whole: {rec.placement}")
+    nodes = (s.capacity.nodes[s.capacity.index[w.node]] for w in workers)
+    if tier_of(nodes) > (spec.locality.accept or spec.locality.prefer).tier:
+        raise InvariantViolation(f"{rec.name}: placed wider than its locality allows")
+
+
+def check(s: Scheduler) -> None:
+    """Raise InvariantViolation unless the books agree (on after every event in tests)."""
+    owner: dict[tuple[int, int], str] = {}
+    used: dict[str, int] = {q: 0 for q in s.queues}
+    for rec in s.jobs.values():
+        held = rec.held()
+        spec = rec.spec
+        if rec.state is JobState.PENDING and not s.policy.gang and rec.partial:
+            if len(rec.partial) >= spec.min_workers or rec.placement or rec.target:
+                raise InvariantViolation(f"{rec.name} waits while holding a whole gang")
+        elif rec.state is JobState.PENDING or rec.state.terminal:
+            if held:
+                raise InvariantViolation(f"{rec.name} is {rec.state.value} but holds GPUs")
+            continue
+        else:
+            check_gang(s, rec)
+        for placement in held:
+            for node, gpu in placement.pairs():
+                slot = (s.capacity.index[node], gpu)
+                if slot in owner:
+                    raise InvariantViolation(
+                        f"GPU {gpu} of {node} held by {owner[slot]} and {rec.name}"
+                    )
+                owner[slot] = rec.name
+            used[spec.queue] = used.get(spec.queue, 0) + placement.gpus
+    if owner != s.owner:
+        raise InvariantViolation("the GPU owner map disagrees with the jobs' placements")
+    for q, queue in s.queues.items():
+        if queue.used != used.get(q, 0):
+            raise InvariantViolation(f"queue {q}: usage {queue.used} != {used.get(q, 0)}")
+    total = 0
+    for i in s.capacity.present_indices():
+        size = s.capacity.nodes[i].size
+        held_mask = 0
+        for gpu in range(size):
+            if (i, gpu) in owner:
+                held_mask |= 1 << gpu
+        expected = full_mask(size) & ~held_mask & ~s.unhealthy.get(i, 0)
+        if s.capacity.free[i] != expected:
+            raise InvariantViolation(f"node {s.capacity.nodes[i].name}: free GPUs disagree")
+        total += expected.bit_count()
+    if total != s.capacity.total_free:
+        raise InvariantViolation("the free-GPU total disagrees with the nodes")
+    for q, entries in s._pending.items():
+        for _, _, name in entries:
+            if s.jobs[name].state is not JobState.PENDING:
+                raise InvariantViolation(f"{name} is queued in {q} but not pending")
+    if s.reservation is not None:
+        holder = s.jobs.get(s.reservation.job)
+        if holder is None or holder.state is not JobState.PENDING:
+            raise InvariantViolation("a reservation is held for a job that is not pending")
