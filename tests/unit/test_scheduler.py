@@ -35,9 +35,11 @@ from tests.builders import (
     started,
     stopping,
     submit,
+    uniform,
 )
 from toposched.core import (
     Checkpoint,
+    Elastic,
     Event,
     GpuHealth,
     JobCancelled,
@@ -59,6 +61,7 @@ from toposched.core import (
     Tick,
     WorkerFailed,
 )
+from toposched.core.policy import make_scheduler_policy
 from toposched.placement.request import Mode
 from toposched.topology.cluster import SCHEDULE_LABEL, Cluster
 
@@ -1083,3 +1086,184 @@ def test_victim_that_finishes_is_no_longer_awaited() -> None:
     s.handle(JobFinished(2, "b1", True))
     assert s.job("b1").state is JobState.SUCCEEDED
     assert "b1" not in s.job("a").reason
+
+
+# ---------------------------------------------------------------- elastic jobs and migration
+
+
+def elastic(name: str, lo: int, hi: int, **fields: Any) -> Any:
+    return job(name, 1, workers=lo, elastic=Elastic(lo, hi), **fields)
+
+
+@cases(
+    Case(
+        # Starts at its minimum; after grow_after_s (60 s) it restarts on the best 4-set.
+        "an elastic job grows into idle GPUs once it has run a while",
+        cluster(node("n0", DGX1)),
+        [
+            (submit(elastic("e", 1, 4)), two_steps("e", {"n0": (0,)})),
+            ([Tick(30)], []),
+            ([Tick(60)], stopping("e", "resize")),
+            (
+                [JobStopped(61, "e")],
+                [("start", "e", {"n0": LOW}), moved("e", "stopping", "running")],
+            ),
+        ],
+    ),
+    Case(
+        # 4 GPUs are free, the gang needs 6: e gives back its last two workers (not all
+        # three it could), and the gang gets what they free plus the idle half.
+        "an elastic job shrinks only as far as a waiting gang needs",
+        cluster(node("n0", DGX1)),
+        [
+            (submit(elastic("e", 1, 4)), two_steps("e", {"n0": (0,)})),
+            ([Tick(60)], stopping("e", "resize")),
+            (
+                [JobStopped(61, "e")],
+                [("start", "e", {"n0": LOW}), moved("e", "stopping", "running")],
+            ),
+            (submit(job("g", 2, workers=3), t=70), [queued("g"), *stopping("e", "resize")]),
+            (
+                [JobStopped(71, "e")],
+                [
+                    ("start", "e", {"n0": (0, 1)}),
+                    moved("e", "stopping", "running"),
+                    *started("g", {"n0": (2, 3, 4, 5, 6, 7)}),
+                ],
+            ),
+        ],
+    ),
+    Case(
+        # 8 GPUs are free, 4 on each node; the 8-GPU job needs one whole node. `a` can be
+        # checkpointed, so it moves to n1's free half and g gets all of n0.
+        "a checkpointable job migrates to open a node",
+        cluster(*nodes(DGX1, 2)),
+        [
+            (
+                submit(job("a", 4, checkpoint=Checkpoint()), job("x", 4), job("b", 4)),
+                [
+                    *two_steps("a", {"n0": LOW}),
+                    *two_steps("x", {"n0": HIGH}),
+                    *two_steps("b", {"n1": LOW}),
+                ],
+            ),
+            ([JobFinished(1, "x", True)], [moved("x", "running", "succeeded")]),
+            (submit(job("g", 8), t=2), [queued("g"), *stopping("a", "migrate")]),
+            (
+                [JobStopped(3, "a")],
+                [
+                    ("start", "a", {"n1": HIGH}),
+                    moved("a", "stopping", "running"),
+                    *started("g", {"n0": ALL8}),
+                ],
+            ),
+        ],
+    ),
+    Case(
+        "without a checkpoint nothing migrates: the 8-GPU job waits",
+        cluster(*nodes(DGX1, 2)),
+        [
+            (
+                submit(job("a", 4), job("x", 4), job("b", 4)),
+                [
+                    *two_steps("a", {"n0": LOW}),
+                    *two_steps("x", {"n0": HIGH}),
+                    *two_steps("b", {"n1": LOW}),
+                ],
+            ),
+            ([JobFinished(1, "x", True)], [moved("x", "running", "succeeded")]),
+            (submit(job("g", 8), t=2), [queued("g")]),
+        ],
+    ),
+    Case(
+        "migration off for the policy: the 8-GPU job waits",
+        cluster(*nodes(DGX1, 2)),
+        [
+            (
+                submit(job("a", 4, checkpoint=Checkpoint()), job("x", 4), job("b", 4)),
+                [
+                    *two_steps("a", {"n0": LOW}),
+                    *two_steps("x", {"n0": HIGH}),
+                    *two_steps("b", {"n1": LOW}),
+                ],
+            ),
+            ([JobFinished(1, "x", True)], [moved("x", "running", "succeeded")]),
+            (submit(job("g", 8), t=2), [queued("g")]),
+        ],
+        policy={"migration": False},
+    ),
+    Case(
+        # e is stopping to grow onto GPUs of n0 when n0 is lost: the move is abandoned and
+        # once stopped e waits in the queue (n1 is full); it restarts at its minimum size.
+        "a node lost under a job that is moving onto it",
+        cluster(*nodes(PCIE4, 2)),
+        [
+            (
+                submit(elastic("e", 1, 2), job("o", 1, workers=4)),
+                [*two_steps("e", {"n0": (0,)}), *two_steps("o", {"n1": (0, 1, 2, 3)})],
+            ),
+            ([Tick(60)], stopping("e", "resize")),
+            ([NodeRemoved(61, "n0")], []),
+            ([JobStopped(62, "e")], [moved("e", "stopping", "pending")]),
+            (
+                [JobFinished(63, "o", True)],
+                [moved("o", "running", "succeeded"), *started("e", {"n1": (0,)})],
+            ),
+        ],
+    ),
+)
+def test_elastic_and_migration(case: Case) -> None:
+    play(case)
+
+
+def test_failed_exit_while_stopping_counts_as_the_stop() -> None:
+    """Workers killed by a cancel's SIGTERM exit non-zero: the job ends cancelled, and one
+    preempted that way waits again without using up a restart."""
+    s = scheduler(DGX1)
+    s.handle(*submit(job("c", 4, restart=RestartPolicy.ON_FAILURE, max_restarts=1)))
+    assert project(s.handle(JobCancelled(1, "c"))) == stopping("c", "cancel")
+    assert project(s.handle(JobFinished(2, "c", False))) == [moved("c", "stopping", "cancelled")]
+
+
+def test_a_job_behind_a_hopeless_shape_still_says_why() -> None:
+    """The cycle stops once no waiting shape can start; jobs it did not reach still explain
+    themselves with what their shape was told."""
+    s = scheduler(DGX1)
+    s.handle(*submit(job("a", 4), job("b", 2)))
+    s.handle(*submit(job("big1", 8), job("big2", 8), job("big3", 8), t=1))
+    s.handle(JobFinished(2, "b", True))  # a full cycle: big1 heads, big2 and big3 share a shape
+    for name in ("big2", "big3"):
+        assert "waiting behind big1" in s.job(name).reason, s.job(name).reason
+
+
+def deadlock_scenario(policy: str) -> Scheduler:
+    """One 4-GPU node; x runs on 2 GPUs; a (2 x 2 GPUs) waits, then b (2 x 2, higher priority)
+    arrives; x ends. A policy that binds workers one at a time gives a and b one worker each."""
+    s = Scheduler(uniform(PCIE4, 1), make_scheduler_policy(policy), validate=True)
+    s.handle(*submit(job("x", 2)))
+    s.handle(*submit(job("a", 2, workers=2), t=1))
+    s.handle(*submit(job("b", 2, workers=2, priority=1), t=2))
+    s.handle(JobFinished(3, "x", True))
+    return s
+
+
+def test_k8s_default_deadlocks_on_partial_gangs() -> None:
+    s = deadlock_scenario("k8s-default")
+    for name in ("a", "b"):
+        assert s.job(name).reason == "holding 1 of 2 workers; the rest wait"
+    assert s.capacity.total_free == 0
+    assert s.handle(Tick(10_000)) == []  # nothing will ever change on its own
+    assert {s.job(n).state for n in "ab"} == {JobState.PENDING}
+
+
+@pytest.mark.parametrize(
+    "policy", ["toposched", "fifo-gang-firstfit", "hived-like", "gandiva-like"]
+)
+def test_gang_policies_do_not_deadlock(policy: str) -> None:
+    s = deadlock_scenario(policy)
+    for t in range(4, 8):
+        running = [n for n in "ab" if s.job(n).state is JobState.RUNNING]
+        if not running:
+            break
+        s.handle(JobFinished(t, running[0], True))
+    assert {s.job(n).state for n in "ab"} == {JobState.SUCCEEDED}

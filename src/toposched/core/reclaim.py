@@ -38,23 +38,33 @@ def victims_for(s: Scheduler, rec: JobRecord) -> list[JobRecord]:
     """Running jobs `rec` may preempt: work borrowed beyond another queue's guarantee (if
     `rec` is within its own), and lower-priority work of its own queue."""
     spec = rec.spec
-    queue = s.queues[spec.queue]
-    within = queue.within_guarantee(spec.min_workers * spec.gpus_per_worker)
+    within = s.queues[spec.queue].within_guarantee(spec.min_workers * spec.gpus_per_worker)
+    lower = s.policy.preempt_lower_priority
+    if not (within or lower):
+        return []
+    # Other queues' jobs matter only if `rec` is within its guarantee; all of a queue's jobs
+    # then count, in order, to tell where its guarantee ends and borrowing begins.
+    running: dict[str, list[JobRecord]] = {}
+    for r in s.jobs.values():
+        if r.state is not JobState.RUNNING:
+            continue
+        if r.spec.queue == spec.queue:
+            if lower and r.spec.priority < spec.priority:
+                running.setdefault(r.spec.queue, []).append(r)
+        elif within:
+            running.setdefault(r.spec.queue, []).append(r)
     out: list[JobRecord] = []
     for q in s.queues.values():
-        running = sorted(
-            (r for r in s.jobs.values() if r.spec.queue == q.name and r.state is JobState.RUNNING),
-            key=lambda r: (-r.spec.priority, r.started or 0.0, r.seq),
+        jobs = sorted(
+            running.get(q.name, ()), key=lambda r: (-r.spec.priority, r.started or 0.0, r.seq)
         )
+        if q.name == spec.queue:
+            out += jobs
+            continue
         held = 0
-        for r in running:
+        for r in jobs:
             held += r.gpus_held()
-            borrowed = held > q.guaranteed
-            if (q.name != spec.queue and within and borrowed) or (
-                q.name == spec.queue
-                and s.policy.preempt_lower_priority
-                and r.spec.priority < spec.priority
-            ):
+            if held > q.guaranteed:
                 out.append(r)
     return out
 

@@ -35,6 +35,7 @@ class JobRecord:
     started: float | None = None
     restarts: int = 0
     reason: str = ""
+    tried: int = 0  # the last scheduling cycle that looked at this job
     log: deque[tuple[float, str]] = field(default_factory=lambda: deque(maxlen=LOG_LINES))
 
     @property

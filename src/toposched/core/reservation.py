@@ -26,6 +26,10 @@ class Reservation:
     until: float
     awaiting: set[str] = field(default_factory=set)
 
+    def holds_free(self, capacity: Capacity) -> bool:
+        """Whether any reserved GPU is free now (else keeping it from others changes nothing)."""
+        return any(capacity.free[i] & mask for i, mask in self.gpus.items())
+
     def describe(self, capacity: Capacity) -> str:
         parts = []
         for i, mask in sorted(self.gpus.items()):

@@ -56,6 +56,7 @@ from toposched.placement.gang import (
     Placement,
     Shortfall,
     WorkerSlot,
+    node_domain,
     place_gang,
 )
 from toposched.placement.request import Mode
@@ -88,6 +89,10 @@ class JobView:
 _STOPPED_STATE = {StopKind.CANCEL: JobState.CANCELLED}
 
 
+# A gang's shape, see JobSpec.shape.
+Shape = tuple[int, int, Tier]
+
+
 class Scheduler:
     """One cluster's scheduling state. Drivers feed events and carry out the returned actions."""
 
@@ -114,12 +119,21 @@ class Scheduler:
         self.reservation: Reservation | None = None
         for name, guaranteed in (queues or {}).items():
             self._configure_queue(name, guaranteed)
-        self._pending: dict[str, list[tuple[int, int, str]]] = {}
+        # Pending jobs per (queue, shape), each list in (-priority, seq) order.
+        self._pending: dict[tuple[str, Shape], list[tuple[int, int, str]]] = {}
         self._finished: deque[str] = deque()
         self.mode = Mode.PACK if self.policy.single_gpu is SingleGpu.PACK else Mode.SPREAD
         self.now = 0.0
         self._seq = 0
         self.notes: deque[tuple[float, str]] = deque(maxlen=100)
+        self._room: dict[tuple[int, Tier], tuple[int, int]] = {}
+        # Elastic jobs not yet ended, by name: the only ones growth looks at.
+        self._elastic: dict[str, JobRecord] = {}
+        # Pending jobs per gang shape, and what the last cycle that gave up on a shape said:
+        # the cycle stops early once no waiting shape can start (see `_cycle`).
+        self._shapes: dict[Shape, int] = {}
+        self._shape_notes: dict[Shape, tuple[int, str]] = {}
+        self._cycles = 0
 
     # ------------------------------------------------------------------ the entry point
 
@@ -236,30 +250,18 @@ class Scheduler:
             self._retire(rec)
             return [Transition(rec.name, never, None, JobState.REJECTED)]
         rec.note(self.now, "submitted")
+        if spec.elastic is not None:
+            self._elastic[spec.name] = rec
         self._enqueue(rec)
         return [Transition(rec.name, "submitted", None, JobState.PENDING)]
 
     def _never_fits(self, spec: JobSpec) -> str | None:
         """A reason if the job cannot run even on the whole (healthy, empty) cluster."""
-        nodes = [self.capacity.nodes[i] for i in self.capacity.present_indices()]
         g = spec.gpus_per_worker
-        largest = max((n.size for n in nodes), default=0)
+        widest = spec.locality.accept or spec.locality.prefer
+        largest, best = self._room_when_empty(g, widest.tier)
         if g > largest:
             return f"rejected: a worker needs {g} GPUs; the largest node has {largest}"
-        widest = spec.locality.accept or spec.locality.prefer
-        best = 0
-        domains: dict[tuple[str, ...], int] = {}
-        for node in nodes:
-            if widest.tier == Tier.NODE:
-                key: tuple[str, ...] = (node.name,)
-            elif widest.tier == Tier.RACK:
-                key = (node.pod, node.rack)
-            elif widest.tier == Tier.POD:
-                key = (node.pod,)
-            else:
-                key = ()
-            domains[key] = domains.get(key, 0) + node.size // g
-            best = max(best, domains[key])
         if best < spec.min_workers:
             where = {"node": "one node", "rack": "one rack", "pod": "one pod", "any": "the cluster"}
             return (
@@ -267,6 +269,20 @@ class Scheduler:
                 f"{where[widest.value]}; at most {best} fit there even when it is empty"
             )
         return None
+
+    def _room_when_empty(self, g: int, tier: Tier) -> tuple[int, int]:
+        """(largest node, most workers of `g` GPUs one `tier` domain holds) on the empty
+        cluster; cached until a node comes or goes."""
+        key = (g, tier)
+        if key not in self._room:
+            nodes = [self.capacity.nodes[i] for i in self.capacity.present_indices()]
+            domains: dict[tuple[str, ...], int] = {}
+            for node in nodes:
+                domain = (node.name,) if tier == Tier.NODE else node_domain(node, tier)
+                domains[domain] = domains.get(domain, 0) + node.size // g
+            largest = max((n.size for n in nodes), default=0)
+            self._room[key] = (largest, max(domains.values(), default=0))
+        return self._room[key]
 
     def _cancel(self, rec: JobRecord) -> list[Action]:
         if rec.state.terminal:
@@ -283,6 +299,9 @@ class Scheduler:
     def _finished_event(self, rec: JobRecord, ok: bool, why: str) -> list[Action]:
         if rec.state not in (JobState.RUNNING, JobState.STOPPING):
             raise SchedulingError(f"job {rec.name!r} is {rec.state.value}, so it cannot finish")
+        if rec.state is JobState.STOPPING and not ok:
+            # Workers exiting non-zero while told to stop: the signal did it, not a fault.
+            return self._stopped(rec)
         self._release_all(rec)
         if ok:
             return self._end(rec, JobState.SUCCEEDED, why or "all workers exited 0")
@@ -347,6 +366,7 @@ class Scheduler:
         if i is not None and self.capacity.present[i]:
             raise SchedulingError(f"node {node.name!r} is already in the cluster")
         i = self.capacity.add_node(node)
+        self._room.clear()
         self.labels[node.name] = dict(node.labels)
         self.unhealthy.pop(i, None)
         held = 0
@@ -361,15 +381,33 @@ class Scheduler:
         i = self._node_index(name)
         out: list[Action] = []
         for job in sorted({j for (n, _), j in self.owner.items() if n == i}):
-            rec = self.jobs[job]
-            if rec.state is JobState.RUNNING:
-                out += self._stop(rec, StopKind.FAILURE, f"node {name} was lost")
+            out += self._lost(self.jobs[job], name, None, f"node {name} was lost")
         self.capacity.remove_node(i)
+        self._room.clear()
         self.unhealthy.pop(i, None)
         if self.reservation is not None and i in self.reservation.gpus:
             self.reservation = None
         self._note(f"node {name} removed")
         return out
+
+    def _lost(self, rec: JobRecord, node: str, gpu: int | None, why: str) -> list[Action]:
+        """A job holds GPUs on lost hardware (a node, or one `gpu` of it)."""
+
+        def touches(placement: Placement | None) -> bool:
+            return placement is not None and any(
+                n == node and (gpu is None or g == gpu) for n, g in placement.pairs()
+            )
+
+        if rec.state is JobState.RUNNING and touches(rec.placement):
+            return self._stop(rec, StopKind.FAILURE, why)
+        if rec.state is JobState.STOPPING and touches(rec.resume):
+            # It was moving onto (or growing over) the lost GPUs: give up the move. Once
+            # stopped it waits in the queue like a preempted job, keeping its place.
+            if rec.target is not None:  # GPUs it was moving or growing onto (none to shrink)
+                self._release_pairs(rec, set(rec.target.pairs()))
+            rec.target = rec.resume = None
+            rec.note(self.now, f"move abandoned: {why}")
+        return []
 
     def _label(self, name: str, key: str, value: str | None) -> None:
         i = self._node_index(name)
@@ -402,10 +440,7 @@ class Scheduler:
             if holder is None:
                 self.capacity.take(i, bit)
                 return []
-            rec = self.jobs[holder]
-            if rec.state is JobState.RUNNING:
-                return self._stop(rec, StopKind.FAILURE, f"GPU {gpu} of node {name} failed")
-            return []
+            return self._lost(self.jobs[holder], name, gpu, f"GPU {gpu} of node {name} failed")
         if bad & bit:
             self.unhealthy[i] = bad & ~bit
             if holder is None:
@@ -431,15 +466,24 @@ class Scheduler:
     # ------------------------------------------------------------------ state changes
 
     def _enqueue(self, rec: JobRecord) -> None:
-        entries = self._pending.setdefault(rec.spec.queue, [])
+        shape = rec.spec.shape
+        entries = self._pending.setdefault((rec.spec.queue, shape), [])
         bisect.insort(entries, (-rec.spec.priority, rec.seq, rec.name))
         self.queues[rec.spec.queue].pending.add(rec.name)
+        self._shapes[shape] = self._shapes.get(shape, 0) + 1
 
     def _dequeue(self, rec: JobRecord) -> None:
-        entries = self._pending[rec.spec.queue]
-        key = (-rec.spec.priority, rec.seq, rec.name)
-        del entries[bisect.bisect_left(entries, key)]
+        shape = rec.spec.shape
+        key = (rec.spec.queue, shape)
+        entries = self._pending[key]
+        del entries[bisect.bisect_left(entries, (-rec.spec.priority, rec.seq, rec.name))]
+        if not entries:
+            del self._pending[key]
         self.queues[rec.spec.queue].pending.discard(rec.name)
+        self._shapes[shape] -= 1
+        if not self._shapes[shape]:
+            del self._shapes[shape]
+            self._shape_notes.pop(shape, None)
 
     def _allocate(self, rec: JobRecord, placement: Placement) -> None:
         for node, gpus in placement.gpus_by_node().items():
@@ -507,6 +551,7 @@ class Scheduler:
 
     def _retire(self, rec: JobRecord) -> None:
         """Ended jobs stay answerable for a while; the oldest are forgotten (drivers keep them)."""
+        self._elastic.pop(rec.name, None)
         self._finished.append(rec.name)
         while len(self._finished) > self.policy.keep_finished:
             self.jobs.pop(self._finished.popleft(), None)
@@ -516,31 +561,39 @@ class Scheduler:
 
     # ------------------------------------------------------------------ the cycle
 
-    def _order(self, only: str | None) -> Iterator[JobRecord]:
-        """Phase 2 (heads): merge the queues' heads, best first, recomputing shares as we go."""
+    def _order(self, only: str | None, hopeless: set[Shape] | None = None) -> Iterator[JobRecord]:
+        """Phase 2 (heads): merge the heads of the (queue, shape) lists, best first.
+
+        A rank changes only with its queue's usage, so ranks are recomputed for the list a job
+        came from, or for all of its queue's lists when the job started. Shapes the caller
+        adds to `hopeless` (none of them can start this cycle) drop out whole.
+        """
         if only is not None:
             yield self.jobs[only]
             return
-        cursors = {q: 0 for q, entries in self._pending.items() if entries}
-        while cursors:
-            best_key: tuple[float, ...] | None = None
-            best_queue = ""
-            for q, pos in cursors.items():
-                rec = self.jobs[self._pending[q][pos][2]]
-                key = self._rank(rec)
-                if best_key is None or key < best_key:
-                    best_key, best_queue = key, q
-            entries = self._pending[best_queue]
-            pos = cursors[best_queue]
+        heads: dict[tuple[str, Shape], tuple[tuple[float, ...], int]] = {
+            key: (self._rank(self.jobs[entries[0][2]]), 0) for key, entries in self._pending.items()
+        }
+        while heads:
+            best = min(heads, key=lambda k: heads[k][0])
+            if hopeless and best[1] in hopeless:
+                del heads[best]
+                continue
+            entries = self._pending.get(best, [])
+            pos = heads[best][1]
             name = entries[pos][2]
             yield self.jobs[name]
-            # Starting the job removed it from the list; otherwise step past it.
             if pos < len(entries) and entries[pos][2] == name:
-                pos += 1
-            if pos < len(entries):
-                cursors[best_queue] = pos
+                pos += 1  # still waiting: step past it
             else:
-                del cursors[best_queue]
+                # It started: its queue's usage, and so the rank of each of its lists, changed.
+                for key, (_, at) in list(heads.items()):
+                    if key != best and key[0] == best[0]:
+                        heads[key] = (self._rank(self.jobs[self._pending[key][at][2]]), at)
+            if pos < len(entries):
+                heads[best] = (self._rank(self.jobs[entries[pos][2]]), pos)
+            else:
+                del heads[best]
 
     def _rank(self, rec: JobRecord) -> tuple[float, ...]:
         if self.policy.order is Order.FIFO:
@@ -555,9 +608,10 @@ class Scheduler:
             return False
         return self._rank(self.jobs[res.job]) < self._rank(rec)
 
-    def _request(self, rec: JobRecord) -> GangRequest:
+    def _request(self, rec: JobRecord, widest: Tier | None = None) -> GangRequest:
         spec = rec.spec
-        widest = spec.locality.allowed(self.now - rec.waiting_since).tier
+        if widest is None:
+            widest = spec.locality.allowed(self.now - rec.waiting_since).tier
         first_fit = self.policy.placement is not Placing.TOPOLOGY
         return GangRequest(spec.min_workers, spec.gpus_per_worker, widest, self.mode, first_fit)
 
@@ -575,10 +629,9 @@ class Scheduler:
             self._note(f"1-GPU jobs now spread: {load:.0%} of GPUs allocated")
 
     def _healthy_gpus(self) -> int:
-        total = 0
-        for i in self.capacity.present_indices():
-            total += self.capacity.nodes[i].size - self.unhealthy.get(i, 0).bit_count()
-        return total
+        # `unhealthy` holds only nodes with a failed GPU, and only present ones.
+        bad = sum(mask.bit_count() for mask in self.unhealthy.values())
+        return self.capacity.total_gpus - bad
 
     def _cycle(self, only: str | None) -> list[Action]:
         if not self.policy.gang:
@@ -590,33 +643,45 @@ class Scheduler:
             res.job not in self.jobs or self.jobs[res.job].state is not JobState.PENDING
         ):
             self.reservation = None
-        failed: dict[tuple[object, ...], str] = {}
+        # Within one cycle nothing frees up, so a request that failed fails again: keyed by
+        # gang shape, tier and whether the reservation is off limits, with the note it left.
+        failed: dict[tuple[int, int, Tier, bool], tuple[Shortfall, str]] = {}
+        # Shapes that cannot start at all now (at their widest tier, reservation or not): once
+        # every waiting shape is among them, no later job can start and the cycle ends.
+        hopeless: set[Shape] = set()
+        self._cycles += 1
         first_blocked = only is not None
         # Jobs that rank before the reservation's holder may use its GPUs; those after it may
         # not, unless they are expected to end before the holder can start.
         behind_holder = only is not None
-        for rec in self._order(only):
+        for rec in self._order(only, hopeless):
             if rec.state is not JobState.PENDING:
                 continue
             if self.capacity.total_free == 0 and first_blocked:
                 break
-            request = self._request(rec)
+            rec.tried = self._cycles
+            spec = rec.spec
+            tier = spec.locality.allowed(self.now - rec.waiting_since).tier
             res = self.reservation
-            if res is not None and res.job == rec.name:
-                behind_holder = True
             exclude = None
-            if res is not None and res.job != rec.name and behind_holder:
-                end = self.now + (rec.spec.limit_s or self.policy.default_runtime_s or math.inf)
-                if math.isinf(end) or end > res.until:
-                    exclude = res.gpus
-            key = (request, exclude is not None)
+            if res is not None:
+                if res.job == rec.name:
+                    behind_holder = True
+                elif behind_holder and res.holds_free(self.capacity):
+                    runtime = spec.limit_s or self.policy.default_runtime_s or math.inf
+                    if math.isinf(runtime) or self.now + runtime > res.until:
+                        exclude = res.gpus
+            shape = (spec.min_workers, spec.gpus_per_worker, tier, exclude is not None)
+            known = failed.get(shape)
+            if known is not None:
+                rec.note(self.now, known[1])
+                continue
+            request = self._request(rec, tier)
             result: Placement | Shortfall
             if request.gpus > self.capacity.total_free:
                 result = Shortfall(
                     f"needs {request.gpus} GPUs; {self.capacity.total_free} are free"
                 )
-            elif key in failed:
-                result = Shortfall(failed[key])
             else:
                 result = place_gang(self.capacity, request, self.cluster.network_gbps, exclude)
             if isinstance(result, Placement):
@@ -625,16 +690,30 @@ class Scheduler:
                     why = "backfilled around the reservation for " + (res.job if res else "")
                 out += self._start(rec, result, why)
                 continue
-            failed[key] = result.reason
-            if not first_blocked:
+            head = not first_blocked
+            if head:
                 first_blocked = True
                 out += self._blocked_head(rec, request, result)
                 if not self.policy.backfill:
                     break
-            elif res is not None and res.job != rec.name:
-                rec.note(self.now, f"{result.reason}; waiting behind {res.job}")
-            else:
-                rec.note(self.now, result.reason)
+            # What later jobs of this shape are told (the head's own note says more).
+            res = self.reservation
+            text = result.reason
+            if res is not None:
+                text = f"{result.reason}; waiting behind {res.job}"
+            failed[shape] = (result, text)
+            if not head:
+                mine = res is not None and res.job == rec.name
+                rec.note(
+                    self.now,
+                    f"{result.reason}; {res.describe(self.capacity)}" if res and mine else text,
+                )
+            whole = spec.shape
+            if exclude is None and tier == whole[2]:
+                hopeless.add(whole)
+                self._shape_notes[whole] = (self._cycles, text)
+                if hopeless.issuperset(self._shapes):
+                    break
         if self.policy.elastic and not any(self._pending.values()):
             out += self._grow()
         return out
@@ -642,7 +721,7 @@ class Scheduler:
     def _grow(self) -> list[Action]:
         """Phase 6: nobody waits, so elastic jobs take idle GPUs (a restart at the new size)."""
         out: list[Action] = []
-        for rec in sorted(self.jobs.values(), key=lambda r: r.seq):
+        for rec in sorted(self._elastic.values(), key=lambda r: r.seq):
             if rec.state is not JobState.RUNNING or rec.spec.elastic is None:
                 continue
             if self.now - rec.last_restart < self.policy.grow_after_s:
@@ -714,32 +793,42 @@ class Scheduler:
             ),
             key=lambda r: (r.spec.priority, -(r.started or 0.0), r.seq),
         )
+        network = self.cluster.network_gbps
         chosen: list[tuple[JobRecord, Placement]] = []
         freed: dict[int, int] = {}
         for victim in candidates:
             assert victim.placement is not None
-            keep = victim.placement.workers[: victim.spec.min_workers]
-            for slot in victim.placement.workers[victim.spec.min_workers :]:
-                i = self.capacity.index[slot.node]
-                freed[i] = freed.get(i, 0) | to_mask(slot.gpus)
-            chosen.append((victim, placement_of(self.capacity, keep, self.cluster.network_gbps)))
-            with self.capacity.assuming_free(freed):
-                found = place_gang(self.capacity, request, self.cluster.network_gbps)
-            if isinstance(found, Placement):
-                out: list[Action] = []
-                gpus = {self.capacity.index[n]: to_mask(g) for n, g in found.gpus_by_node().items()}
-                names = {v.name for v, _ in chosen}
-                self.reservation = Reservation(rec.name, gpus, self.now, names)
-                rec.note(self.now, f"shrinking {', '.join(sorted(names))} to make room")
-                for shrunk, resume in chosen:
-                    shrunk.resume = resume
-                    out += self._stop(
-                        shrunk,
-                        StopKind.RESIZE,
-                        f"shrinking to {len(resume.workers)} for {rec.name}",
-                    )
-                return out
+            workers = victim.placement.workers
+            # Give back as few workers as will do: the last ones first, down to the minimum.
+            for keep in range(len(workers) - 1, victim.spec.min_workers - 1, -1):
+                trial = dict(freed)
+                for slot in workers[keep:]:
+                    i = self.capacity.index[slot.node]
+                    trial[i] = trial.get(i, 0) | to_mask(slot.gpus)
+                with self.capacity.assuming_free(trial):
+                    found = place_gang(self.capacity, request, network)
+                resume = placement_of(self.capacity, workers[:keep], network)
+                if isinstance(found, Placement):
+                    return self._shrink(rec, [*chosen, (victim, resume)], found)
+            freed = trial
+            chosen.append((victim, resume))
         return []
+
+    def _shrink(
+        self, rec: JobRecord, chosen: list[tuple[JobRecord, Placement]], found: Placement
+    ) -> list[Action]:
+        """Stop the chosen elastic jobs to restart smaller; reserve what they free for `rec`."""
+        gpus = {self.capacity.index[n]: to_mask(g) for n, g in found.gpus_by_node().items()}
+        names = {v.name for v, _ in chosen}
+        self.reservation = Reservation(rec.name, gpus, self.now, names)
+        rec.note(self.now, f"shrinking {', '.join(sorted(names))} to make room")
+        out: list[Action] = []
+        for shrunk, resume in chosen:
+            shrunk.resume = resume
+            out += self._stop(
+                shrunk, StopKind.RESIZE, f"shrinking to {len(resume.workers)} for {rec.name}"
+            )
+        return out
 
     def _defragment_for(self, rec: JobRecord, request: GangRequest) -> list[Action]:
         """Migrate the fewest checkpointable jobs so that one node can take the blocked job."""
@@ -812,6 +901,12 @@ class Scheduler:
 
     def _reason(self, rec: JobRecord) -> str:
         """The last recorded reason; a job not yet tried says how many are ahead of it."""
+        if rec.state is JobState.PENDING:
+            # A cycle that stopped before this job still said why its shape cannot start.
+            note = self._shape_notes.get(rec.spec.shape)
+            holder = self.reservation is not None and self.reservation.job == rec.name
+            if note is not None and note[0] > rec.tried and not holder:
+                return note[1]
         if rec.state is JobState.PENDING and rec.reason == "submitted":
             ahead = 0
             for other in self._order(None):

@@ -74,10 +74,12 @@ def check(s: Scheduler) -> None:
         total += expected.bit_count()
     if total != s.capacity.total_free:
         raise InvariantViolation("the free-GPU total disagrees with the nodes")
-    for q, entries in s._pending.items():
+    for (q, shape), entries in s._pending.items():
         for _, _, name in entries:
             if s.jobs[name].state is not JobState.PENDING:
                 raise InvariantViolation(f"{name} is queued in {q} but not pending")
+            if s.jobs[name].spec.shape != shape or s.jobs[name].spec.queue != q:
+                raise InvariantViolation(f"{name} is filed under the wrong queue or shape")
     if s.reservation is not None:
         holder = s.jobs.get(s.reservation.job)
         if holder is None or holder.state is not JobState.PENDING:

@@ -6,6 +6,7 @@ index for life (a removed node stays as an empty slot), so indices can be stored
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
@@ -29,7 +30,10 @@ class Capacity:
         self.present: list[bool] = []
         self.index: dict[str, int] = {}
         self.total_free = 0
+        self.total_gpus = 0  # of present nodes, busy or not
         self._groups: dict[Signature, set[int]] = {}
+        # The lowest member of each group, lazily: stale entries are dropped when met.
+        self._lowest: dict[Signature, list[int]] = {}
         for node in nodes:
             self.add_node(node)
 
@@ -50,12 +54,14 @@ class Capacity:
         self.aware[i] = topology_aware(node.labels)
         self.free[i] = full_mask(node.size)
         self.total_free += node.size
+        self.total_gpus += node.size
         self._join(i)
         return i
 
     def remove_node(self, i: int) -> None:
         self._leave(i)
         self.total_free -= self.free[i].bit_count()
+        self.total_gpus -= self.nodes[i].size
         self.free[i] = 0
         self.present[i] = False
 
@@ -104,12 +110,26 @@ class Capacity:
         """Present nodes with at least one free GPU, grouped by signature."""
         return iter(self._groups.items())
 
+    def lowest(self, key: Signature) -> int:
+        """The lowest node index in group `key` (which must exist)."""
+        heap, members = self._lowest[key], self._groups[key]
+        while heap[0] not in members:
+            heapq.heappop(heap)
+        return heap[0]
+
     def present_indices(self) -> Iterator[int]:
         return (i for i, up in enumerate(self.present) if up)
 
     def _join(self, i: int) -> None:
         if self.present[i] and self.free[i]:
-            self._groups.setdefault(self.signature(i), set()).add(i)
+            key = self.signature(i)
+            members = self._groups.setdefault(key, set())
+            if i not in members:
+                members.add(i)
+                heap = self._lowest.setdefault(key, [])
+                heapq.heappush(heap, i)
+                if len(heap) > 2 * len(members) + 8:
+                    self._lowest[key] = sorted(members)  # shed the stale entries
 
     def _leave(self, i: int) -> None:
         if not (self.present[i] and self.free[i]):
@@ -119,3 +139,4 @@ class Capacity:
         members.discard(i)
         if not members:
             del self._groups[key]
+            del self._lowest[key]

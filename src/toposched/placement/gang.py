@@ -118,15 +118,23 @@ def _crowding(topology: NodeTopology, free: int, gpu: int) -> tuple[int, int]:
     )
 
 
-def _candidates(cap: Capacity, exclude: Mapping[int, int]) -> Iterator[tuple[int, int]]:
+def _candidates(
+    cap: Capacity, exclude: Mapping[int, int], least: int = 1
+) -> Iterator[tuple[int, int]]:
     """(node index, effective free mask) for one representative per signature, and for every
-    node with excluded GPUs on its own."""
-    for (_, free, _), members in cap.groups():
-        usable = [i for i in members if i not in exclude]
-        if usable:
-            yield min(usable), free
+    node with excluded GPUs on its own; only nodes with at least `least` usable GPUs."""
+    for key, members in cap.groups():
+        if key[1].bit_count() < least:
+            continue
+        lowest = cap.lowest(key)
+        if lowest in exclude:
+            usable = [i for i in members if i not in exclude]
+            if not usable:
+                continue
+            lowest = min(usable)
+        yield lowest, key[1]
     for i, mask in exclude.items():
-        if cap.present[i]:
+        if cap.present[i] and (cap.free[i] & ~mask).bit_count() >= least:
             yield i, cap.free[i] & ~mask
 
 
@@ -144,8 +152,11 @@ def place_gang(
     if single is not None:
         return single
     k = request.gpus
-    largest = max((free.bit_count() for _, free in _candidates(cap, exclude)), default=0)
     if request.widest == Tier.NODE or request.workers == 1:
+        if exclude:
+            largest = max((free.bit_count() for _, free in _candidates(cap, exclude)), default=0)
+        else:
+            largest = max((key[1].bit_count() for key, _ in cap.groups()), default=0)
         return Shortfall(f"needs {k} GPUs on one node; the best node has {largest} free")
     return _place_on_many_nodes(cap, request, network, exclude)
 
@@ -155,10 +166,8 @@ def _place_on_one_node(
 ) -> Placement | None:
     k = request.gpus
     best: tuple[tuple[float, ...], int, tuple[int, ...]] | None = None
-    for i, free in _candidates(cap, exclude):
+    for i, free in _candidates(cap, exclude, k):
         count = free.bit_count()
-        if count < k:
-            continue
         topology = cap.nodes[i].topology
         gpus = node_gpus(topology, free, k, cap.aware[i], request.mode)
         if k >= 2:
@@ -211,7 +220,8 @@ def _first_fit(
     return Placement(tuple(slots), min([network[tier], *rings]), tier)
 
 
-def _domain(node: Node, tier: Tier) -> tuple[str, ...]:
+def node_domain(node: Node, tier: Tier) -> tuple[str, ...]:
+    """The network domain a node belongs to at `tier` (a rack, a pod; one for the cluster)."""
     if tier == Tier.RACK:
         return (node.pod, node.rack)
     if tier == Tier.POD:
@@ -253,6 +263,15 @@ def _place_on_many_nodes(
     cap: Capacity, request: GangRequest, network: Mapping[Tier, float], exclude: Mapping[int, int]
 ) -> Placement | Shortfall:
     g, workers = request.gpus_per_worker, request.workers
+    where = {Tier.RACK: "one rack", Tier.POD: "one pod", Tier.CLUSTER: "the cluster"}
+    if not exclude:
+        # The whole cluster's room bounds every domain's; counted per group, not per node.
+        room = sum(len(members) * (key[1].bit_count() // g) for key, members in cap.groups())
+        if room < workers:
+            return Shortfall(
+                f"needs {workers} workers x {g} GPUs within {where[request.widest]}; "
+                f"at most {room} fit now in the whole cluster"
+            )
     usable: list[tuple[int, int]] = []
     for i in cap.present_indices():
         free = cap.free[i] & ~exclude.get(i, 0)
@@ -267,7 +286,7 @@ def _place_on_many_nodes(
             break
         domains: dict[tuple[str, ...], list[tuple[int, int]]] = {}
         for i, free in usable:
-            domains.setdefault(_domain(cap.nodes[i], tier), []).append((i, free))
+            domains.setdefault(node_domain(cap.nodes[i], tier), []).append((i, free))
         for key in sorted(domains):
             members = domains[key]
             capacities = [free.bit_count() // g for _, free in members]
@@ -276,7 +295,6 @@ def _place_on_many_nodes(
             if m is not None and (chosen is None or m < chosen[0]):
                 chosen = (m, tier, members)
     if chosen is None:
-        where = {Tier.RACK: "one rack", Tier.POD: "one pod", Tier.CLUSTER: "the cluster"}
         return Shortfall(
             f"needs {workers} workers x {g} GPUs within {where[request.widest]}; "
             f"at most {best_hold} fit now"
@@ -285,7 +303,7 @@ def _place_on_many_nodes(
     # Every domain of that tier that does it with m nodes competes on ring, then fit.
     domains = {}
     for i, free in usable:
-        domains.setdefault(_domain(cap.nodes[i], tier), []).append((i, free))
+        domains.setdefault(node_domain(cap.nodes[i], tier), []).append((i, free))
     best: tuple[tuple[float, ...], list[tuple[int, int, int]]] | None = None
     for key in sorted(domains):
         pick = _best_nodes(cap, domains[key], workers, g, m)
