@@ -30,6 +30,7 @@ demo: venv
 
 bench: venv
 	$(BIN)/python benchmarks/placement.py
+	$(BIN)/python benchmarks/scheduler.py
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache .mypy_cache .ruff_cache
