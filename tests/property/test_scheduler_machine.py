@@ -1,0 +1,752 @@
+"""The scheduler core driven by random event streams, checked from the driver's side.
+
+A `Driver` feeds events to `Scheduler(validate=True)` and keeps only what a real driver would
+know from the actions it got back: which jobs it started where, which it was told to stop and
+has not yet confirmed, which nodes and GPUs are up. After every event it checks (DESIGN.md §2, §4):
+
+- actions are consistent with that knowledge: a job starts only while pending (or on its own
+  stop, when a migration or resize resumes it), never twice without a stop in between, never
+  after its cancellation; a StopJob targets a running job and names a cause that happened;
+- every StartJob is a whole gang on present, healthy GPUs that no other job's processes hold,
+  within the locality the job allows at that moment;
+- state transitions follow the allowed edges, each from the right event; terminal states are
+  final; a job leaves its GPUs only when its processes are gone (JobStopped or JobFinished);
+- the scheduler's own view (`job(name)`) agrees with the driver's;
+- an idle cluster does not keep a job waiting that could run on it now.
+
+Then three liveness properties: a drain (no deadlock, no starvation), a job within its queue's
+guarantee reclaiming borrowed GPUs, and elastic jobs settling.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field, replace
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
+
+from toposched.core import (
+    SCHEDULER_POLICIES,
+    Action,
+    Checkpoint,
+    Elastic,
+    Event,
+    GpuHealth,
+    JobCancelled,
+    JobFinished,
+    JobSpec,
+    JobState,
+    JobStopped,
+    JobSubmitted,
+    Locality,
+    LocalityRule,
+    NodeAdded,
+    NodeRemoved,
+    Placement,
+    RestartPolicy,
+    Scheduler,
+    SchedulerPolicy,
+    SchedulingError,
+    StartJob,
+    StopJob,
+    StopKind,
+    Tick,
+    Transition,
+    WorkerFailed,
+)
+from toposched.placement.capacity import Capacity
+from toposched.placement.gang import GangRequest, place_gang
+from toposched.topology import preset
+from toposched.topology.cluster import Cluster, Node, tier_of
+
+# More examples for a long local run: TOPOSCHED_HYPOTHESIS_SCALE=10.
+SCALE = int(os.environ.get("TOPOSCHED_HYPOTHESIS_SCALE", "1"))
+
+P, R, S = JobState.PENDING, JobState.RUNNING, JobState.STOPPING
+OK, FAILED, CANCELLED, REJECTED = (
+    JobState.SUCCEEDED,
+    JobState.FAILED,
+    JobState.CANCELLED,
+    JobState.REJECTED,
+)
+ALLOWED: frozenset[tuple[JobState | None, JobState]] = frozenset(
+    {
+        (None, P),
+        (None, REJECTED),
+        (P, R),
+        (P, CANCELLED),
+        (R, S),
+        (R, OK),
+        (R, FAILED),
+        (R, P),  # failed, restarted per its policy
+        (S, R),  # a migration or resize resumes on its new GPUs
+        (S, P),
+        (S, OK),
+        (S, FAILED),
+        (S, CANCELLED),
+    }
+)
+RESUMING = (StopKind.MIGRATE, StopKind.RESIZE)
+
+PRESETS = ("pcie-4gpu-2socket", "pcie-8gpu-2socket", "dgx1-v100", "hgx-h100")
+GANG_POLICIES = sorted(name for name, info in SCHEDULER_POLICIES.items() if info.base.gang)
+LOCALITIES = (
+    LocalityRule(),
+    LocalityRule(Locality.NODE),
+    LocalityRule(Locality.RACK),
+    LocalityRule(Locality.NODE, Locality.RACK, 60.0),
+    LocalityRule(Locality.NODE, Locality.ANY, 300.0),
+)
+
+
+def ends_stop(event: Event, name: str) -> bool:
+    """The event says job `name`'s processes are gone after a StopJob: JobStopped, or a failed
+    exit (the signal the stop sent makes workers exit non-zero; it counts as the stop)."""
+    if isinstance(event, JobStopped):
+        return event.job == name
+    return isinstance(event, JobFinished) and event.job == name and not event.succeeded
+
+
+class DriverError(AssertionError):
+    """The scheduler told the driver something impossible; the message carries the event log."""
+
+
+# ---------------------------------------------------------------- the driver's model
+
+
+@dataclass
+class Known:
+    """What the driver knows of one job, from the actions it was given."""
+
+    spec: JobSpec
+    state: JobState | None = None
+    placement: Placement | None = None  # GPUs its processes are on: StartJob until they end
+    stop: StopKind | None = None  # a StopJob not yet answered
+    ended_stop: StopKind | None = None  # the stop the last JobStopped answered
+    ran_on: Placement | None = None  # where it ran before that
+    cancelled: bool = False
+    waiting_since: float = 0.0
+    restarts: int = 0
+    starts: int = 0
+
+
+@dataclass
+class Driver:
+    cluster: Cluster
+    policy: SchedulerPolicy
+    queues: dict[str, int]
+    spare: tuple[Node, ...] = ()
+    sched: Scheduler = field(init=False)
+    nodes: dict[str, Node] = field(init=False)
+    present: set[str] = field(init=False)
+    unhealthy: dict[str, set[int]] = field(default_factory=dict)
+    jobs: dict[str, Known] = field(default_factory=dict)
+    now: float = 0.0
+    log: list[str] = field(default_factory=list)
+    counter: int = 0
+
+    def __post_init__(self) -> None:
+        self.sched = Scheduler(self.cluster, self.policy, dict(self.queues), validate=True)
+        self.nodes = {n.name: n for n in (*self.cluster.nodes, *self.spare)}
+        self.present = {n.name for n in self.cluster.nodes}
+
+    # ------------------------------------------------------------ queries
+
+    def named(self, *states: JobState) -> list[str]:
+        return [name for name, k in self.jobs.items() if k.state in states]
+
+    def waiting(self) -> list[Known]:
+        return [k for k in self.jobs.values() if k.state is P]
+
+    def owed(self) -> list[str]:
+        return [name for name, k in self.jobs.items() if k.stop is not None]
+
+    def fail(self, message: str) -> DriverError:
+        tail = "\n  ".join(self.log[-25:])
+        return DriverError(f"{message}\n  policy {self.policy.name}; last events:\n  {tail}")
+
+    def expect(self, condition: bool, message: str) -> None:
+        if not condition:
+            raise self.fail(message)
+
+    # ------------------------------------------------------------ events
+
+    def advance(self, dt: float) -> float:
+        self.now += dt
+        return self.now
+
+    def submit(self, spec: JobSpec) -> list[Action]:
+        return self.send(JobSubmitted(self.now, spec))
+
+    def new_name(self) -> str:
+        self.counter += 1
+        return f"j{self.counter}"
+
+    def send(self, event: Event) -> list[Action]:
+        self.log.append(repr(event))
+        match event:
+            case JobStopped(job=name) | JobFinished(job=name):
+                known = self.jobs[name]
+                known.ran_on, known.placement = known.placement, None  # its processes are gone
+                known.ended_stop, known.stop = known.stop, None
+            case JobCancelled(job=name):
+                self.jobs[name].cancelled = True
+            case NodeRemoved(node=name):
+                self.present.discard(name)
+                self.unhealthy.pop(name, None)
+            case NodeAdded(node=node):
+                self.present.add(node.name)
+                self.unhealthy.pop(node.name, None)
+            case GpuHealth(node=name, gpu=gpu, healthy=healthy):
+                bad = self.unhealthy.setdefault(name, set())
+                if healthy:
+                    bad.discard(gpu)
+                else:
+                    bad.add(gpu)
+        actions = self.sched.handle(event)
+        for action in actions:
+            self.log.append(f"  -> {action!r}")
+            self._apply(event, action)
+        self._check_views()
+        return actions
+
+    # ------------------------------------------------------------ checks per action
+
+    def _apply(self, event: Event, action: Action) -> None:
+        known = self.jobs.get(action.job)
+        if isinstance(action, Transition):
+            if known is None:
+                self.expect(
+                    isinstance(event, JobSubmitted) and event.spec.name == action.job,
+                    f"transition of unknown job {action.job}",
+                )
+                assert isinstance(event, JobSubmitted)
+                known = self.jobs[action.job] = Known(event.spec)
+            self._transition(event, known, action)
+            return
+        self.expect(known is not None, f"{action!r} for a job never submitted")
+        assert known is not None
+        if isinstance(action, StartJob):
+            self._start(event, known, action)
+        elif isinstance(action, StopJob):
+            self._stop(event, known, action)
+        else:
+            raise self.fail(f"unknown action {action!r}")
+
+    def _transition(self, event: Event, known: Known, action: Transition) -> None:
+        name, old, new = action.job, action.old, action.new
+        edge = f"{name}: {old} -> {new} on {event!r}"
+        self.expect(known.state == old, f"{edge}, but the driver had it {known.state}")
+        self.expect((old, new) in ALLOWED, f"forbidden transition {edge}")
+        own = getattr(event, "job", None) == name
+        if old is None:
+            self.expect(isinstance(event, JobSubmitted), f"{edge}: not a submission")
+        elif new is R:
+            # StartJob comes first, in the same answer.
+            self.expect(known.placement is not None and known.stop is None, f"{edge}: no StartJob")
+            if old is S:
+                self.expect(
+                    ends_stop(event, name) and known.ended_stop in RESUMING,
+                    f"{edge}: only a migration or resize resumes a stopping job",
+                )
+        elif new is S:
+            self.expect(known.stop is not None, f"{edge}: no StopJob")
+        elif new is CANCELLED:
+            self.expect(known.cancelled, f"{edge}: nobody cancelled it")
+            self.expect(
+                (isinstance(event, JobCancelled) and old is P)
+                or (old is S and ends_stop(event, name)),
+                f"{edge}: cancelled by the wrong event",
+            )
+        elif new is OK:
+            self.expect(isinstance(event, JobFinished) and own and event.succeeded, edge)
+        elif new in (FAILED, P):
+            failure = (
+                old is R and isinstance(event, JobFinished) and own and not event.succeeded
+            ) or (old is S and ends_stop(event, name) and known.ended_stop is StopKind.FAILURE)
+            requeue = old is S and ends_stop(event, name) and known.ended_stop is not None
+            self.expect(failure or (new is P and requeue), f"{edge}: no failure or stop")
+            if new is P:
+                self.expect(not known.cancelled, f"{edge}: a cancelled job is queued again")
+                if failure:
+                    known.restarts += 1
+                    spec = known.spec
+                    self.expect(
+                        spec.restart is RestartPolicy.ON_FAILURE
+                        and known.restarts <= spec.max_restarts,
+                        f"{edge}: restart {known.restarts} with {spec.restart}, "
+                        f"max {spec.max_restarts}",
+                    )
+        if new is P or new.terminal:
+            # The scheduler frees GPUs only once the driver has said the processes are gone.
+            self.expect(known.placement is None, f"{edge}: its processes still run")
+        if known.cancelled and old is S and ends_stop(event, name):
+            self.expect(new is CANCELLED, f"{edge}: a cancelled job must end cancelled")
+        known.state = new
+        if new is P:
+            known.waiting_since = self.now
+
+    def _start(self, event: Event, known: Known, action: StartJob) -> None:
+        name, spec, placement = action.job, known.spec, action.placement
+        where = f"StartJob {name} on {placement.describe()} ({event!r})"
+        resume = known.state is S and ends_stop(event, name) and known.ended_stop in RESUMING
+        self.expect(known.state is P or resume, f"{where}: the job is {known.state}")
+        self.expect(known.placement is None, f"{where}: started twice without a stop")
+        self.expect(not known.cancelled, f"{where}: the job was cancelled")
+        workers = placement.workers
+        self.expect(
+            spec.min_workers <= len(workers) <= spec.max_workers
+            and all(len(slot.gpus) == spec.gpus_per_worker for slot in workers),
+            f"{where}: not a whole gang of {spec.min_workers}..{spec.max_workers} x "
+            f"{spec.gpus_per_worker}",
+        )
+        pairs = list(placement.pairs())
+        self.expect(len(set(pairs)) == len(pairs), f"{where}: a GPU twice")
+        for node, gpu in pairs:
+            self.expect(node in self.present, f"{where}: node {node} is not in the cluster")
+            self.expect(0 <= gpu < self.nodes[node].size, f"{where}: no GPU {gpu} on {node}")
+            self.expect(gpu not in self.unhealthy.get(node, ()), f"{where}: GPU {gpu} is unhealthy")
+        busy = {
+            pair: other
+            for other, k in self.jobs.items()
+            if k.placement is not None
+            for pair in k.placement.pairs()
+        }
+        clash = {pair: busy[pair] for pair in pairs if pair in busy}
+        self.expect(not clash, f"{where}: GPUs still held by {clash}")
+        tier = tier_of(self.nodes[slot.node] for slot in workers)
+        self.expect(placement.tier == tier, f"{where}: says tier {placement.tier}, is {tier}")
+        if resume:
+            allowed = (spec.locality.accept or spec.locality.prefer).tier
+        else:
+            allowed = spec.locality.allowed(self.now - known.waiting_since).tier
+        self.expect(tier <= allowed, f"{where}: tier {tier.name} wider than {allowed.name}")
+        if resume and known.ended_stop is StopKind.MIGRATE and known.ran_on is not None:
+            before = known.ran_on.bandwidth_gbps or 0.0
+            self.expect(
+                (placement.bandwidth_gbps or 0.0) >= before,
+                f"{where}: migrated from {known.ran_on.describe()} to a slower ring",
+            )
+        known.placement = placement
+        known.starts += 1
+
+    def _stop(self, event: Event, known: Known, action: StopJob) -> None:
+        name, kind, spec = action.job, action.kind, known.spec
+        where = f"StopJob({kind}) {name} ({event!r})"
+        self.expect(known.state is R, f"{where}: the job is {known.state}")
+        self.expect(known.stop is None and known.placement is not None, f"{where}: twice")
+        assert known.placement is not None
+        self.expect(action.grace_s >= 0, f"{where}: negative grace")
+        if kind is StopKind.CANCEL:
+            self.expect(isinstance(event, JobCancelled) and event.job == name, where)
+        elif kind is StopKind.FAILURE:
+            held = set(known.placement.pairs())
+            nodes = {node for node, _ in held}
+            self.expect(
+                (isinstance(event, WorkerFailed) and event.job == name)
+                or (
+                    isinstance(event, GpuHealth)
+                    and not event.healthy
+                    and (event.node, event.gpu) in held
+                )
+                or (isinstance(event, NodeRemoved) and event.node in nodes),
+                f"{where}: no failure of this job happened",
+            )
+        elif kind is StopKind.PREEMPT:
+            # Only borrowed work (its queue above its guarantee) or work of lower priority than
+            # a job waiting in its own queue may be preempted.
+            queue = spec.queue
+            used = sum(
+                k.placement.gpus
+                for k in self.jobs.values()
+                if k.spec.queue == queue and k.placement is not None
+            )
+            outranked = any(
+                k.spec.queue == queue and k.spec.priority > spec.priority for k in self.waiting()
+            )
+            self.expect(
+                used > self.queues.get(queue, 0) or outranked,
+                f"{where}: queue {queue} uses {used} of its {self.queues.get(queue, 0)} "
+                "guaranteed GPUs and nobody of higher priority waits in it",
+            )
+        elif kind is StopKind.MIGRATE:
+            self.expect(spec.checkpointable, f"{where}: migrating a job with no checkpoint")
+        elif kind is StopKind.RESIZE:
+            self.expect(spec.elastic is not None, f"{where}: resizing a job that is not elastic")
+        if spec.checkpoint is not None and kind in (StopKind.PREEMPT, *RESUMING):
+            self.expect(action.signal == spec.checkpoint.signal, f"{where}: wrong signal")
+        known.stop = kind
+
+    # ------------------------------------------------------------ checks after each event
+
+    def _check_views(self) -> None:
+        held: dict[tuple[str, int], str] = {}
+        for name, known in self.jobs.items():
+            view = self.sched.job(name)
+            self.expect(view.state == known.state, f"{name}: scheduler {view.state}, {known}")
+            self.expect(view.restarts == known.restarts, f"{name}: restarts {view.restarts}")
+            state = known.state
+            assert state is not None
+            self.expect((state is S) == (known.stop is not None), f"{name}: {state}, {known}")
+            if state in (R, S):
+                self.expect(known.placement is not None, f"{name}: {state} with no GPUs")
+            else:
+                self.expect(known.placement is None, f"{name}: {state} but holds GPUs")
+                self.expect(view.placement is None, f"{name}: {state}, scheduler gives GPUs")
+            if state is R:
+                self.expect(
+                    view.placement == known.placement,
+                    f"{name}: runs on {known.placement}, scheduler says {view.placement}",
+                )
+            for pair in known.placement.pairs() if known.placement else ():
+                self.expect(pair not in held, f"GPU {pair} held by {held.get(pair)} and {name}")
+                held[pair] = name
+        if not held and self.policy.backfill:
+            self._check_idle()
+
+    def capacity_now(self) -> Capacity:
+        """Present nodes, their healthy GPUs free: the cluster as an idle driver sees it."""
+        nodes = [self.nodes[name] for name in sorted(self.present)]
+        cap = Capacity(nodes)
+        for i, node in enumerate(nodes):
+            bad = sum(1 << g for g in self.unhealthy.get(node.name, ()))
+            if bad:
+                cap.take(i, bad)
+        return cap
+
+    def _check_idle(self) -> None:
+        """No process runs, so nothing will change on its own: no job may wait that fits now."""
+        cap = self.capacity_now()
+        for name in self.named(P):
+            spec = self.jobs[name].spec
+            widest = spec.locality.allowed(self.now - self.jobs[name].waiting_since).tier
+            request = GangRequest(spec.min_workers, spec.gpus_per_worker, widest)
+            found = place_gang(cap, request, self.cluster.network_gbps)
+            self.expect(
+                not isinstance(found, Placement),
+                f"the cluster is idle but {name} waits, and fits on {found}: "
+                f"{self.sched.job(name).reason}",
+            )
+
+    # ------------------------------------------------------------ state snapshot
+
+    def snapshot(self) -> object:
+        views = {name: self.sched.job(name) for name in self.jobs}
+        return (
+            {n: (v.state, v.placement, v.restarts) for n, v in views.items()},
+            list(self.sched.capacity.free),
+            list(self.sched.capacity.present),
+            dict(self.sched.owner),
+            {q: rec.used for q, rec in self.sched.queues.items()},
+            repr(self.sched.reservation),
+        )
+
+
+# ---------------------------------------------------------------- strategies
+
+
+class Setup:
+    """A cluster, a spare node to add later, queues with guarantees, a policy (short repr)."""
+
+    def __init__(
+        self, cluster: Cluster, spare: Node, queues: dict[str, int], policy: SchedulerPolicy
+    ) -> None:
+        self.cluster, self.spare, self.queues, self.policy = cluster, spare, queues, policy
+
+    def __repr__(self) -> str:
+        nodes = ", ".join(
+            f"{n.name}={n.topology.name}@{n.rack}" for n in (*self.cluster.nodes, self.spare)
+        )
+        base = SCHEDULER_POLICIES[self.policy.name].base
+        changed = {
+            k: v for k, v in vars(self.policy).items() if getattr(base, k) != v and k != "name"
+        }
+        return f"Setup({nodes}; queues {self.queues}; policy {self.policy.name} {changed})"
+
+
+@st.composite
+def setups(draw: st.DrawFn, policies: tuple[str, ...] | list[str] = GANG_POLICIES) -> Setup:
+    kinds = draw(st.lists(st.sampled_from(PRESETS), min_size=2, max_size=3))
+    racks = draw(st.integers(1, 2))
+    nodes = tuple(Node(f"n{i}", preset(k), rack=f"r{i % racks}") for i, k in enumerate(kinds))
+    spare = Node("spare", preset(draw(st.sampled_from(PRESETS))), rack=f"r{racks - 1}")
+    total = sum(n.size for n in nodes)
+    queues = {f"q{i}": draw(st.integers(0, total // 2)) for i in range(draw(st.integers(1, 2)))}
+    policy = SCHEDULER_POLICIES[draw(st.sampled_from(sorted(policies)))].base
+    runtime = draw(st.sampled_from([None, None, 50.0]))
+    policy = replace(policy, default_runtime_s=runtime, grow_after_s=draw(st.sampled_from([0, 60])))
+    return Setup(Cluster(nodes), spare, queues, policy)
+
+
+@st.composite
+def job_specs(
+    draw: st.DrawFn,
+    name: str,
+    queues: list[str],
+    max_workers: int = 3,
+    max_gpus: int = 4,
+    elastic: bool = True,
+) -> JobSpec:
+    workers = draw(st.integers(1, max_workers))
+    stretch = None
+    if elastic and draw(st.integers(0, 3)) == 0:
+        lo = draw(st.integers(1, workers))
+        stretch = Elastic(lo, draw(st.integers(workers, workers + 2)))
+    return JobSpec(
+        name,
+        workers=workers,
+        gpus_per_worker=draw(st.sampled_from([g for g in (1, 1, 2, 2, 3, 4) if g <= max_gpus])),
+        queue=draw(st.sampled_from(queues)),
+        priority=draw(st.integers(0, 2)),
+        locality=draw(st.sampled_from(LOCALITIES)),
+        elastic=stretch,
+        checkpoint=draw(st.sampled_from([None, Checkpoint(), Checkpoint("SIGUSR1", 5.0)])),
+        restart=draw(st.sampled_from(list(RestartPolicy))),
+        max_restarts=draw(st.integers(0, 2)),
+        limit_s=draw(st.sampled_from([None, None, 20.0, 500.0])),
+    )
+
+
+def pick(names: list[str], index: int) -> str:
+    return names[index % len(names)]
+
+
+INDEX = st.integers(0, 1 << 16)
+SMALL_DT = st.sampled_from([0.0, 1.0, 7.0])
+
+
+# ---------------------------------------------------------------- the state machine
+
+
+class SchedulerMachine(RuleBasedStateMachine):
+    """Random submissions, cancellations, completions, failures, stops, node and GPU churn."""
+
+    driver: Driver
+
+    @initialize(setup=setups())
+    def setup(self, setup: Setup) -> None:
+        self.driver = Driver(setup.cluster, setup.policy, setup.queues, (setup.spare,))
+
+    def _queues(self) -> list[str]:
+        return sorted(self.driver.queues)
+
+    @rule(data=st.data(), count=st.integers(1, 3), dt=SMALL_DT)
+    def submit(self, data: st.DataObject, count: int, dt: float) -> None:
+        d = self.driver
+        d.advance(dt)
+        for _ in range(count):
+            d.submit(data.draw(job_specs(d.new_name(), self._queues()), label="spec"))
+
+    @precondition(lambda self: self.driver.named(P, R, S))
+    @rule(index=INDEX, dt=SMALL_DT)
+    def cancel(self, index: int, dt: float) -> None:
+        d = self.driver
+        d.send(JobCancelled(d.advance(dt), pick(d.named(P, R, S), index)))
+
+    @precondition(lambda self: self.driver.named(R, S))
+    @rule(index=INDEX, ok=st.booleans(), dt=SMALL_DT)
+    def finish(self, index: int, ok: bool, dt: float) -> None:
+        d = self.driver
+        d.send(JobFinished(d.advance(dt), pick(d.named(R, S), index), ok))
+
+    @precondition(lambda self: self.driver.named(R))
+    @rule(index=INDEX, worker=st.integers(0, 2), dt=SMALL_DT)
+    def worker_fails(self, index: int, worker: int, dt: float) -> None:
+        d = self.driver
+        d.send(WorkerFailed(d.advance(dt), pick(d.named(R), index), worker, "oom"))
+
+    @precondition(lambda self: self.driver.owed())
+    @rule(index=INDEX, dt=SMALL_DT)
+    def confirm_stop(self, index: int, dt: float) -> None:
+        d = self.driver
+        d.send(JobStopped(d.advance(dt), pick(d.owed(), index)))
+
+    @precondition(lambda self: self.driver.owed())
+    @rule(dt=SMALL_DT)
+    def confirm_all_stops(self, dt: float) -> None:
+        d = self.driver
+        d.advance(dt)
+        for name in d.owed():
+            d.send(JobStopped(d.now, name))
+
+    @precondition(lambda self: self.driver.present)
+    @rule(index=INDEX, dt=SMALL_DT)
+    def remove_node(self, index: int, dt: float) -> None:
+        d = self.driver
+        d.send(NodeRemoved(d.advance(dt), pick(sorted(d.present), index)))
+
+    @precondition(lambda self: set(self.driver.nodes) - self.driver.present)
+    @rule(index=INDEX, dt=SMALL_DT)
+    def add_node(self, index: int, dt: float) -> None:
+        d = self.driver
+        name = pick(sorted(set(d.nodes) - d.present), index)
+        d.send(NodeAdded(d.advance(dt), d.nodes[name]))
+
+    @precondition(lambda self: self.driver.present)
+    @rule(index=INDEX, gpu=st.integers(0, 7), healthy=st.booleans(), dt=SMALL_DT)
+    def gpu_health(self, index: int, gpu: int, healthy: bool, dt: float) -> None:
+        d = self.driver
+        name = pick(sorted(d.present), index)
+        d.send(GpuHealth(d.advance(dt), name, gpu % d.nodes[name].size, healthy))
+
+    @rule(dt=st.sampled_from([1.0, 61.0, 400.0]))
+    def tick(self, dt: float) -> None:
+        d = self.driver
+        d.send(Tick(d.advance(dt)))
+
+    @rule(data=st.data())
+    def bad_event(self, data: st.DataObject) -> None:
+        """An event the core must refuse with SchedulingError, changing nothing."""
+        d = self.driver
+        t = d.now
+        choices: list[Event] = [
+            JobCancelled(t, "no-such-job"),
+            NodeRemoved(t, "no-such-node"),
+            JobStopped(t, "no-such-job"),
+        ]
+        choices += [JobCancelled(t, n) for n in d.named(OK, FAILED, CANCELLED, REJECTED)]
+        choices += [JobFinished(t, n, True) for n in d.named(P)]
+        choices += [JobStopped(t, n) for n in d.named(P, R)]
+        choices += [JobSubmitted(t, d.jobs[n].spec) for n in list(d.jobs)[:3]]
+        choices += [NodeAdded(t, d.nodes[n]) for n in sorted(d.present)]
+        choices += [GpuHealth(t, n, d.nodes[n].size, False) for n in sorted(d.present)]
+        event = data.draw(st.sampled_from(choices), label="bad event")
+        before = d.snapshot()
+        d.log.append(f"{event!r} (must be refused)")
+        with pytest.raises(SchedulingError):
+            d.sched.handle(event)
+        d.expect(d.snapshot() == before, f"{event!r} was refused but changed the state")
+
+    @invariant()
+    def books_agree(self) -> None:
+        if hasattr(self, "driver"):
+            self.driver.sched.check()
+
+
+SchedulerMachine.TestCase.settings = settings(
+    max_examples=120 * SCALE,
+    stateful_step_count=50,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+TestSchedulerMachine = SchedulerMachine.TestCase
+
+
+# ---------------------------------------------------------------- liveness
+
+
+LIVE = settings(
+    max_examples=100 * SCALE, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+
+
+def drain(d: Driver, data: st.DataObject, steps: int) -> None:
+    """Answer every StopJob, finish running jobs one at a time, in an order hypothesis picks,
+    and let time pass when nothing runs; stop when nothing is left."""
+    for _ in range(steps):
+        owed = d.owed()
+        running = d.named(R)
+        if owed:
+            d.send(JobStopped(d.advance(1.0), pick(owed, data.draw(INDEX, label="stop"))))
+        elif running:
+            job = pick(running, data.draw(INDEX, label="finish"))
+            d.send(JobFinished(d.advance(data.draw(SMALL_DT, label="dt")), job, True))
+        elif d.named(P):
+            d.send(Tick(d.advance(400.0)))
+        else:
+            return
+
+
+@LIVE
+@given(setups(), st.data())
+def test_drain_ends_every_job(setup: Setup, data: st.DataObject) -> None:
+    """After a random prefix, with no more submissions and no failures, every job that was
+    accepted ends succeeded within a bounded number of steps: no deadlock, no starvation."""
+    d = Driver(setup.cluster, setup.policy, setup.queues)
+    queues = sorted(setup.queues)
+    for _ in range(data.draw(st.integers(1, 12), label="prefix")):
+        move = data.draw(st.sampled_from(["submit", "submit", "finish", "stop", "tick"]))
+        if move == "submit":
+            d.submit(data.draw(job_specs(d.new_name(), queues), label="spec"))
+        elif move == "finish" and d.named(R):
+            d.send(JobFinished(d.advance(1.0), pick(d.named(R), data.draw(INDEX)), True))
+        elif move == "stop" and d.owed():
+            d.send(JobStopped(d.advance(1.0), pick(d.owed(), data.draw(INDEX))))
+        else:
+            d.send(Tick(d.advance(data.draw(SMALL_DT))))
+    # Each job runs once per preemption, resize or migration; bound those generously.
+    drain(d, data, steps=40 * (len(d.jobs) + 2))
+    left = {n: (k.state, d.sched.job(n).reason) for n, k in d.jobs.items() if not k.state.terminal}
+    d.expect(not left, f"jobs never ended: {left}")
+    wrong = {n: k.state for n, k in d.jobs.items() if k.state not in (OK, REJECTED)}
+    d.expect(not wrong, f"jobs ended other than succeeded: {wrong}")
+
+
+@LIVE
+@given(
+    setups(policies=[p for p in GANG_POLICIES if SCHEDULER_POLICIES[p].base.preemption]), st.data()
+)
+def test_guaranteed_job_runs_while_another_queue_borrows(setup: Setup, data: st.DataObject) -> None:
+    """Queue `own` is guaranteed G GPUs; queue `lender` has no guarantee and keeps submitting
+    work that borrows every idle GPU, finishing none of it. A job of `own` that asks for at
+    most G GPUs and fits the cluster must start: borrowed GPUs are reclaimed for it."""
+    total = setup.cluster.gpus
+    guaranteed = data.draw(st.integers(1, total), label="guarantee")
+    d = Driver(setup.cluster, setup.policy, {"own": guaranteed, "lender": 0})
+
+    def borrow() -> None:
+        spec = data.draw(job_specs(d.new_name(), ["lender"], max_workers=2), label="borrow")
+        d.submit(spec)
+        for name in d.owed():
+            d.send(JobStopped(d.advance(1.0), name))
+
+    for _ in range(data.draw(st.integers(1, 8), label="before")):
+        borrow()
+    spec = data.draw(job_specs("owner", ["own"], elastic=False), label="owner")
+    if spec.gpus > guaranteed:
+        spec = replace(spec, workers=1, gpus_per_worker=min(spec.gpus_per_worker, guaranteed))
+    d.submit(spec)
+    if d.jobs["owner"].state is REJECTED:
+        return
+    for _ in range(30):
+        if d.jobs["owner"].state is R:
+            return
+        borrow()
+        d.send(Tick(d.advance(100.0)))
+    raise d.fail(f"owner never ran: {d.sched.job('owner').reason}")
+
+
+@LIVE
+@given(setups(), st.data())
+def test_elastic_jobs_settle(setup: Setup, data: st.DataObject) -> None:
+    """With nobody waiting, elastic jobs grow into idle GPUs and then stop moving: growing is
+    bounded (no job is resized forever)."""
+    d = Driver(setup.cluster, setup.policy, setup.queues)
+    queues = sorted(setup.queues)
+    for _ in range(data.draw(st.integers(1, 6), label="jobs")):
+        d.submit(data.draw(job_specs(d.new_name(), queues), label="spec"))
+    for _ in range(60):
+        owed = d.owed()
+        if not owed:
+            d.send(Tick(d.advance(100.0)))
+            if not d.owed():
+                break
+            continue
+        d.send(JobStopped(d.advance(1.0), owed[0]))
+    else:
+        raise d.fail("jobs were still being stopped and restarted after 60 rounds")
+    for name in d.named(R):
+        known = d.jobs[name]
+        assert known.placement is not None
+        assert len(known.placement.workers) <= known.spec.max_workers
+    assert math.isfinite(d.now)
