@@ -1,0 +1,1 @@
+"""The simulator: a discrete-event engine, trace readers, workload generator and metrics."""

@@ -1,0 +1,71 @@
+"""What a trace reader returns: jobs, the trace, and the error that names file, line and column."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# Queue of every job of a trace that has no team / virtual-cluster column.
+DEFAULT_QUEUE = "default"
+
+
+class TraceError(ValueError):
+    """A trace (file, option or row) that cannot be read as written.
+
+    The message reads `path:line: what is wrong (column X)`; `path`, `line` and `column`
+    are kept as attributes (None where they do not apply) so callers can point at the spot.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str | None = None,
+        line: int | None = None,
+        column: str | None = None,
+    ) -> None:
+        self.reason = message
+        self.path = path
+        self.line = line
+        self.column = column
+        where = ""
+        if path is not None:
+            where = f"{path}:{line}: " if line is not None else f"{path}: "
+        elif line is not None:
+            where = f"line {line}: "
+        what = f"{message} (column {column})" if column is not None else message
+        super().__init__(where + what)
+
+
+@dataclass(frozen=True, slots=True)
+class TraceJob:
+    """One job to replay.
+
+    `submit_s` counts from the trace's first submission (the first job is at 0); `duration_s`
+    is the job's run time at an ideal placement; `source_line` is the 1-based line of the row
+    in the file (for synthetic traces, the job's ordinal).
+    """
+
+    name: str
+    submit_s: float
+    gpus: int
+    duration_s: float
+    queue: str
+    model: str
+    source_line: int
+
+
+@dataclass(frozen=True, slots=True)
+class Trace:
+    """The jobs of a trace in submit order (ties in file order), and what was left out.
+
+    `skipped` counts every row that did not become a job, and `skip_reasons` counts them by
+    kind: rows a format always drops (`no-gpu`, `never-started`) and, with `skip_bad=True`,
+    bad rows (`missing-value`, `bad-value`, `field-count`, `duplicate-name`, `unknown-model`).
+    """
+
+    jobs: tuple[TraceJob, ...]
+    format: str
+    path: str
+    skipped: int = 0
+    # A dict cannot be hashed; leaving it out of the hash keeps Trace hashable by its jobs.
+    skip_reasons: dict[str, int] = field(default_factory=dict, hash=False)
