@@ -4,15 +4,16 @@ Run: .venv/bin/python benchmarks/scheduler.py [--nodes 1000] [--jobs 10000] [--s
      [--preset dgx1-v100] [--queue-mix 1,1,1,1] [--guarantees] [--no-limits] [--tracemalloc]
      [--profile]
 
-The cluster is --nodes identical nodes of --preset, eight nodes to a rack and eight racks to a
-pod. Jobs are drawn (seeded) from the GPU-count mix of the Microsoft Philly trace as prepared for
-the Pollux simulator (petuum/adaptdl, branch osdi21-artifact, simulator/traces/philly.csv, from
-msr-fiddle/philly-traces; the trace is CC BY 4.0, adaptdl is Apache-2.0): of 82,247 jobs, 1 GPU: 76,627 · 2: 1,818 · 4: 1,870 · 8: 1,643 · 12: 7 · 16: 199 ·
-24: 7 · 32: 67 · 64: 6 · 128: 3. A job of at most 8 GPUs is one worker of G GPUs with locality
-`node`; a larger one is G/8 workers of 8 GPUs (12 is 3 x 4) with locality `any`. Each job goes
-to one of four queues at random (weighted by --queue-mix, even by default) and declares its
-(seeded, log-normal) run time as `limit_s`, so that reservations know when GPUs free up
-(--no-limits: jobs declare nothing).
+The cluster is --nodes identical nodes of --preset, eight nodes to a rack and eight racks to a pod.
+Jobs are drawn (seeded) from the GPU-count mix of the Microsoft Philly trace as prepared for the
+Pollux simulator (petuum/adaptdl, branch osdi21-artifact, simulator/traces/philly.csv, from
+msr-fiddle/philly-traces; the trace is CC BY 4.0, adaptdl is Apache-2.0): of 82,247 jobs, 1 GPU:
+76,627 · 2: 1,818 · 4: 1,870 · 8: 1,643 · 12: 7 · 16: 199 · 24: 7 · 32: 67 · 64: 6 · 128: 3
+(data/traces/philly/philly.csv holds the file itself). A job of at most 8 GPUs is one worker of G
+GPUs with locality `node`; a larger one is G/8 workers of 8 GPUs (12 is 3 x 4) with locality `any`.
+Each job goes to one of four queues at random (weighted by --queue-mix, even by default) and
+declares its (seeded, log-normal) run time as `limit_s`, so that reservations know when GPUs free
+up (--no-limits: jobs declare nothing).
 
 1. submit: every job arrives, one JobSubmitted per handle() call at increasing times; the
    cluster fills and the rest wait.
