@@ -223,6 +223,19 @@ class Scheduler:
         lines.extend(f"  t={t:g}: {text}" for t, text in rec.log)
         return "\n".join(lines)
 
+    def partial_holds(self) -> dict[str, int]:
+        """GPUs bound to waiting jobs, by job (only policies without gang admission bind
+        workers before the whole gang fits)."""
+        if self.policy.gang:
+            return {}
+        out: dict[str, int] = {}
+        for entries in self._pending.values():
+            for _, _, name in entries:
+                rec = self.jobs[name]
+                if rec.partial:
+                    out[name] = len(rec.partial) * rec.spec.gpus_per_worker
+        return out
+
     def pending(self) -> Iterator[JobRecord]:
         """Pending jobs in the order the next cycle would try them."""
         return self._order(None)
@@ -864,20 +877,28 @@ class Scheduler:
     # ------------------------------------------------------------------ non-gang binding
 
     def _bind_workers(self) -> list[Action]:
-        """The non-gang cycle: each waiting job binds what workers it can, holding them until
-        the last one is bound. Two jobs holding halves of what each needs wait forever."""
-        out: list[Action] = []
-        for rec in self._order(None):
-            if rec.state is not JobState.PENDING:
-                continue
-            g = rec.spec.gpus_per_worker
-            needed = rec.spec.min_workers
-            while len(rec.partial) < needed and self.capacity.total_free >= g:
-                slot = self._random_slot(g)
+        """The non-gang cycle: waiting jobs bind one worker each in turn (as kube-scheduler
+        takes one pod at a time, the pods of concurrent jobs interleaved), each holding what it
+        bound until its last worker is bound. Two jobs holding parts of what each needs wait
+        forever."""
+        waiting = [rec for rec in self._order(None) if rec.state is JobState.PENDING]
+        room: dict[int, list[int]] = {}  # GPUs per worker -> nodes with that many free
+        bound = True
+        while bound and self.capacity.total_free:
+            bound = False
+            for rec in waiting:
+                g = rec.spec.gpus_per_worker
+                if len(rec.partial) >= rec.spec.min_workers or self.capacity.total_free < g:
+                    continue
+                slot = self._random_slot(g, room)
                 if slot is None:
-                    break
+                    continue
                 self._allocate(rec, Placement((slot,), None, Tier.NODE))
                 rec.partial.append(slot)
+                bound = True
+        out: list[Action] = []
+        for rec in waiting:
+            needed = rec.spec.min_workers
             if len(rec.partial) == needed:
                 placement = placement_of(self.capacity, rec.partial, self.cluster.network_gbps)
                 rec.partial = []
@@ -885,17 +906,25 @@ class Scheduler:
             elif rec.partial:
                 rec.note(self.now, f"holding {len(rec.partial)} of {needed} workers; the rest wait")
             else:
-                rec.note(self.now, f"no node has {g} free GPUs")
+                rec.note(self.now, f"no node has {rec.spec.gpus_per_worker} free GPUs")
         return out
 
-    def _random_slot(self, g: int) -> WorkerSlot | None:
+    def _random_slot(self, g: int, room: dict[int, list[int]]) -> WorkerSlot | None:
+        """`g` random free GPUs of a random node that has them; `room` caches the nodes."""
         cap = self.capacity
-        nodes = [i for i in cap.present_indices() if cap.free[i].bit_count() >= g]
-        if not nodes:
-            return None
-        i = self.rng.choice(nodes)
-        gpus = self.rng.sample(from_mask(cap.free[i]), g)
-        return WorkerSlot(cap.nodes[i].name, tuple(sorted(gpus)))
+        nodes = room.get(g)
+        if nodes is None:
+            nodes = room[g] = [i for i in cap.present_indices() if cap.free[i].bit_count() >= g]
+        while nodes:
+            k = self.rng.randrange(len(nodes))
+            i = nodes[k]
+            if cap.free[i].bit_count() < g:  # filled since the list was made
+                nodes[k] = nodes[-1]
+                nodes.pop()
+                continue
+            gpus = self.rng.sample(from_mask(cap.free[i]), g)
+            return WorkerSlot(cap.nodes[i].name, tuple(sorted(gpus)))
+        return None
 
     # ------------------------------------------------------------------ explanation
 

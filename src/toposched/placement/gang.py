@@ -199,10 +199,33 @@ def _first_fit(
             return Placement(tuple(one), ring_gbps(cap.nodes[i].topology, gpus), Tier.NODE)
     if request.widest == Tier.NODE or request.workers == 1:
         return Shortfall(f"needs {k} GPUs on one node; first fit found none")
+    # Across nodes: the first domain (in node order) of the narrowest tier that has room,
+    # filled in node order. Locality is a constraint, so even first fit honours it.
+    for tier in (Tier.RACK, Tier.POD, Tier.CLUSTER):
+        if tier > request.widest:
+            break
+        domains: dict[tuple[str, ...], list[int]] = {}
+        for i in cap.present_indices():
+            domains.setdefault(node_domain(cap.nodes[i], tier), []).append(i)
+        for members in domains.values():
+            found = _fill_in_order(cap, members, request, network, exclude)
+            if found is not None:
+                return found
+    return Shortfall(f"needs {request.workers} workers x {g} GPUs; first fit found no room")
+
+
+def _fill_in_order(
+    cap: Capacity,
+    members: list[int],
+    request: GangRequest,
+    network: Mapping[Tier, float],
+    exclude: Mapping[int, int],
+) -> Placement | None:
+    g = request.gpus_per_worker
     slots: list[WorkerSlot] = []
     rings: list[float] = []
     left = request.workers
-    for i in cap.present_indices():
+    for i in members:
         free = cap.free[i] & ~exclude.get(i, 0)
         take = min(left, free.bit_count() // g)
         if take:
@@ -213,11 +236,9 @@ def _first_fit(
                 rings.append(ring)
             left -= take
         if not left:
-            break
-    tier = tier_of(cap.nodes[cap.index[s.node]] for s in slots)
-    if left or tier > request.widest:
-        return Shortfall(f"needs {request.workers} workers x {g} GPUs; first fit found no room")
-    return Placement(tuple(slots), min([network[tier], *rings]), tier)
+            tier = tier_of(cap.nodes[cap.index[s.node]] for s in slots)
+            return Placement(tuple(slots), min([network[tier], *rings]), tier)
+    return None
 
 
 def node_domain(node: Node, tier: Tier) -> tuple[str, ...]:
