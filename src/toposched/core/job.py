@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from functools import cached_property
 
 from toposched.topology.cluster import Tier
 
@@ -173,16 +172,6 @@ class JobSpec:
     @property
     def max_workers(self) -> int:
         return self.elastic.max_workers if self.elastic else self.workers
-
-    @cached_property
-    def shape(self) -> tuple[int, int, Tier]:
-        """(minimum workers, GPUs per worker, the widest tier it may ever accept): jobs of one
-        shape place alike, so a scheduling cycle judges each shape once."""
-        return (
-            self.min_workers,
-            self.gpus_per_worker,
-            (self.locality.accept or self.locality.prefer).tier,
-        )
 
     @property
     def checkpointable(self) -> bool:

@@ -21,11 +21,10 @@ job) only tries the new job: the others were already tried against at least as m
 
 from __future__ import annotations
 
-import bisect
 import math
 import random
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from toposched.core.actions import Action, StartJob, StopJob, StopKind, Transition
@@ -45,6 +44,7 @@ from toposched.core.events import (
 )
 from toposched.core.job import JobSpec, JobState, RestartPolicy
 from toposched.core.moves import placement_of, plan_defrag, plan_growth
+from toposched.core.pending import Key, PendingJobs, Shape, shape_now
 from toposched.core.policy import Order, Placing, SchedulerPolicy, SingleGpu
 from toposched.core.reclaim import plan_reclaim
 from toposched.core.records import JobRecord, QueueRecord
@@ -89,10 +89,6 @@ class JobView:
 _STOPPED_STATE = {StopKind.CANCEL: JobState.CANCELLED}
 
 
-# A gang's shape, see JobSpec.shape.
-Shape = tuple[int, int, Tier]
-
-
 class Scheduler:
     """One cluster's scheduling state. Drivers feed events and carry out the returned actions."""
 
@@ -119,8 +115,7 @@ class Scheduler:
         self.reservation: Reservation | None = None
         for name, guaranteed in (queues or {}).items():
             self._configure_queue(name, guaranteed)
-        # Pending jobs per (queue, shape), each list in (-priority, seq) order.
-        self._pending: dict[tuple[str, Shape], list[tuple[int, int, str]]] = {}
+        self._pending = PendingJobs()
         self._finished: deque[str] = deque()
         self.mode = Mode.PACK if self.policy.single_gpu is SingleGpu.PACK else Mode.SPREAD
         self.now = 0.0
@@ -129,9 +124,7 @@ class Scheduler:
         self._room: dict[tuple[int, Tier], tuple[int, int]] = {}
         # Elastic jobs not yet ended, by name: the only ones growth looks at.
         self._elastic: dict[str, JobRecord] = {}
-        # Pending jobs per gang shape, and what the last cycle that gave up on a shape said:
-        # the cycle stops early once no waiting shape can start (see `_cycle`).
-        self._shapes: dict[Shape, int] = {}
+        # What the last cycle that gave up on a shape said, for the jobs it did not reach.
         self._shape_notes: dict[Shape, tuple[int, str]] = {}
         self._cycles = 0
 
@@ -229,7 +222,7 @@ class Scheduler:
         if self.policy.gang:
             return {}
         out: dict[str, int] = {}
-        for entries in self._pending.values():
+        for entries in self._pending.lists.values():
             for _, _, name in entries:
                 rec = self.jobs[name]
                 if rec.partial:
@@ -479,24 +472,22 @@ class Scheduler:
     # ------------------------------------------------------------------ state changes
 
     def _enqueue(self, rec: JobRecord) -> None:
-        shape = rec.spec.shape
-        entries = self._pending.setdefault((rec.spec.queue, shape), [])
-        bisect.insort(entries, (-rec.spec.priority, rec.seq, rec.name))
+        self._pending.add(rec, self.now)
         self.queues[rec.spec.queue].pending.add(rec.name)
-        self._shapes[shape] = self._shapes.get(shape, 0) + 1
 
     def _dequeue(self, rec: JobRecord) -> None:
-        shape = rec.spec.shape
-        key = (rec.spec.queue, shape)
-        entries = self._pending[key]
-        del entries[bisect.bisect_left(entries, (-rec.spec.priority, rec.seq, rec.name))]
-        if not entries:
-            del self._pending[key]
+        gone = self._pending.remove(rec)
+        if gone is not None:
+            self._shape_notes.pop(gone, None)
         self.queues[rec.spec.queue].pending.discard(rec.name)
-        self._shapes[shape] -= 1
-        if not self._shapes[shape]:
-            del self._shapes[shape]
-            self._shape_notes.pop(shape, None)
+
+    def _refile_relaxed(self) -> None:
+        """Jobs whose locality widened since the last cycle move to their new shape's list."""
+        for name in self._pending.relaxed(self.now):
+            rec = self.jobs[name]
+            if shape_now(rec, self.now) != self._pending.filed[name][1]:
+                self._dequeue(rec)
+                self._enqueue(rec)
 
     def _allocate(self, rec: JobRecord, placement: Placement) -> None:
         for node, gpus in placement.gpus_by_node().items():
@@ -574,39 +565,17 @@ class Scheduler:
 
     # ------------------------------------------------------------------ the cycle
 
-    def _order(self, only: str | None, hopeless: set[Shape] | None = None) -> Iterator[JobRecord]:
-        """Phase 2 (heads): merge the heads of the (queue, shape) lists, best first.
-
-        A rank changes only with its queue's usage, so ranks are recomputed for the list a job
-        came from, or for all of its queue's lists when the job started. Shapes the caller
-        adds to `hopeless` (none of them can start this cycle) drop out whole.
-        """
+    def _order(
+        self, only: str | None, skip: Callable[[Key], bool] | None = None
+    ) -> Iterator[JobRecord]:
+        """Phase 2 (heads): waiting jobs best first (see PendingJobs.order); `only` alone."""
         if only is not None:
             yield self.jobs[only]
             return
-        heads: dict[tuple[str, Shape], tuple[tuple[float, ...], int]] = {
-            key: (self._rank(self.jobs[entries[0][2]]), 0) for key, entries in self._pending.items()
-        }
-        while heads:
-            best = min(heads, key=lambda k: heads[k][0])
-            if hopeless and best[1] in hopeless:
-                del heads[best]
-                continue
-            entries = self._pending.get(best, [])
-            pos = heads[best][1]
-            name = entries[pos][2]
+        for name in self._pending.order(
+            lambda name: self._rank(self.jobs[name]), skip or (lambda key: False)
+        ):
             yield self.jobs[name]
-            if pos < len(entries) and entries[pos][2] == name:
-                pos += 1  # still waiting: step past it
-            else:
-                # It started: its queue's usage, and so the rank of each of its lists, changed.
-                for key, (_, at) in list(heads.items()):
-                    if key != best and key[0] == best[0]:
-                        heads[key] = (self._rank(self.jobs[self._pending[key][at][2]]), at)
-            if pos < len(entries):
-                heads[best] = (self._rank(self.jobs[entries[pos][2]]), pos)
-            else:
-                del heads[best]
 
     def _rank(self, rec: JobRecord) -> tuple[float, ...]:
         if self.policy.order is Order.FIFO:
@@ -647,6 +616,7 @@ class Scheduler:
         return self.capacity.total_gpus - bad
 
     def _cycle(self, only: str | None) -> list[Action]:
+        self._refile_relaxed()
         if not self.policy.gang:
             return self._bind_workers()
         out: list[Action] = []
@@ -659,22 +629,43 @@ class Scheduler:
         # Within one cycle nothing frees up, so a request that failed fails again: keyed by
         # gang shape, tier and whether the reservation is off limits, with the note it left.
         failed: dict[tuple[int, int, Tier, bool], tuple[Shortfall, str]] = {}
-        # Shapes that cannot start at all now (at their widest tier, reservation or not): once
-        # every waiting shape is among them, no later job can start and the cycle ends.
+        # Shapes that cannot start now at all, and shapes that cannot start off the current
+        # reservation's GPUs: their lists drop out of the cycle whole (PendingJobs.order), and
+        # once every waiting shape is hopeless the cycle ends.
         hopeless: set[Shape] = set()
+        off_reserved: set[Shape] = set()
         self._cycles += 1
         first_blocked = only is not None
         # Jobs that rank before the reservation's holder may use its GPUs; those after it may
         # not, unless they are expected to end before the holder can start.
         behind_holder = only is not None
-        for rec in self._order(only, hopeless):
+        judged_for = self.reservation
+
+        def skip(key: Key) -> bool:
+            nonlocal behind_holder
+            res = self.reservation
+            holder_here = res is not None and self._pending.filed.get(res.job) == key
+            if key[1] in hopeless:
+                behind_holder = behind_holder or holder_here
+                return True
+            return (
+                behind_holder
+                and res is judged_for
+                and key[1] in off_reserved
+                and not holder_here
+                and self.policy.default_runtime_s is None
+                and not self._pending.declared.get(key)  # none of them ends in time
+            )
+
+        for rec in self._order(only, skip):
             if rec.state is not JobState.PENDING:
                 continue
             if self.capacity.total_free == 0 and first_blocked:
                 break
             rec.tried = self._cycles
             spec = rec.spec
-            tier = spec.locality.allowed(self.now - rec.waiting_since).tier
+            whole = self._pending.filed[rec.name][1]
+            tier = whole[2]
             res = self.reservation
             exclude = None
             if res is not None:
@@ -721,13 +712,17 @@ class Scheduler:
                     self.now,
                     f"{result.reason}; {res.describe(self.capacity)}" if res and mine else text,
                 )
-            whole = spec.shape
-            if exclude is None and tier == whole[2]:
+            if exclude is None:
                 hopeless.add(whole)
                 self._shape_notes[whole] = (self._cycles, text)
-                if hopeless.issuperset(self._shapes):
+                if hopeless.issuperset(self._pending.shapes):
                     break
-        if self.policy.elastic and not any(self._pending.values()):
+            else:
+                if self.reservation is not judged_for:
+                    off_reserved.clear()  # judged against another reservation
+                    judged_for = self.reservation
+                off_reserved.add(whole)
+        if self.policy.elastic and not self._pending:
             out += self._grow()
         return out
 
@@ -932,7 +927,8 @@ class Scheduler:
         """The last recorded reason; a job not yet tried says how many are ahead of it."""
         if rec.state is JobState.PENDING:
             # A cycle that stopped before this job still said why its shape cannot start.
-            note = self._shape_notes.get(rec.spec.shape)
+            filed = self._pending.filed.get(rec.name)
+            note = self._shape_notes.get(filed[1]) if filed else None
             holder = self.reservation is not None and self.reservation.job == rec.name
             if note is not None and note[0] > rec.tried and not holder:
                 return note[1]

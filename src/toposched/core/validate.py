@@ -74,11 +74,11 @@ def check(s: Scheduler) -> None:
         total += expected.bit_count()
     if total != s.capacity.total_free:
         raise InvariantViolation("the free-GPU total disagrees with the nodes")
-    for (q, shape), entries in s._pending.items():
+    for key, entries in s._pending.lists.items():
         for _, _, name in entries:
             if s.jobs[name].state is not JobState.PENDING:
-                raise InvariantViolation(f"{name} is queued in {q} but not pending")
-            if s.jobs[name].spec.shape != shape or s.jobs[name].spec.queue != q:
+                raise InvariantViolation(f"{name} is queued in {key[0]} but not pending")
+            if s._pending.filed.get(name) != key or s.jobs[name].spec.queue != key[0]:
                 raise InvariantViolation(f"{name} is filed under the wrong queue or shape")
     if s.reservation is not None:
         holder = s.jobs.get(s.reservation.job)
