@@ -31,6 +31,7 @@ demo: venv
 bench: venv
 	$(BIN)/python benchmarks/placement.py
 	$(BIN)/python benchmarks/scheduler.py
+	$(BIN)/python benchmarks/perfmodel.py
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,334 @@
+"""`toposched perf`: training throughput of a model on a placement, one request or a JSONL file."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.table import Table
+
+from toposched.cli.output import EXIT_BAD_INPUT, console, emit_json, fail
+from toposched.discovery.catalog_files import load_catalog
+from toposched.discovery.files import load_topology
+from toposched.perf import (
+    DEFAULT_BATCH,
+    DEFAULT_FRAMEWORK,
+    DEFAULT_NETWORK,
+    Catalog,
+    CatalogError,
+    Estimate,
+    PerfError,
+    PerfModel,
+)
+from toposched.topology import NodeTopology, TopologyError
+from toposched.topology.cluster import Tier
+
+REQUEST_KEYS = (
+    "model",
+    "topology",
+    "placement",
+    "network",
+    "framework",
+    "batch",
+    "gpu_type",
+    "tier",
+    "neighbours",
+)
+TIERS = {"rack": Tier.RACK, "pod": Tier.POD, "cluster": Tier.CLUSTER}
+
+
+def parse_gpu_lists(text: str, field: str) -> list[list[int]]:
+    """`0,1;0,1` -> [[0, 1], [0, 1]]: GPU indices per node, nodes separated by `;`."""
+    nodes: list[list[int]] = []
+    for part in text.split(";"):
+        gpus: list[int] = []
+        for item in part.split(","):
+            item = item.strip()
+            if not item:
+                continue
+            if not item.isdigit():
+                raise PerfError(
+                    f"takes GPU indices separated by commas, nodes by ';', got {item!r}",
+                    field=field,
+                )
+            gpus.append(int(item))
+        nodes.append(gpus)
+    return nodes
+
+
+def _gpu_lists(value: Any, field: str) -> list[list[int]]:
+    """A placement or neighbour list as a request gives it: a string, [0, 1] or [[0, 1], [2]]."""
+    if isinstance(value, str):
+        return parse_gpu_lists(value, field)
+    if isinstance(value, list) and all(_is_index(v) for v in value):
+        return [list(value)]
+    if isinstance(value, list) and all(
+        isinstance(node, list) and all(_is_index(v) for v in node) for node in value
+    ):
+        return [list(node) for node in value]
+    raise PerfError(
+        'must be a string such as "0,1;0,1", a list of GPU indices, or one list per node',
+        field=field,
+    )
+
+
+def _is_index(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _tier(value: Any) -> Tier:
+    tier = TIERS.get(str(value).lower())
+    if tier is None:
+        raise PerfError(f"must be one of {', '.join(TIERS)}, got {value!r}", field="tier")
+    return tier
+
+
+def estimate_json(estimate: Estimate) -> dict[str, float]:
+    """The stable JSON shape of one answer (README documents it)."""
+    return {
+        "throughput": round(estimate.throughput, 3),
+        "iteration_s": round(estimate.iteration_s, 6),
+        "comm_exposed_s": round(estimate.comm_exposed_s, 6),
+        "compute_s": round(estimate.compute_s, 6),
+    }
+
+
+class Batch:
+    """Answers many requests in one process: topologies and the model's memo are shared."""
+
+    def __init__(self, catalog: Catalog) -> None:
+        self.model = PerfModel(catalog)
+        self._topologies: dict[str, NodeTopology] = {}
+
+    def topology(self, spec: Any) -> NodeTopology:
+        if not isinstance(spec, str):
+            raise PerfError("must be a preset name or a file path (a string)", field="topology")
+        if spec not in self._topologies:
+            try:
+                self._topologies[spec] = load_topology(spec)
+            except TopologyError as err:
+                raise PerfError(str(err), field="topology") from None
+        return self._topologies[spec]
+
+    def answer(self, request: Any) -> Estimate:
+        if not isinstance(request, dict):
+            raise PerfError("a request must be a JSON object")
+        unknown = sorted(set(request) - set(REQUEST_KEYS))
+        if unknown:
+            raise PerfError(
+                f"unknown key {unknown[0]!r}; valid keys: {', '.join(REQUEST_KEYS)}",
+                field=unknown[0],
+            )
+        for key in ("model", "topology", "placement"):
+            if key not in request:
+                raise PerfError(f"missing key {key!r}", field=key)
+        for key in ("model", "network", "framework", "gpu_type"):
+            if key in request and not isinstance(request[key], str):
+                raise PerfError(f"must be a name (a string), got {request[key]!r}", field=key)
+        topology = self.topology(request["topology"])
+        placement = _gpu_lists(request["placement"], "placement")
+        neighbours = None
+        if "neighbours" in request:
+            neighbours = _gpu_lists(request["neighbours"], "neighbours")
+        return self.run(
+            model=request["model"],
+            topology=topology,
+            placement=placement,
+            network=request.get("network", DEFAULT_NETWORK),
+            framework=request.get("framework", DEFAULT_FRAMEWORK),
+            batch=request.get("batch", DEFAULT_BATCH),
+            gpu_type=request.get("gpu_type"),
+            tier=_tier(request.get("tier", "rack")),
+            neighbours=neighbours,
+        )
+
+    def run(
+        self,
+        *,
+        model: str,
+        topology: NodeTopology,
+        placement: list[list[int]],
+        network: str,
+        framework: str,
+        batch: Any,
+        gpu_type: str | None,
+        tier: Tier,
+        neighbours: list[list[int]] | None,
+    ) -> Estimate:
+        gpu = gpu_type or self.model.catalog.gpu_for(topology.name)
+        return self.model.estimate(
+            model,
+            gpu,
+            [(topology, gpus) for gpus in placement],
+            framework=framework,
+            network=network,
+            tier=tier if len(placement) > 1 else Tier.NODE,
+            batch=batch,
+            neighbours=neighbours,
+        )
+
+
+def _lines(path: str) -> Iterator[tuple[int, str]]:
+    if path == "-":
+        yield from enumerate(sys.stdin, start=1)
+        return
+    try:
+        with Path(path).open(encoding="utf-8") as handle:
+            yield from enumerate(handle, start=1)
+    except OSError as err:
+        fail(f"{path}: cannot read: {err.strerror}")
+
+
+def run_batch(path: str, catalog: Catalog) -> int:
+    """One JSON result per request line, in order; a bad line gets an error and exit status 2."""
+    batch = Batch(catalog)
+    worst = 0
+    for lineno, line in _lines(path):
+        if not line.strip():
+            continue
+        result: dict[str, Any]
+        try:
+            result = estimate_json(batch.answer(json.loads(line)))
+        except json.JSONDecodeError as err:
+            result = _error(lineno, None, f"not JSON: {err.msg}")
+            worst = EXIT_BAD_INPUT
+        except PerfError as err:
+            result = _error(lineno, err.field, err.reason)
+            worst = EXIT_BAD_INPUT
+        emit_json(result)
+    sys.stdout.flush()
+    return worst
+
+
+def _error(line: int, field: str | None, message: str) -> dict[str, Any]:
+    where = f"line {line}" + (f", {field}" if field else "")
+    return {
+        "error": {
+            "code": "bad_request",
+            "line": line,
+            "field": field,
+            "message": f"{where}: {message}",
+        }
+    }
+
+
+def _aliases(pairs: list[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for pair in pairs:
+        name, sep, model = pair.partition("=")
+        if not sep or not name.strip() or not model.strip():
+            fail(f"--alias takes NAME=MODEL, got {pair!r}")
+        out[name.strip()] = model.strip()
+    return out
+
+
+def perf(
+    model: str | None = typer.Option(None, "--model", "-m", help="Model name, e.g. resnet50."),
+    topology: str | None = typer.Option(None, "--topology", "-t", help="Preset name or file."),
+    placement: str | None = typer.Option(
+        None, "--placement", "-p", help='GPUs per node: "0,1,2,3", or "0,1;0,1" for two nodes.'
+    ),
+    network: str = typer.Option(DEFAULT_NETWORK, "--network", help="Network profile."),
+    framework: str = typer.Option(DEFAULT_FRAMEWORK, "--framework", help="Training framework."),
+    batch: int = typer.Option(DEFAULT_BATCH, "--batch", help="Samples per GPU per iteration."),
+    gpu_type: str | None = typer.Option(
+        None, "--gpu-type", help="GPU type (default: named in the topology, else V100)."
+    ),
+    tier: str = typer.Option("rack", "--tier", help="Tier joining the nodes: rack, pod, cluster."),
+    neighbours: str | None = typer.Option(
+        None, "--neighbours", help='Other jobs\' GPUs per node, e.g. "1" or "1;".'
+    ),
+    catalogs: list[str] = typer.Option(
+        [], "--catalog", help="Extra catalog YAML file (repeatable); its entries win."
+    ),
+    aliases: list[str] = typer.Option(
+        [], "--alias", help="Map a model name to a catalog model: NAME=MODEL (repeatable)."
+    ),
+    requests: str | None = typer.Option(
+        None, "--requests", help="JSONL file of requests, - for stdin."
+    ),
+    json_out: bool = typer.Option(False, "--json", help="JSON: throughput, iteration_s, ..."),
+) -> None:
+    """Estimate training throughput of a data-parallel job on a placement. Exit 2 on bad input."""
+    try:
+        catalog = load_catalog(catalogs, _aliases(aliases))
+    except CatalogError as err:
+        fail(str(err))
+    if requests is not None:
+        if model is not None or topology is not None or placement is not None:
+            fail(
+                "--requests takes every request from the file; drop --model/--topology/--placement"
+            )
+        raise typer.Exit(run_batch(requests, catalog))
+    if model is None or topology is None or placement is None:
+        fail("give --model, --topology and --placement (or --requests FILE)")
+    batch_runner = Batch(catalog)
+    try:
+        node = batch_runner.topology(topology)
+        gpus = parse_gpu_lists(placement, "--placement")
+        others = None if neighbours is None else parse_gpu_lists(neighbours, "--neighbours")
+        result = batch_runner.run(
+            model=model,
+            topology=node,
+            placement=gpus,
+            network=network,
+            framework=framework,
+            batch=batch,
+            gpu_type=gpu_type,
+            tier=_tier(tier),
+            neighbours=others,
+        )
+        total = sum(len(g) for g in gpus)
+        gpu = gpu_type or catalog.gpu_for(node.name)
+        best = batch_runner.model.ideal(
+            model, gpu, total, node, framework=framework, network=network, batch=batch
+        )
+    except PerfError as err:
+        fail(_flag_message(err))
+    if json_out:
+        emit_json(estimate_json(result))
+        return
+    _print_table(catalog, model, gpu, framework, network, node, gpus, result, best)
+
+
+def _flag_message(err: PerfError) -> str:
+    """Errors name the flag a user typed, not the request key."""
+    if err.field is None or err.field.startswith("--"):
+        return str(err)
+    return f"--{err.field.replace('_', '-')}: {err.reason}"
+
+
+def _print_table(
+    catalog: Catalog,
+    model: str,
+    gpu: str,
+    framework: str,
+    network: str,
+    node: NodeTopology,
+    gpus: list[list[int]],
+    result: Estimate,
+    best: Estimate,
+) -> None:
+    spec = catalog.model(model)
+    where = " ; ".join(",".join(map(str, g)) for g in gpus)
+    nodes = f"{len(gpus)} x {node.name or 'node'}" if len(gpus) > 1 else (node.name or "node")
+    gpu_name = catalog.gpu(gpu).name
+    table = Table(title=f"{spec.name} on {gpu_name}, {framework}", title_justify="left")
+    table.add_column("")
+    table.add_column("value", justify="right")
+    table.add_row("placement", f"{where} of {nodes}" + (f" ({network})" if len(gpus) > 1 else ""))
+    table.add_row("sample", spec.sample)
+    table.add_row("throughput", f"{result.throughput:,.1f} samples/s")
+    table.add_row("iteration", f"{1e3 * result.iteration_s:.1f} ms")
+    table.add_row("  compute", f"{1e3 * result.compute_s:.1f} ms")
+    table.add_row("  gradient sync (total)", f"{1e3 * result.comm_s:.1f} ms")
+    table.add_row("  gradient sync (exposed)", f"{1e3 * result.comm_exposed_s:.1f} ms")
+    if result.interference > 1.0:
+        table.add_row("interference", f"x{result.interference:.3f} compute")
+    share = result.throughput / best.throughput
+    table.add_row("best placement of as many GPUs", f"{best.throughput:,.1f} ({share:.0%} of it)")
+    console.print(table)

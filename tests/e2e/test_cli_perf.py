@@ -1,0 +1,168 @@
+"""`toposched perf` as a user runs it: the JSON contract, batches, catalogs and exit codes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+KEYS = {"throughput", "iteration_s", "comm_exposed_s", "compute_s"}
+
+
+def test_perf_json_contract_reproduces_ack(cli) -> None:
+    result = cli(
+        "perf", "--model", "vgg16", "--topology", "dgx1-v100", "--placement", "0,1,2,3",
+        "--network", "ack", "--framework", "tensorflow-horovod", "--batch", "64", "--json",
+    )  # fmt: skip
+    assert result.code == 0, result.err
+    out = result.json()
+    assert set(out) == KEYS
+    assert out["throughput"] == pytest.approx(991.92, rel=0.10)
+    assert out["iteration_s"] == pytest.approx(out["compute_s"] + out["comm_exposed_s"], abs=2e-6)
+    assert out["throughput"] == pytest.approx(4 * 64 / out["iteration_s"], rel=1e-4)
+
+
+def test_two_nodes_are_separated_by_a_semicolon(cli) -> None:
+    two = cli(
+        "perf", "-m", "vgg16", "-t", "dgx1-v100", "-p", "0,1;0,1", "--network", "ack",
+        "--framework", "tensorflow-horovod", "--json",
+    )  # fmt: skip
+    assert two.code == 0, two.err
+    assert two.json()["throughput"] == pytest.approx(200.47, rel=0.10)
+    pod = cli("perf", "-m", "vgg16", "-t", "dgx1-v100", "-p", "0,1;0,1", "--tier", "pod", "--json")
+    rack = cli("perf", "-m", "vgg16", "-t", "dgx1-v100", "-p", "0,1;0,1", "--json")
+    assert pod.json()["throughput"] < rack.json()["throughput"]
+
+
+def test_gpu_type_comes_from_the_topology_unless_given(cli) -> None:
+    h100 = cli("perf", "-m", "resnet50", "-t", "hgx-h100", "-p", "0", "--json").json()
+    v100 = cli(
+        "perf", "-m", "resnet50", "-t", "hgx-h100", "-p", "0", "--gpu-type", "V100", "--json"
+    ).json()
+    assert h100["throughput"] > 3 * v100["throughput"]
+
+
+def test_neighbours_slow_a_job_down(cli) -> None:
+    args = ("perf", "-m", "lstm", "-t", "pcie-8gpu-2socket", "-p", "0", "--framework", "cntk")
+    alone = cli(*args, "--json").json()
+    shared = cli(*args, "--neighbours", "1", "--json").json()
+    assert shared["throughput"] == pytest.approx(0.6 * alone["throughput"], rel=1e-3)
+
+
+def test_perf_human_output(cli) -> None:
+    result = cli("perf", "-m", "vgg16", "-t", "dgx1-v100", "-p", "0,1,2,5", "--network", "ack")
+    assert result.code == 0, result.err
+    for text in ("vgg16 on V100, pytorch-horovod", "0,1,2,5 of dgx1-v100", "samples/s"):
+        assert text in result.out
+    assert "best placement of as many GPUs" in result.out
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ("-m", "vgg17", "-t", "dgx1-v100", "-p", "0"),
+            "--model: unknown model 'vgg17'; known models: alexnet, bert-large",
+        ),
+        (("-m", "vgg16", "-t", "dgx9", "-p", "0"), "--topology: 'dgx9' is neither a file"),
+        (("-m", "vgg16", "-t", "dgx1-v100", "-p", "0,9"), "--placement: GPU 9 is out of range"),
+        (("-m", "vgg16", "-t", "dgx1-v100", "-p", "0,a"), "--placement: takes GPU indices"),
+        (("-m", "vgg16", "-t", "dgx1-v100", "-p", "0", "--network", "x"), "--network: unknown"),
+        (("-m", "vgg16", "-t", "dgx1-v100", "-p", "0", "--framework", "jax"), "--framework:"),
+        (("-m", "vgg16", "-t", "dgx1-v100", "-p", "0", "--gpu-type", "K80"), "--gpu-type:"),
+        (("-m", "vgg16", "-t", "dgx1-v100", "-p", "0", "--batch", "0"), "--batch: must be"),
+        (("-m", "vgg16", "-t", "dgx1-v100", "-p", "0;1", "--tier", "moon"), "--tier: must be"),
+        (("-m", "vgg16", "-p", "0"), "give --model, --topology and --placement"),
+        (("-m", "vgg16", "-t", "dgx1-v100", "-p", "0", "--alias", "x"), "--alias takes NAME=MODEL"),
+    ],
+)
+def test_bad_input_exits_2_and_prints_nothing(cli, args: tuple[str, ...], message: str) -> None:
+    result = cli("perf", *args)
+    assert result.code == 2, (args, result.err)
+    assert message in result.err, (args, result.err)
+    assert result.out == ""
+
+
+def test_extra_catalog_and_aliases(cli, tmp_path: Path) -> None:
+    example = str(ROOT / "examples" / "perf-catalog.yaml")
+    amp = cli(
+        "perf", "--catalog", example, "-m", "resnet50-amp", "-t", "dgx1-v100", "-p", "0,1;0,1",
+        "--network", "our-roce", "--json",
+    )  # fmt: skip
+    assert amp.code == 0, amp.err
+    traced = cli(
+        "perf", "--catalog", example, "-m", "imagenet_resnet", "-t", "dgx1-v100", "-p", "0"
+    )
+    assert traced.code == 0, traced.err
+    assert "resnet50 on V100" in traced.out
+    aliased = cli("perf", "--alias", "philly-cnn=vgg19", "-m", "Philly-CNN", "-t", "dgx1-v100",
+                  "-p", "0", "--json")  # fmt: skip
+    assert aliased.code == 0, aliased.err
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("models:\n  mine:\n    params_m: 3\n    forward_gflops: -1\n")
+    result = cli("perf", "--catalog", str(bad), "-m", "mine", "-t", "dgx1-v100", "-p", "0")
+    assert result.code == 2
+    assert f"{bad}:4: models.mine.forward_gflops: must be > 0, got -1" in result.err
+    missing = cli(
+        "perf", "--catalog", str(tmp_path / "none.yaml"), "-m", "vgg16", "-t", "x", "-p", "0"
+    )
+    assert missing.code == 2 and "cannot read" in missing.err
+
+
+def test_batch_requests_one_result_per_line_in_order(cli) -> None:
+    path = ROOT / "examples" / "perf-requests.jsonl"
+    result = cli("perf", "--requests", str(path))
+    assert result.code == 0, result.err
+    out = result.json_lines()
+    lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    assert len(out) == len(lines)
+    assert all(set(o) == KEYS for o in out)
+    assert out[0]["throughput"] == pytest.approx(991.92, rel=0.10)
+    assert out[1]["throughput"] == pytest.approx(200.47, rel=0.10)
+    single = cli(
+        "perf", "-m", "vgg16", "-t", "dgx1-v100", "-p", "0,1,2,3", "--network", "ack",
+        "--framework", "tensorflow-horovod", "--json",
+    )  # fmt: skip
+    assert out[0] == single.json()
+
+
+def test_batch_bad_lines_are_reported_and_the_rest_still_answered(cli) -> None:
+    stdin = "\n".join(
+        [
+            '{"model": "resnet50", "topology": "dgx1-v100", "placement": "0,1"}',
+            "{not json",
+            '{"model": "vgg17", "topology": "dgx1-v100", "placement": "0"}',
+            '{"model": "vgg16", "topology": "dgx1-v100"}',
+            '{"model": "vgg16", "topology": "dgx1-v100", "placement": "0", "colour": "red"}',
+            '{"model": "vgg16", "topology": "dgx1-v100", "placement": [0, 8]}',
+            '{"model": "vgg16", "topology": "dgx1-v100", "placement": "0", "batch": "big"}',
+            '{"model": "vgg16", "topology": "dgx1-v100", "placement": "0;1", "tier": "moon"}',
+            '{"model": "vgg16", "topology": 7, "placement": "0"}',
+            "",
+            '{"model": "vgg16", "topology": "dgx1-v100", "placement": [[0], [1]], "batch": 32}',
+        ]
+    )
+    result = cli("perf", "--requests", "-", stdin=stdin)
+    assert result.code == 2
+    out = result.json_lines()
+    assert len(out) == 10
+    assert set(out[0]) == KEYS and set(out[-1]) == KEYS
+    errors = [o["error"] for o in out[1:-1]]
+    assert [e["line"] for e in errors] == [2, 3, 4, 5, 6, 7, 8, 9]
+    assert all(e["code"] == "bad_request" for e in errors)
+    assert [e["field"] for e in errors] == [
+        None, "model", "placement", "colour", "placement", "batch", "tier", "topology",
+    ]  # fmt: skip
+    assert "line 2: not JSON" in errors[0]["message"]
+    assert "line 3, model: unknown model 'vgg17'; known models:" in errors[1]["message"]
+    assert "missing key 'placement'" in errors[2]["message"]
+    assert "unknown key 'colour'" in errors[3]["message"]
+    assert "GPU 8 is out of range" in errors[4]["message"]
+
+
+def test_requests_exclude_single_request_flags(cli) -> None:
+    result = cli("perf", "--requests", "-", "--model", "vgg16", stdin="")
+    assert result.code == 2
+    assert "--requests takes every request from the file" in result.err

@@ -1,0 +1,99 @@
+"""Performance-model invariants on random topologies: monotone in bandwidth and neighbours."""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.strategies import topologies
+from toposched.perf import Catalog, NetworkProfile, PerfModel
+from toposched.topology import BandwidthTable, NodeTopology
+from toposched.topology.cluster import Tier
+
+FAST = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+CATALOG = Catalog.load()
+MODELS = ("vgg16", "resnet50", "alexnet", "inception3", "bert-large", "lstm")
+FRAMEWORKS = tuple(CATALOG.frameworks)
+
+
+def _faster(topology: NodeTopology, factor: float) -> NodeTopology:
+    table = BandwidthTable(**{k: v * factor for k, v in vars(topology.bandwidth).items()})
+    return NodeTopology(
+        links=topology.links, numa=topology.numa, switch=topology.switch, bandwidth=table
+    )
+
+
+@st.composite
+def jobs(draw: st.DrawFn) -> tuple[NodeTopology, tuple[int, ...], str, str, int]:
+    topology = draw(topologies(min_gpus=1, max_gpus=8))
+    k = draw(st.integers(1, topology.size))
+    gpus = tuple(sorted(draw(st.permutations(range(topology.size)))[:k]))
+    return (
+        topology,
+        gpus,
+        draw(st.sampled_from(MODELS)),
+        draw(st.sampled_from(FRAMEWORKS)),
+        draw(st.sampled_from((1, 16, 64, 256))),
+    )
+
+
+@FAST
+@given(jobs(), st.floats(1.0, 20.0), st.integers(1, 3))
+def test_more_bandwidth_is_never_slower(job, factor: float, nodes: int) -> None:
+    topology, gpus, model_name, framework, batch = job
+    model = PerfModel(CATALOG)
+    placement = [(topology, gpus)] * nodes
+    base = model.estimate(model_name, "V100", placement, framework=framework, batch=batch)
+    faster_nodes = [(_faster(topology, factor), gpus)] * nodes
+    faster = model.estimate(model_name, "V100", faster_nodes, framework=framework, batch=batch)
+    assert faster.iteration_s <= base.iteration_s * (1 + 1e-12)
+    if nodes > 1:
+        current = CATALOG.network("default")
+        wider = NetworkProfile(
+            "wider", {t: v * factor for t, v in current.bandwidth_gbps.items()}, current.efficiency
+        )
+        on_wider = PerfModel(CATALOG.with_network(wider)).estimate(
+            model_name, "V100", placement, framework=framework, batch=batch, network="wider"
+        )
+        assert on_wider.iteration_s <= base.iteration_s * (1 + 1e-12)
+        for tier in (Tier.POD, Tier.CLUSTER):
+            further = model.estimate(
+                model_name, "V100", placement, framework=framework, batch=batch, tier=tier
+            )
+            assert further.iteration_s >= base.iteration_s * (1 - 1e-12)
+
+
+@FAST
+@given(jobs(), st.data())
+def test_more_neighbours_are_never_faster_and_one_gpu_never_talks(job, data) -> None:
+    topology, gpus, model_name, framework, batch = job
+    model = PerfModel(CATALOG)
+    free = [g for g in range(topology.size) if g not in gpus]
+    order = data.draw(st.permutations(free))
+    last = None
+    for count in range(len(order) + 1):
+        result = model.estimate(
+            model_name,
+            "V100",
+            [(topology, gpus)],
+            framework=framework,
+            batch=batch,
+            neighbours=[order[:count]],
+        )
+        if last is not None:
+            assert result.iteration_s >= last.iteration_s * (1 - 1e-12)
+            assert result.interference >= last.interference
+        last = result
+        if len(gpus) == 1:
+            assert result.comm_s == 0.0 and result.iteration_s == result.compute_s
+
+
+@FAST
+@given(jobs())
+def test_ideal_is_at_least_as_fast_as_any_single_node_placement(job) -> None:
+    topology, gpus, model_name, framework, batch = job
+    model = PerfModel(CATALOG)
+    ratio = model.speed_ratio(
+        model_name, "V100", [(topology, gpus)], framework=framework, batch=batch
+    )
+    assert 0.0 < ratio <= 1.0 + 1e-9
