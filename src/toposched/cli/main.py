@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from toposched import __version__
-from toposched.cli import demo_cmd, perf_cmd, place_cmd, topology_cmd
+from toposched.cli import demo_cmd, perf_cmd, place_cmd, sim_cmd, topology_cmd
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -16,6 +16,7 @@ app.add_typer(topology_cmd.app, name="topology")
 app.command("place")(place_cmd.place)
 app.command("demo")(demo_cmd.demo)
 app.command("perf")(perf_cmd.perf)
+app.command("sim")(sim_cmd.sim)
 
 
 def _version(value: bool) -> None:

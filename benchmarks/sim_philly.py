@@ -1,0 +1,107 @@
+"""The whole Philly trace on 64 DGX-1 nodes, every policy: wall time, peak memory, outcome.
+
+Run: .venv/bin/python benchmarks/sim_philly.py [--policy P1,P2] [--limit N]
+     [--cluster 64*dgx1-v100/8] [--json]
+
+Each policy runs in its own process, so that its peak memory (max RSS) is its own. The trace is
+data/traces/philly/philly.csv (82,247 jobs; Microsoft Philly as prepared for the Pollux
+simulator, petuum/adaptdl; CC BY 4.0 and Apache-2.0, see data/traces/philly/SOURCE.md).
+Targets (issue 4): at most 60 s and 2 GiB per policy; toposched at least 2x lower average JCT
+than k8s-default and 1.2x lower than the best other gang policy; placement quality >= 0.97.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import resource
+import sys
+import time
+from pathlib import Path
+
+from toposched.core import SCHEDULER_POLICIES
+
+ROOT = Path(__file__).resolve().parents[1]
+TRACE = ROOT / "data" / "traces" / "philly" / "philly.csv"
+KEYS = (
+    ("finished", "{:,}"),
+    ("unfinished", "{:,}"),
+    ("avg_jct_s", "{:,.0f}"),
+    ("p99_jct_s", "{:,.0f}"),
+    ("avg_queue_s", "{:,.0f}"),
+    ("gpu_alloc_util", "{:.3f}"),
+    ("effective_util", "{:.3f}"),
+    ("placement_quality_mean", "{:.3f}"),
+    ("preemptions", "{:,}"),
+    ("migrations", "{:,}"),
+    ("partial_hold_gpu_hours", "{:,.0f}"),
+    ("deadlocked", "{}"),
+)
+
+
+def one(
+    policy: str,
+    cluster: str,
+    limit: int | None,
+    seed: int,
+    queue: mp.Queue,  # type: ignore[type-arg]
+) -> None:
+    from toposched.discovery.files import load_cluster
+    from toposched.sim.engine import Simulation
+    from toposched.sim.metrics import summarise
+    from toposched.sim.traces import read_trace
+
+    began = time.perf_counter()
+    trace = read_trace(TRACE, limit=limit, seed=seed)
+    read_s = time.perf_counter() - began
+    result = Simulation(trace, load_cluster(cluster), policy, seed=seed).run()
+    summary = summarise(result)
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    summary["read_s"] = read_s
+    summary["peak_rss_mib"] = rss / 2**20 if sys.platform == "darwin" else rss / 2**10
+    queue.put((policy, summary))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--policy", default=",".join(SCHEDULER_POLICIES))
+    parser.add_argument("--cluster", default="64*dgx1-v100/8")
+    parser.add_argument("--limit", type=int, default=None)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", action="store_true", help="print all figures as JSON")
+    args = parser.parse_args()
+    policies = [p for p in args.policy.split(",") if p]
+    results: dict[str, dict[str, float]] = {}
+    ctx = mp.get_context("spawn")
+    for policy in policies:
+        queue: mp.Queue = ctx.Queue()  # type: ignore[type-arg]
+        proc = ctx.Process(target=one, args=(policy, args.cluster, args.limit, args.seed, queue))
+        proc.start()
+        name, summary = queue.get()
+        proc.join()
+        results[name] = summary
+        print(
+            f"{name:<20} wall {summary['wall_s']:6.1f} s "
+            f"(+{summary['read_s']:.1f} s reading)  "
+            f"peak RSS {summary['peak_rss_mib']:6.0f} MiB  "
+            f"avg JCT {summary['avg_jct_s']:>12,.0f} s  "
+            f"quality {summary['placement_quality_mean']:.3f}",
+            flush=True,
+        )
+    if args.json:
+        print(json.dumps(results, indent=2))
+        return
+    print()
+    print(f"{'metric':<24}" + "".join(f"{p:>20}" for p in results))
+    for key, style in KEYS:
+        print(f"{key:<24}" + "".join(f"{style.format(r[key]):>20}" for r in results.values()))
+    if "toposched" in results:
+        mine = results["toposched"]["avg_jct_s"]
+        for other, r in results.items():
+            if other != "toposched" and mine:
+                print(f"avg JCT {other} / toposched: {r['avg_jct_s'] / mine:.2f}x")
+
+
+if __name__ == "__main__":
+    main()

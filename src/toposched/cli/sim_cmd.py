@@ -1,0 +1,144 @@
+"""`toposched sim`: replay a job trace on a cluster under several policies, side by side."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import typer
+from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from toposched.cli.output import console, emit_json, fail
+from toposched.core import SCHEDULER_POLICIES, PolicyError
+from toposched.discovery.files import load_cluster
+from toposched.perf import PerfError, PerfModel
+from toposched.sim.engine import SimResult, Simulation
+from toposched.sim.metrics import summarise
+from toposched.sim.report import write_jobs, write_metrics, write_plots
+from toposched.sim.traces import FORMATS, TraceError, read_trace
+from toposched.sim.workload import Workload
+from toposched.topology.cluster import ClusterError
+
+# Columns of the side-by-side table: (metric key, heading, format).
+TABLE = (
+    ("finished", "finished", "{:,}"),
+    ("avg_jct_s", "avg JCT h", "hours"),
+    ("p50_jct_s", "p50 JCT h", "hours"),
+    ("p99_jct_s", "p99 JCT h", "hours"),
+    ("avg_queue_s", "avg queue h", "hours"),
+    ("makespan_s", "makespan h", "hours"),
+    ("gpu_alloc_util", "alloc util", "{:.1%}"),
+    ("effective_util", "effective util", "{:.1%}"),
+    ("placement_quality_mean", "placement quality", "{:.3f}"),
+    ("preemptions", "preempt", "{:,}"),
+    ("migrations", "migrate", "{:,}"),
+    ("partial_hold_gpu_hours", "partial-hold GPU·h", "{:,.0f}"),
+    ("wall_s", "wall s", "{:.1f}"),
+)
+
+
+def _cell(value: float | int | bool, style: str) -> str:
+    if style == "hours":
+        return f"{float(value) / 3600:,.2f}"
+    return style.format(value)
+
+
+def sim(
+    trace: str = typer.Option(..., "--trace", help="Trace file (CSV)."),
+    format: str | None = typer.Option(
+        None, "--format", help=f"Trace format ({', '.join(FORMATS)}); told from the header."
+    ),
+    cluster: str = typer.Option(
+        ..., "--cluster", help="Cluster file, or a shorthand such as 64*dgx1-v100/8."
+    ),
+    policy: str = typer.Option(
+        "toposched,k8s-default", "--policy", help="Scheduler policies, comma-separated."
+    ),
+    out: Path = typer.Option(Path("sim-out"), "--out", help="Directory for metrics, CSV, plots."),
+    seed: int = typer.Option(0, "--seed", help="Seeds model draws and random placement."),
+    limit: int | None = typer.Option(None, "--limit", help="Only the first N jobs."),
+    skip_bad: bool = typer.Option(False, "--skip-bad", help="Skip and count bad trace rows."),
+    network: str = typer.Option("default", "--network", help="Network profile of the catalog."),
+    relax_after: float = typer.Option(
+        1800.0, "--relax-after", help="Seconds a job waits before it accepts any placement."
+    ),
+    no_checkpoint: bool = typer.Option(
+        False, "--no-checkpoint", help="Jobs cannot checkpoint: a stopped job starts over."
+    ),
+    plots: bool = typer.Option(True, "--plots/--no-plots", help="Write PNG plots."),
+    as_json: bool = typer.Option(False, "--json", help="Print the metrics as JSON."),
+) -> None:
+    """Replay a trace with each policy; print a side-by-side table and write files to --out."""
+    names = [p.strip() for p in policy.split(",") if p.strip()]
+    unknown = [p for p in names if p not in SCHEDULER_POLICIES]
+    if not names or unknown:
+        fail(f"--policy: unknown {unknown or names!r}; known: {', '.join(SCHEDULER_POLICIES)}")
+    if limit is not None and limit < 1:
+        fail(f"--limit must be at least 1, got {limit}")
+    try:
+        built = load_cluster(cluster)
+        jobs = read_trace(trace, format, skip_bad=skip_bad, limit=limit, seed=seed)
+        perf = PerfModel()
+        perf.catalog.network(network)  # an unknown profile fails here, naming the known ones
+        if not jobs.jobs:
+            fail(f"{trace}: the trace has no jobs")
+    except (ClusterError, TraceError, PerfError) as err:
+        fail(str(err))
+    workload = Workload(relax_after, None if no_checkpoint else 30.0)
+    results: list[SimResult] = []
+    began = time.perf_counter()
+    with Progress(
+        TextColumn("{task.description:<20}"),
+        BarColumn(),
+        TextColumn("{task.completed:,}/{task.total:,} jobs"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=as_json,
+        disable=as_json,
+    ) as bar:
+        for name in names:
+            task = bar.add_task(name, total=len(jobs.jobs))
+            try:
+                simulation = Simulation(
+                    jobs, built, name, perf=perf, workload=workload, seed=seed, network=network
+                )
+            except PolicyError as err:
+                fail(str(err))
+
+            def advance(done: int, _total: int, task: TaskID = task) -> None:
+                bar.update(task, completed=done)
+
+            results.append(simulation.run(advance))
+    out.mkdir(parents=True, exist_ok=True)
+    extra = {
+        "trace": trace,
+        "format": jobs.format,
+        "cluster": cluster,
+        "seed": seed,
+        "skipped_rows": jobs.skipped,
+        "wall_s": time.perf_counter() - began,
+    }
+    write_metrics(results, out, extra)
+    for result in results:
+        write_jobs(result, out)
+    if plots:
+        write_plots(results, out)
+    summaries = {r.policy: summarise(r) for r in results}
+    if as_json:
+        emit_json({"policies": summaries})
+        return
+    table = Table(title=f"{len(jobs.jobs):,} jobs of {trace} on {cluster}")
+    table.add_column("metric")
+    for name in names:
+        table.add_column(name, justify="right")
+    for key, heading, style in TABLE:
+        table.add_row(heading, *(_cell(summaries[n][key], style) for n in names))
+    console.print(table)
+    deadlocked = [r.policy for r in results if r.deadlocked]
+    if deadlocked:
+        console.print(
+            f"[red]deadlocked[/red]: {', '.join(deadlocked)} (jobs hold part of their GPUs and "
+            "wait for the rest, which other waiting jobs hold)"
+        )
+    console.print(f"wrote {out}/metrics.json, jobs-<policy>.csv" + (", *.png" if plots else ""))

@@ -1,0 +1,340 @@
+"""The discrete-event simulator: a virtual clock drives the scheduler core with a trace.
+
+The core sees exactly the events a server would send it (JobSubmitted, JobFinished,
+JobStopped, Tick) and the simulator carries out its actions as a cluster would: a started job
+progresses at the speed the performance model gives its placement and its neighbours (its trace
+duration is its run time at an ideal placement), a stopped job pays its checkpoint grace (or,
+without a checkpoint, starts over), and a job's speed is recomputed whenever its placement or
+the jobs beside it change.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from toposched.core import (
+    Event,
+    JobFinished,
+    JobState,
+    JobStopped,
+    JobSubmitted,
+    Placement,
+    Scheduler,
+    StartJob,
+    StopJob,
+    StopKind,
+    Tick,
+    Transition,
+    make_scheduler_policy,
+)
+from toposched.perf import PerfModel
+from toposched.sim.traces import Trace, TraceJob
+from toposched.sim.workload import Workload
+from toposched.topology.cluster import Cluster
+
+# Events due at one instant are handled in this order: GPUs free up before new work arrives.
+_STOPPED, _FINISH, _SUBMIT, _TICK = range(4)
+
+
+@dataclass
+class SimJob:
+    """One trace job as the simulated cluster sees it."""
+
+    trace: TraceJob
+    gpus: int
+    remaining: float  # seconds of work at the ideal speed
+    rate: float = 0.0  # fraction of the ideal speed now (0 while not running)
+    since: float = 0.0  # when `remaining` was last brought up to date
+    token: int = 0  # bumped whenever a scheduled finish becomes stale
+    placement: Placement | None = None
+    first_start: float | None = None
+    finish: float | None = None
+    state: JobState | None = None
+    run_s: float = 0.0
+    speed_s: float = 0.0  # integral of rate over running time
+    preemptions: int = 0
+    migrations: int = 0
+    partial_gpu_s: float = 0.0
+
+
+@dataclass
+class Sample:
+    time: float
+    allocated: int
+    effective: float
+    queued: int
+    fragmentation: float
+
+
+@dataclass
+class SimResult:
+    """What one policy did with one trace on one cluster."""
+
+    policy: str
+    trace: Trace
+    cluster: Cluster
+    jobs: list[SimJob]
+    samples: list[Sample]
+    end: float
+    wall_s: float
+    deadlocked: bool
+    partial_gpu_s: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+
+Progress = Callable[[int, int], None]
+
+
+class Simulation:
+    """Replays `trace` on `cluster` under the named scheduler policy."""
+
+    def __init__(
+        self,
+        trace: Trace,
+        cluster: Cluster,
+        policy: str,
+        *,
+        perf: PerfModel | None = None,
+        workload: Workload | None = None,
+        seed: int = 0,
+        network: str = "default",
+        framework: str = "pytorch-horovod",
+        gpu_type: str | None = None,
+        policy_params: dict[str, object] | None = None,
+    ) -> None:
+        self.trace, self.cluster, self.policy = trace, cluster, policy
+        self.perf = perf or PerfModel()
+        self.workload = workload or Workload()
+        self.network, self.framework = network, framework
+        self.topology = {node.name: node.topology for node in cluster.nodes}
+        self.gpu_type = gpu_type or self.perf.catalog.gpu_for(cluster.nodes[0].topology.name)
+        self.node_gpus = max(node.size for node in cluster.nodes)
+        self.scheduler = Scheduler(
+            cluster, make_scheduler_policy(policy, policy_params or {}), rng=random.Random(seed)
+        )
+        self.jobs = {j.name: SimJob(j, j.gpus, j.duration_s) for j in trace.jobs}
+        self.on_node: dict[str, dict[str, tuple[int, ...]]] = {n.name: {} for n in cluster.nodes}
+        self.now = 0.0
+        self._heap: list[tuple[float, int, int, str, int]] = []
+        self._seq = 0
+        self.samples: list[Sample] = []
+        self.allocated = 0
+        self.effective = 0.0
+        self.queued = 0
+        self.partial: dict[str, int] = {}
+        # About 2,000 samples over the trace's span, for the plots.
+        span = trace.jobs[-1].submit_s if trace.jobs else 0.0
+        self.sample_every_s = max(1.0, span / 2000)
+        self._next_sample = 0.0
+
+    # ------------------------------------------------------------------ the loop
+
+    def run(self, progress: Progress | None = None) -> SimResult:
+        started = time.perf_counter()
+        for job in self.trace.jobs:
+            self._push(job.submit_s, _SUBMIT, job.name)
+        done, total = 0, len(self.trace.jobs)
+        while self._heap:
+            t = self._heap[0][0]
+            self._advance(t)
+            events: list[Event] = []
+            while self._heap and self._heap[0][0] == t:
+                _, kind, _, name, token = heapq.heappop(self._heap)
+                event = self._event(kind, name, token)
+                if event is not None:
+                    events.append(event)
+            for event in events:
+                for action in self.scheduler.handle(event):
+                    done += self._carry_out(action)
+            if not self.scheduler.policy.gang:
+                self.partial = self.scheduler.partial_holds()
+            self._sample()
+            if progress is not None:
+                progress(done, total)
+        deadlocked = any(j.state is JobState.PENDING for j in self.jobs.values()) and bool(
+            self.partial
+        )
+        return SimResult(
+            self.policy,
+            self.trace,
+            self.cluster,
+            list(self.jobs.values()),
+            self.samples,
+            self.now,
+            time.perf_counter() - started,
+            deadlocked,
+            sum(j.partial_gpu_s for j in self.jobs.values()),
+        )
+
+    def _push(self, at: float, kind: int, name: str, token: int = 0) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (at, kind, self._seq, name, token))
+
+    def _event(self, kind: int, name: str, token: int) -> Event | None:
+        job = self.jobs[name]
+        if kind == _SUBMIT:
+            spec = self.workload.spec(job.trace, self.node_gpus)
+            relax = spec.locality.relax_after_s
+            if relax is not None:
+                self._push(self.now + relax, _TICK, name)
+            return JobSubmitted(self.now, spec)
+        if kind == _FINISH:
+            if token != job.token:
+                return None  # its speed changed since this finish was planned
+            self._settle(job)
+            return JobFinished(self.now, name, True)
+        if kind == _STOPPED:
+            return JobStopped(self.now, name)
+        return Tick(self.now)
+
+    def _advance(self, t: float) -> None:
+        """Move the clock to `t`, charging partial holds for the time that passed."""
+        dt = t - self.now
+        if dt > 0:
+            for name, gpus in self.partial.items():
+                self.jobs[name].partial_gpu_s += gpus * dt
+        self.now = t
+
+    # ------------------------------------------------------------------ actions
+
+    def _carry_out(self, action: object) -> int:
+        """Do what the scheduler asked; returns 1 when a job reached a final state."""
+        if isinstance(action, StartJob):
+            self._start(self.jobs[action.job], action.placement)
+        elif isinstance(action, StopJob):
+            self._stop(self.jobs[action.job], action)
+        elif isinstance(action, Transition):
+            job = self.jobs[action.job]
+            self.queued += (action.new is JobState.PENDING) - (action.old is JobState.PENDING)
+            job.state = action.new
+            if action.new is JobState.PENDING and action.old is JobState.STOPPING:
+                self._vacate(job)
+            if action.new.terminal:
+                if job.placement is not None:
+                    self._vacate(job)
+                if action.new is JobState.SUCCEEDED:
+                    job.finish = self.now
+                return 1
+        return 0
+
+    def _start(self, job: SimJob, placement: Placement) -> None:
+        if job.placement is not None:
+            self._vacate(job)  # a migration or resize resumes elsewhere
+        job.placement = placement
+        if job.first_start is None:
+            job.first_start = self.now
+        job.since = self.now
+        for node, gpus in placement.gpus_by_node().items():
+            self.on_node[node][job.trace.name] = gpus
+        self.allocated += placement.gpus
+        self._respeed(set(placement.gpus_by_node()))
+
+    def _stop(self, job: SimJob, action: StopJob) -> None:
+        """The job stops making progress now; its processes exit after the grace period."""
+        self._settle(job)
+        self._set_rate(job, 0.0)
+        job.token += 1
+        if action.kind is StopKind.PREEMPT:
+            job.preemptions += 1
+        elif action.kind is StopKind.MIGRATE:
+            job.migrations += 1
+        checkpointed = action.kind in (StopKind.PREEMPT, StopKind.MIGRATE, StopKind.RESIZE)
+        if checkpointed and self.workload.checkpoint_grace_s is None:
+            job.remaining = job.trace.duration_s  # no checkpoint: the work is lost
+        self._push(self.now + action.grace_s, _STOPPED, job.trace.name)
+
+    def _vacate(self, job: SimJob) -> None:
+        placement = job.placement
+        if placement is None:
+            return
+        self._settle(job)
+        self._set_rate(job, 0.0)
+        job.token += 1
+        job.placement = None
+        nodes = set(placement.gpus_by_node())
+        for node in nodes:
+            self.on_node[node].pop(job.trace.name, None)
+        self.allocated -= placement.gpus
+        self._respeed(nodes)
+
+    # ------------------------------------------------------------------ speed
+
+    def _settle(self, job: SimJob) -> None:
+        """Bring the job's remaining work and its speed integrals up to now."""
+        dt = self.now - job.since
+        if dt > 0 and job.rate > 0:
+            job.remaining = max(0.0, job.remaining - dt * job.rate)
+            job.run_s += dt
+            job.speed_s += dt * job.rate
+        job.since = self.now
+
+    def _set_rate(self, job: SimJob, rate: float) -> None:
+        self.effective += (rate - job.rate) * job.gpus
+        job.rate = rate
+
+    def _respeed(self, nodes: set[str]) -> None:
+        """Jobs on `nodes` (their neighbours changed): new speed, new finish time."""
+        names = {name for node in nodes for name in self.on_node[node]}
+        for name in sorted(names):
+            job = self.jobs[name]
+            if job.state is JobState.STOPPING or job.placement is None:
+                continue
+            rate = self._speed(job, job.placement)
+            if rate == job.rate:
+                continue
+            self._settle(job)
+            self._set_rate(job, rate)
+            job.token += 1
+            self._push(self.now + job.remaining / rate, _FINISH, name, job.token)
+
+    def _speed(self, job: SimJob, placement: Placement) -> float:
+        shares = []
+        neighbours = []
+        for node, gpus in placement.gpus_by_node().items():
+            shares.append((self.topology[node], gpus))
+            others = sorted(
+                g
+                for other, held in self.on_node[node].items()
+                if other != job.trace.name
+                for g in held
+            )
+            neighbours.append(others)
+        ratio = self.perf.speed_ratio(
+            job.trace.model,
+            self.gpu_type,
+            shares,
+            framework=self.framework,
+            network=self.network,
+            tier=placement.tier,
+            neighbours=neighbours,
+        )
+        # The trace's duration is the run time at an ideal placement: nothing runs faster.
+        return min(1.0, ratio)
+
+    # ------------------------------------------------------------------ samples
+
+    def _sample(self) -> None:
+        if self.now < self._next_sample:
+            return
+        self._next_sample = self.now + self.sample_every_s
+        cap = self.scheduler.capacity
+        # Fragmentation: the share of free GPUs on nodes that are partly busy.
+        stranded = 0
+        for i in cap.present_indices():
+            free = cap.free[i]
+            if free and free != (1 << cap.nodes[i].size) - 1:
+                stranded += free.bit_count()
+        total = cap.total_free
+        self.samples.append(
+            Sample(
+                self.now,
+                self.allocated,
+                self.effective,
+                self.queued,
+                stranded / total if total else 0.0,
+            )
+        )

@@ -1,0 +1,76 @@
+"""Figures of merit of one simulated run: JCT, queueing, utilisation, placement quality."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from toposched.sim.engine import SimJob, SimResult
+
+
+def percentile(ordered: Sequence[float], q: float) -> float:
+    """Linear-interpolated percentile of sorted values (q in 0..100); 0 for no values."""
+    if not ordered:
+        return 0.0
+    pos = (len(ordered) - 1) * q / 100
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def quality(job: SimJob) -> float | None:
+    """Mean speed over the job's running time relative to its ideal placement."""
+    return job.speed_s / job.run_s if job.run_s > 0 else None
+
+
+def summarise(result: SimResult) -> dict[str, float | int | bool]:
+    """The keys `toposched sim --json` promises, plus a few more."""
+    jobs = result.jobs
+    done = [j for j in jobs if j.finish is not None]
+    jct = sorted(j.finish - j.trace.submit_s for j in done if j.finish is not None)
+    waits = [
+        (j.first_start if j.first_start is not None else result.end) - j.trace.submit_s
+        for j in jobs
+    ]
+    started = [j.first_start - j.trace.submit_s for j in jobs if j.first_start is not None]
+    first = min((j.trace.submit_s for j in jobs), default=0.0)
+    last = max((j.finish for j in done if j.finish is not None), default=first)
+    makespan = last - first
+    capacity = result.cluster.gpus * makespan
+    allocated = sum(j.gpus * j.run_s for j in jobs)
+    effective = sum(j.gpus * j.speed_s for j in jobs)
+    qualities = [q for j in jobs if (q := quality(j)) is not None]
+    return {
+        "jobs": len(jobs),
+        "finished": len(done),
+        "unfinished": len(jobs) - len(done),
+        "avg_jct_s": sum(jct) / len(jct) if jct else 0.0,
+        "p50_jct_s": percentile(jct, 50),
+        "p95_jct_s": percentile(jct, 95),
+        "p99_jct_s": percentile(jct, 99),
+        "avg_queue_s": sum(started) / len(started) if started else 0.0,
+        "max_wait_s": max(waits, default=0.0),
+        "makespan_s": makespan,
+        "gpu_alloc_util": allocated / capacity if capacity else 0.0,
+        "effective_util": effective / capacity if capacity else 0.0,
+        "placement_quality_mean": sum(qualities) / len(qualities) if qualities else 0.0,
+        "preemptions": sum(j.preemptions for j in jobs),
+        "migrations": sum(j.migrations for j in jobs),
+        "partial_hold_gpu_hours": result.partial_gpu_s / 3600,
+        "deadlocked": result.deadlocked,
+        "fragmentation_mean": (
+            sum(s.fragmentation for s in result.samples) / len(result.samples)
+            if result.samples
+            else 0.0
+        ),
+        "wall_s": result.wall_s,
+    }
+
+
+def team_shares(result: SimResult) -> dict[str, float]:
+    """Each queue's share of the GPU-time that jobs held while running."""
+    per: dict[str, float] = {}
+    for job in result.jobs:
+        per[job.trace.queue] = per.get(job.trace.queue, 0.0) + job.gpus * job.run_s
+    total = sum(per.values())
+    return {q: v / total if total else 0.0 for q, v in sorted(per.items())}

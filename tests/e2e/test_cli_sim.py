@@ -1,0 +1,71 @@
+"""`toposched sim` as a user runs it: JSON keys, the files it writes, clear errors."""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+from tests.e2e.conftest import Result
+
+ROOT = Path(__file__).resolve().parents[2]
+PHILLY = str(ROOT / "data" / "traces" / "philly" / "philly.csv")
+KEYS = {
+    "jobs",
+    "finished",
+    "avg_jct_s",
+    "p50_jct_s",
+    "p99_jct_s",
+    "avg_queue_s",
+    "makespan_s",
+    "gpu_alloc_util",
+    "effective_util",
+    "placement_quality_mean",
+    "preemptions",
+    "migrations",
+    "max_wait_s",
+    "partial_hold_gpu_hours",
+    "wall_s",
+}
+
+
+def test_sim_json_and_files(cli: Callable[..., Result], tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    r = cli(
+        "sim", "--trace", PHILLY, "--cluster", "4*dgx1-v100/2", "--limit", "60",
+        "--policy", "toposched,k8s-default", "--out", str(out), "--json",
+    )  # fmt: skip
+    assert r.code == 0, r.err
+    policies = r.json()["policies"]
+    assert set(policies) == {"toposched", "k8s-default"}
+    for figures in policies.values():
+        assert set(figures) >= KEYS
+        assert figures["jobs"] == 60
+    saved = json.loads((out / "metrics.json").read_text())
+    assert saved["policies"]["toposched"]["finished"] == policies["toposched"]["finished"]
+    with (out / "jobs-toposched.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert len(rows) == 60 and {"jct_s", "placement_quality", "state"} <= set(rows[0])
+    for plot in ("jct_cdf.png", "utilisation.png", "queue_length.png"):
+        assert (out / plot).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_sim_table(cli: Callable[..., Result], tmp_path: Path) -> None:
+    r = cli(
+        "sim", "--trace", PHILLY, "--cluster", "2*dgx1-v100", "--limit", "20",
+        "--policy", "toposched", "--out", str(tmp_path), "--no-plots",
+    )  # fmt: skip
+    assert r.code == 0, r.err
+    assert "avg JCT h" in r.out and "placement quality" in r.out
+
+
+def test_sim_bad_input(cli: Callable[..., Result], tmp_path: Path) -> None:
+    r = cli("sim", "--trace", PHILLY, "--cluster", "2*dgx1-v100", "--policy", "nope")
+    assert r.code == 2 and "unknown" in r.err and "toposched" in r.err
+    bad = tmp_path / "bad.csv"
+    bad.write_text("timestamp,duration,num_gpus,gpu_time,cluster\n2017-10-09 07:01:55,x,1,66,a\n")
+    r = cli("sim", "--trace", str(bad), "--cluster", "2*dgx1-v100", "--out", str(tmp_path))
+    assert r.code == 2 and "bad.csv:2" in r.err, r.err
+    r = cli("sim", "--trace", PHILLY, "--cluster", "2*nope", "--out", str(tmp_path))
+    assert r.code == 2 and "nope" in r.err
