@@ -25,12 +25,18 @@ class Reservation:
     gpus: dict[int, int]
     until: float
     awaiting: set[str] = field(default_factory=set)
+    _text: str = field(default="", repr=False, compare=False)
 
     def holds_free(self, capacity: Capacity) -> bool:
         """Whether any reserved GPU is free now (else keeping it from others changes nothing)."""
         return any(capacity.free[i] & mask for i, mask in self.gpus.items())
 
     def describe(self, capacity: Capacity) -> str:
+        if not self._text:  # the GPUs and the time never change once reserved
+            self._text = self._describe(capacity)
+        return self._text
+
+    def _describe(self, capacity: Capacity) -> str:
         parts = []
         for i, mask in sorted(self.gpus.items()):
             gpus = ",".join(str(g) for g in range(capacity.nodes[i].size) if mask >> g & 1)

@@ -127,6 +127,8 @@ class Scheduler:
         # What the last cycle that gave up on a shape said, for the jobs it did not reach.
         self._shape_notes: dict[Shape, tuple[int, str]] = {}
         self._cycles = 0
+        self._ranks: dict[str, tuple[int, tuple[float, ...]]] = {}
+        self._held_waiting: dict[str, int] = {}  # GPUs of partial gangs, by waiting job
 
     # ------------------------------------------------------------------ the entry point
 
@@ -219,15 +221,7 @@ class Scheduler:
     def partial_holds(self) -> dict[str, int]:
         """GPUs bound to waiting jobs, by job (only policies without gang admission bind
         workers before the whole gang fits)."""
-        if self.policy.gang:
-            return {}
-        out: dict[str, int] = {}
-        for entries in self._pending.lists.values():
-            for _, _, name in entries:
-                rec = self.jobs[name]
-                if rec.partial:
-                    out[name] = len(rec.partial) * rec.spec.gpus_per_worker
-        return out
+        return dict(self._held_waiting)
 
     def pending(self) -> Iterator[JobRecord]:
         """Pending jobs in the order the next cycle would try them."""
@@ -460,6 +454,7 @@ class Scheduler:
             raise SchedulingError(f"queue {name!r}: guaranteed GPUs must be >= 0, got {guaranteed}")
         queue = self.queues.setdefault(name, QueueRecord(name))
         queue.guaranteed = guaranteed
+        queue.version += 1
         if self.reservation is not None and not self.reservation.awaiting:
             self.reservation = None  # new shares may allow a reclaim: plan afresh
 
@@ -477,6 +472,7 @@ class Scheduler:
 
     def _dequeue(self, rec: JobRecord) -> None:
         gone = self._pending.remove(rec)
+        self._ranks.pop(rec.name, None)
         if gone is not None:
             self._shape_notes.pop(gone, None)
         self.queues[rec.spec.queue].pending.discard(rec.name)
@@ -495,7 +491,9 @@ class Scheduler:
             self.capacity.take(i, to_mask(gpus))
             for gpu in gpus:
                 self.owner[(i, gpu)] = rec.name
-        self.queues[rec.spec.queue].used += placement.gpus
+        queue = self.queues[rec.spec.queue]
+        queue.used += placement.gpus
+        queue.version += 1
 
     def _release_pairs(self, rec: JobRecord, pairs: set[tuple[str, int]]) -> None:
         for node, gpu in pairs:
@@ -503,7 +501,9 @@ class Scheduler:
             del self.owner[(i, gpu)]
             if self.capacity.present[i] and not self.unhealthy.get(i, 0) >> gpu & 1:
                 self.capacity.give(i, 1 << gpu)
-        self.queues[rec.spec.queue].used -= len(pairs)
+        queue = self.queues[rec.spec.queue]
+        queue.used -= len(pairs)
+        queue.version += 1
 
     def _release_all(self, rec: JobRecord) -> None:
         if self.reservation is not None:
@@ -511,6 +511,7 @@ class Scheduler:
         self._release_pairs(rec, {pair for p in rec.held() for pair in p.pairs()})
         rec.placement = rec.target = rec.resume = None
         rec.partial = []
+        self._held_waiting.pop(rec.name, None)
 
     def _start(
         self, rec: JobRecord, placement: Placement, why: str, allocate: bool = True
@@ -572,10 +573,21 @@ class Scheduler:
         if only is not None:
             yield self.jobs[only]
             return
-        for name in self._pending.order(
-            lambda name: self._rank(self.jobs[name]), skip or (lambda key: False)
-        ):
+        for name in self._pending.order(self._rank_of, skip or (lambda key: False)):
             yield self.jobs[name]
+
+    def _rank_of(self, name: str) -> tuple[float, ...]:
+        """A waiting job's rank, kept until its queue's usage changes."""
+        rec = self.jobs[name]
+        if self.policy.order is Order.FIFO:
+            return (rec.seq,)
+        version = self.queues[rec.spec.queue].version
+        kept = self._ranks.get(name)
+        if kept is not None and kept[0] == version:
+            return kept[1]
+        rank = self._rank(rec)
+        self._ranks[name] = (version, rank)
+        return rank
 
     def _rank(self, rec: JobRecord) -> tuple[float, ...]:
         if self.policy.order is Order.FIFO:
@@ -645,7 +657,8 @@ class Scheduler:
             nonlocal behind_holder
             res = self.reservation
             holder_here = res is not None and self._pending.filed.get(res.job) == key
-            if key[1] in hopeless:
+            shape = key[1]
+            if shape in hopeless:
                 behind_holder = behind_holder or holder_here
                 return True
             return (
@@ -792,7 +805,7 @@ class Scheduler:
         candidates = sorted(
             (
                 r
-                for r in self.jobs.values()
+                for r in self._elastic.values()
                 if r.state is JobState.RUNNING
                 and r.spec.elastic is not None
                 and r.placement is not None
@@ -845,7 +858,8 @@ class Scheduler:
         if request.gpus > largest or request.gpus > cap.total_free:
             return []
         movable: dict[int, list[tuple[JobRecord, int]]] = {}
-        for r in self.jobs.values():
+        # Jobs holding GPUs, found through the GPUs, in submission order.
+        for r in sorted((self.jobs[n] for n in set(self.owner.values())), key=lambda r: r.seq):
             if r.state is not JobState.RUNNING or r.placement is None or not r.spec.checkpointable:
                 continue
             by_node = r.placement.gpus_by_node()
@@ -876,27 +890,40 @@ class Scheduler:
         takes one pod at a time, the pods of concurrent jobs interleaved), each holding what it
         bound until its last worker is bound. Two jobs holding parts of what each needs wait
         forever."""
-        waiting = [rec for rec in self._order(None) if rec.state is JobState.PENDING]
+        waiting: list[JobRecord] = []
         room: dict[int, list[int]] = {}  # GPUs per worker -> nodes with that many free
-        bound = True
+
+        def bind_one(rec: JobRecord) -> bool:
+            g = rec.spec.gpus_per_worker
+            if len(rec.partial) >= rec.spec.min_workers or self.capacity.total_free < g:
+                return False
+            slot = self._random_slot(g, room)
+            if slot is None:
+                return False
+            self._allocate(rec, Placement((slot,), None, Tier.NODE))
+            rec.partial.append(slot)
+            self._held_waiting[rec.name] = len(rec.partial) * g
+            return True
+
+        # The first round walks the queue only as far as free GPUs last; later rounds go
+        # over the jobs met so far.
+        bound = False
+        for rec in self._order(None):
+            if not self.capacity.total_free:
+                break
+            waiting.append(rec)
+            bound = bind_one(rec) or bound
         while bound and self.capacity.total_free:
             bound = False
             for rec in waiting:
-                g = rec.spec.gpus_per_worker
-                if len(rec.partial) >= rec.spec.min_workers or self.capacity.total_free < g:
-                    continue
-                slot = self._random_slot(g, room)
-                if slot is None:
-                    continue
-                self._allocate(rec, Placement((slot,), None, Tier.NODE))
-                rec.partial.append(slot)
-                bound = True
+                bound = bind_one(rec) or bound
         out: list[Action] = []
         for rec in waiting:
             needed = rec.spec.min_workers
             if len(rec.partial) == needed:
                 placement = placement_of(self.capacity, rec.partial, self.cluster.network_gbps)
                 rec.partial = []
+                del self._held_waiting[rec.name]
                 out += self._start(rec, placement, "every worker bound", allocate=False)
             elif rec.partial:
                 rec.note(self.now, f"holding {len(rec.partial)} of {needed} workers; the rest wait")

@@ -80,6 +80,13 @@ def check(s: Scheduler) -> None:
                 raise InvariantViolation(f"{name} is queued in {key[0]} but not pending")
             if s._pending.filed.get(name) != key or s.jobs[name].spec.queue != key[0]:
                 raise InvariantViolation(f"{name} is filed under the wrong queue or shape")
+    partial = {
+        name: len(rec.partial) * rec.spec.gpus_per_worker
+        for name, rec in s.jobs.items()
+        if rec.partial
+    }
+    if partial != s.partial_holds():
+        raise InvariantViolation("the GPUs held by partial gangs disagree with the jobs")
     if s.reservation is not None:
         holder = s.jobs.get(s.reservation.job)
         if holder is None or holder.state is not JobState.PENDING:

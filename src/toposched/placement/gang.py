@@ -285,14 +285,16 @@ def _place_on_many_nodes(
 ) -> Placement | Shortfall:
     g, workers = request.gpus_per_worker, request.workers
     where = {Tier.RACK: "one rack", Tier.POD: "one pod", Tier.CLUSTER: "the cluster"}
-    if not exclude:
-        # The whole cluster's room bounds every domain's; counted per group, not per node.
-        room = sum(len(members) * (key[1].bit_count() // g) for key, members in cap.groups())
-        if room < workers:
-            return Shortfall(
-                f"needs {workers} workers x {g} GPUs within {where[request.widest]}; "
-                f"at most {room} fit now in the whole cluster"
-            )
+    # The whole cluster's room bounds every domain's; counted per group, not per node.
+    room = sum(len(members) * (key[1].bit_count() // g) for key, members in cap.groups())
+    for i, mask in exclude.items():
+        if cap.present[i]:
+            room -= cap.free[i].bit_count() // g - (cap.free[i] & ~mask).bit_count() // g
+    if room < workers:
+        return Shortfall(
+            f"needs {workers} workers x {g} GPUs within {where[request.widest]}; "
+            f"at most {room} fit now in the whole cluster"
+        )
     usable: list[tuple[int, int]] = []
     for i in cap.present_indices():
         free = cap.free[i] & ~exclude.get(i, 0)
