@@ -32,12 +32,15 @@ from toposched.core import (
     make_scheduler_policy,
 )
 from toposched.perf import PerfModel
+from toposched.placement.tables import from_mask, to_mask
 from toposched.sim.traces import Trace, TraceJob
 from toposched.sim.workload import Workload
 from toposched.topology.cluster import Cluster
+from toposched.topology.node import NodeTopology
 
 # Events due at one instant are handled in this order: GPUs free up before new work arrives.
 _STOPPED, _FINISH, _SUBMIT, _TICK = range(4)
+SPEED_MEMO = 200_000
 
 
 @dataclass
@@ -51,11 +54,14 @@ class SimJob:
     since: float = 0.0  # when `remaining` was last brought up to date
     token: int = 0  # bumped whenever a scheduled finish becomes stale
     placement: Placement | None = None
+    nodes: tuple[str, ...] = ()  # the placement's nodes
     first_start: float | None = None
     finish: float | None = None
     state: JobState | None = None
     run_s: float = 0.0
     speed_s: float = 0.0  # integral of rate over running time
+    alone: float = 0.0  # speed on its placement were it alone on its nodes
+    alone_s: float = 0.0  # integral of that over running time
     preemptions: int = 0
     migrations: int = 0
     partial_gpu_s: float = 0.0
@@ -111,13 +117,18 @@ class Simulation:
         self.workload = workload or Workload()
         self.network, self.framework = network, framework
         self.topology = {node.name: node.topology for node in cluster.nodes}
+        kinds: dict[NodeTopology, int] = {}
+        self.topology_id = {n.name: kinds.setdefault(n.topology, len(kinds)) for n in cluster.nodes}
+        self._speeds: dict[tuple[object, ...], float] = {}
         self.gpu_type = gpu_type or self.perf.catalog.gpu_for(cluster.nodes[0].topology.name)
         self.node_gpus = max(node.size for node in cluster.nodes)
         self.scheduler = Scheduler(
             cluster, make_scheduler_policy(policy, policy_params or {}), rng=random.Random(seed)
         )
         self.jobs = {j.name: SimJob(j, j.gpus, j.duration_s) for j in trace.jobs}
-        self.on_node: dict[str, dict[str, tuple[int, ...]]] = {n.name: {} for n in cluster.nodes}
+        # Per node: each job's GPUs there (as a mask), and all busy GPUs (a mask).
+        self.on_node: dict[str, dict[str, int]] = {n.name: {} for n in cluster.nodes}
+        self.busy: dict[str, int] = {n.name: 0 for n in cluster.nodes}
         self.now = 0.0
         self._heap: list[tuple[float, int, int, str, int]] = []
         self._seq = 0
@@ -179,7 +190,7 @@ class Simulation:
         if kind == _SUBMIT:
             spec = self.workload.spec(job.trace, self.node_gpus)
             relax = spec.locality.relax_after_s
-            if relax is not None:
+            if relax is not None and spec.min_workers > 1:  # one worker is one node anyway
                 self._push(self.now + relax, _TICK, name)
             return JobSubmitted(self.now, spec)
         if kind == _FINISH:
@@ -225,13 +236,18 @@ class Simulation:
         if job.placement is not None:
             self._vacate(job)  # a migration or resize resumes elsewhere
         job.placement = placement
+        by_node = placement.gpus_by_node()
+        job.nodes = tuple(by_node)
         if job.first_start is None:
             job.first_start = self.now
         job.since = self.now
-        for node, gpus in placement.gpus_by_node().items():
-            self.on_node[node][job.trace.name] = gpus
+        for node, gpus in by_node.items():
+            mask = to_mask(gpus)
+            self.on_node[node][job.trace.name] = mask
+            self.busy[node] |= mask
         self.allocated += placement.gpus
-        self._respeed(set(placement.gpus_by_node()))
+        job.alone = self._speed(job, placement, alone=True)
+        self._respeed(set(job.nodes))
 
     def _stop(self, job: SimJob, action: StopJob) -> None:
         """The job stops making progress now; its processes exit after the grace period."""
@@ -255,9 +271,10 @@ class Simulation:
         self._set_rate(job, 0.0)
         job.token += 1
         job.placement = None
-        nodes = set(placement.gpus_by_node())
+        nodes = set(job.nodes)
+        job.nodes = ()
         for node in nodes:
-            self.on_node[node].pop(job.trace.name, None)
+            self.busy[node] &= ~self.on_node[node].pop(job.trace.name, 0)
         self.allocated -= placement.gpus
         self._respeed(nodes)
 
@@ -270,6 +287,7 @@ class Simulation:
             job.remaining = max(0.0, job.remaining - dt * job.rate)
             job.run_s += dt
             job.speed_s += dt * job.rate
+            job.alone_s += dt * job.alone
         job.since = self.now
 
     def _set_rate(self, job: SimJob, rate: float) -> None:
@@ -291,29 +309,36 @@ class Simulation:
             job.token += 1
             self._push(self.now + job.remaining / rate, _FINISH, name, job.token)
 
-    def _speed(self, job: SimJob, placement: Placement) -> float:
-        shares = []
-        neighbours = []
-        for node, gpus in placement.gpus_by_node().items():
-            shares.append((self.topology[node], gpus))
-            others = sorted(
-                g
-                for other, held in self.on_node[node].items()
-                if other != job.trace.name
-                for g in held
-            )
-            neighbours.append(others)
+    def _speed(self, job: SimJob, placement: Placement, alone: bool = False) -> float:
+        name = job.trace.name
+        parts = []
+        for node in job.nodes:
+            own = self.on_node[node][name]
+            parts.append((node, own, 0 if alone else self.busy[node] & ~own))
+        # Nodes of one topology with the same own and busy GPUs give the same speed.
+        key = (
+            job.trace.model,
+            placement.tier,
+            tuple((self.topology_id[n], own, others) for n, own, others in parts),
+        )
+        found = self._speeds.get(key)
+        if found is not None:
+            return found
         ratio = self.perf.speed_ratio(
             job.trace.model,
             self.gpu_type,
-            shares,
+            [(self.topology[n], from_mask(own)) for n, own, _ in parts],
             framework=self.framework,
             network=self.network,
             tier=placement.tier,
-            neighbours=neighbours,
+            neighbours=[from_mask(others) for _, _, others in parts],
         )
         # The trace's duration is the run time at an ideal placement: nothing runs faster.
-        return min(1.0, ratio)
+        speed = min(1.0, ratio)
+        if len(self._speeds) >= SPEED_MEMO:
+            self._speeds.clear()  # bounded: a long run meets ever new neighbour sets
+        self._speeds[key] = speed
+        return speed
 
     # ------------------------------------------------------------------ samples
 

@@ -40,6 +40,7 @@ def summarise(result: SimResult) -> dict[str, float | int | bool]:
     allocated = sum(j.gpus * j.run_s for j in jobs)
     effective = sum(j.gpus * j.speed_s for j in jobs)
     qualities = [q for j in jobs if (q := quality(j)) is not None]
+    alone = [j.alone_s / j.run_s for j in jobs if j.run_s > 0]
     return {
         "jobs": len(jobs),
         "finished": len(done),
@@ -54,6 +55,8 @@ def summarise(result: SimResult) -> dict[str, float | int | bool]:
         "gpu_alloc_util": allocated / capacity if capacity else 0.0,
         "effective_util": effective / capacity if capacity else 0.0,
         "placement_quality_mean": sum(qualities) / len(qualities) if qualities else 0.0,
+        # The same without the slowdown from neighbours: what the GPU choice alone cost.
+        "placement_quality_alone_mean": sum(alone) / len(alone) if alone else 0.0,
         "preemptions": sum(j.preemptions for j in jobs),
         "migrations": sum(j.migrations for j in jobs),
         "partial_hold_gpu_hours": result.partial_gpu_s / 3600,
