@@ -39,7 +39,7 @@ def victims_for(s: Scheduler, rec: JobRecord) -> list[JobRecord]:
     `rec` is within its own), and lower-priority work of its own queue."""
     spec = rec.spec
     within = s.queues[spec.queue].within_guarantee(spec.min_workers * spec.gpus_per_worker)
-    lower = s.policy.preempt_lower_priority
+    lower = s.policy.preempt_lower_priority and s.lowest_priority[spec.queue] < spec.priority
     if not (within or lower):
         return []
     # Other queues' jobs matter only if `rec` is within its guarantee; all of a queue's jobs

@@ -65,7 +65,9 @@ def reserve(s: Scheduler, rec: JobRecord, request: GangRequest) -> Reservation |
     by_node = jobs_by_node(s)
     cap = s.capacity
     k = request.gpus
-    best: tuple[tuple[float, ...], Reservation] | None = None
+    # First the nodes whose GPUs free up soonest (fewest GPUs to wait for among equals); only
+    # those compete on the ring they would give.
+    soonest: list[tuple[float, int, int, int]] = []
     for i in cap.present_indices():
         healthy = full_mask(cap.nodes[i].size) & ~s.unhealthy.get(i, 0)
         if healthy.bit_count() < k:
@@ -81,6 +83,13 @@ def reserve(s: Scheduler, rec: JobRecord, request: GangRequest) -> Reservation |
             released += mask.bit_count()
         if avail.bit_count() < k:
             continue
+        if soonest and (until, released) > soonest[0][:2]:
+            continue
+        if soonest and (until, released) < soonest[0][:2]:
+            soonest = []
+        soonest.append((until, released, i, avail))
+    best: tuple[tuple[float, ...], Reservation] | None = None
+    for until, released, i, avail in soonest:
         topology = cap.nodes[i].topology
         gpus = node_gpus(topology, avail, k, cap.aware[i], request.mode)
         key = (until, released, -(ring_gbps(topology, gpus) or 0.0), i)

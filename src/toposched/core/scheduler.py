@@ -129,6 +129,7 @@ class Scheduler:
         self._cycles = 0
         self._ranks: dict[str, tuple[int, tuple[float, ...]]] = {}
         self._held_waiting: dict[str, int] = {}  # GPUs of partial gangs, by waiting job
+        self.lowest_priority: dict[str, int] = {}
 
     # ------------------------------------------------------------------ the entry point
 
@@ -243,6 +244,9 @@ class Scheduler:
         self.jobs[spec.name] = rec
         if spec.queue not in self.queues:
             self._configure_queue(spec.queue, 0)
+        # The lowest priority ever submitted to each queue: no lower one can be running.
+        low = self.lowest_priority.get(spec.queue, spec.priority)
+        self.lowest_priority[spec.queue] = min(low, spec.priority)
         never = self._never_fits(spec)
         if never:
             rec.state = JobState.REJECTED
