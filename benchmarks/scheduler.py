@@ -9,7 +9,7 @@ Jobs are drawn (seeded) from the GPU-count mix of the Microsoft Philly trace as 
 Pollux simulator (petuum/adaptdl, branch osdi21-artifact, simulator/traces/philly.csv, from
 msr-fiddle/philly-traces; the trace is CC BY 4.0, adaptdl is Apache-2.0): of 82,247 jobs, 1 GPU:
 76,627 · 2: 1,818 · 4: 1,870 · 8: 1,643 · 12: 7 · 16: 199 · 24: 7 · 32: 67 · 64: 6 · 128: 3
-(data/traces/philly/philly.csv holds the file itself). A job of at most 8 GPUs is one worker of G
+(counted from data/traces/philly/philly.csv at start). A job of at most 8 GPUs is one worker of G
 GPUs with locality `node`; a larger one is G/8 workers of 8 GPUs (12 is 3 x 4) with locality `any`.
 Each job goes to one of four queues at random (weighted by --queue-mix, even by default) and
 declares its (seeded, log-normal) run time as `limit_s`, so that reservations know when GPUs free
@@ -44,7 +44,9 @@ import resource
 import sys
 import time
 import tracemalloc
+from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from toposched.core import (
     Action,
@@ -61,22 +63,11 @@ from toposched.core import (
     StopJob,
     Transition,
 )
+from toposched.sim.traces import read_trace
 from toposched.topology import preset
 from toposched.topology.cluster import Cluster, Node
 
-# Microsoft Philly trace (Pollux's preparation, petuum/adaptdl): jobs per GPU count.
-PHILLY_GPUS: dict[int, int] = {
-    1: 76_627,
-    2: 1_818,
-    4: 1_870,
-    8: 1_643,
-    12: 7,
-    16: 199,
-    24: 7,
-    32: 67,
-    64: 6,
-    128: 3,
-}
+PHILLY = Path(__file__).resolve().parents[1] / "data" / "traces" / "philly" / "philly.csv"
 QUEUES = ("q0", "q1", "q2", "q3")
 NODES_PER_RACK = 8
 RACKS_PER_POD = 8
@@ -114,8 +105,9 @@ def make_jobs(
     count: int, node_size: int, limits: bool, mix: list[float], rng: random.Random
 ) -> list[tuple[JobSpec, float]]:
     """Seeded jobs with their true run times (declared as `limit_s` when `limits`)."""
-    sizes = list(PHILLY_GPUS)
-    weights = list(PHILLY_GPUS.values())
+    by_gpus = Counter(job.gpus for job in read_trace(PHILLY).jobs)  # jobs per GPU count
+    sizes = sorted(by_gpus)
+    weights = [by_gpus[g] for g in sizes]
     out = []
     for n, gpus in enumerate(rng.choices(sizes, weights, k=count)):
         workers, per, locality = gang_shape(gpus, node_size)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from toposched.core.job import JobState
 from toposched.core.records import JobRecord
 from toposched.placement.capacity import Capacity, full_mask
-from toposched.placement.gang import GangRequest, node_gpus, ring_gbps
+from toposched.placement.gang import GangRequest, node_domain, node_gpus, ring_gbps
 from toposched.placement.tables import to_mask
 from toposched.topology.cluster import Tier
 
@@ -115,12 +115,7 @@ def reserve_nodes(
         jobs = by_node.get(i, {})
         until = max((end_estimate(s, j) for j in jobs), default=s.now)
         busy = sum(m.bit_count() for m in jobs.values())
-        node = cap.nodes[i]
-        key = {
-            Tier.RACK: (node.pod, node.rack),
-            Tier.POD: (node.pod,),
-            Tier.CLUSTER: (),
-        }.get(request.widest, (node.name,))
+        key = node_domain(cap.nodes[i], request.widest)
         domains.setdefault(key, []).append((until, busy, i, healthy))
     best: tuple[tuple[float, ...], Reservation] | None = None
     for members in domains.values():

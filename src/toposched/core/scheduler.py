@@ -7,16 +7,18 @@ scheduling cycle runs in named phases:
 2. heads     - pending jobs in order: jobs within their queue's guarantee first, then priority,
                then the queue furthest below its share, then submission order;
 3. admit     - each in turn is placed whole (gang) or not at all; nothing is held while waiting;
-4. make room - for the first blocked job: shrink elastic jobs to their minimum; else migrate the
-               fewest checkpointable jobs to open a node for it; else preempt borrowed or
-               lower-priority work, choosing victims whose GPUs form the best placement for it,
-               checkpointable work first;
+4. make room - for the first blocked job: shrink elastic jobs, only as far as needed; else
+               migrate the fewest checkpointable jobs to open a node for it; else preempt
+               borrowed or lower-priority work, choosing victims whose GPUs form the best
+               placement for it, checkpointable work first;
 5. reserve   - otherwise it gets a reservation on the GPUs that free up first; later jobs may
                backfill only off those GPUs, or if they are expected to end before them;
 6. grow      - with nobody waiting, elastic jobs grow into idle GPUs.
 
 A submission that changes nothing for the jobs already waiting (it ranks behind the reserved
 job) only tries the new job: the others were already tried against at least as many free GPUs.
+Waiting jobs are filed by (queue, shape) (core/pending.py), so a cycle judges a whole list of
+alike jobs by its first one.
 """
 
 from __future__ import annotations
@@ -84,9 +86,6 @@ class JobView:
     reason: str
     restarts: int
     history: tuple[tuple[float, str], ...]
-
-
-_STOPPED_STATE = {StopKind.CANCEL: JobState.CANCELLED}
 
 
 class Scheduler:
@@ -282,7 +281,7 @@ class Scheduler:
             nodes = [self.capacity.nodes[i] for i in self.capacity.present_indices()]
             domains: dict[tuple[str, ...], int] = {}
             for node in nodes:
-                domain = (node.name,) if tier == Tier.NODE else node_domain(node, tier)
+                domain = node_domain(node, tier)
                 domains[domain] = domains.get(domain, 0) + node.size // g
             largest = max((n.size for n in nodes), default=0)
             self._room[key] = (largest, max(domains.values(), default=0))
@@ -606,10 +605,8 @@ class Scheduler:
             return False
         return self._rank(self.jobs[res.job]) < self._rank(rec)
 
-    def _request(self, rec: JobRecord, widest: Tier | None = None) -> GangRequest:
+    def _request(self, rec: JobRecord, widest: Tier) -> GangRequest:
         spec = rec.spec
-        if widest is None:
-            widest = spec.locality.allowed(self.now - rec.waiting_since).tier
         first_fit = self.policy.placement is not Placing.TOPOLOGY
         return GangRequest(spec.min_workers, spec.gpus_per_worker, widest, self.mode, first_fit)
 

@@ -242,7 +242,10 @@ def _fill_in_order(
 
 
 def node_domain(node: Node, tier: Tier) -> tuple[str, ...]:
-    """The network domain a node belongs to at `tier` (a rack, a pod; one for the cluster)."""
+    """The network domain a node belongs to at `tier`: itself, its rack, its pod, or the one
+    domain of the whole cluster."""
+    if tier == Tier.NODE:
+        return (node.name,)
     if tier == Tier.RACK:
         return (node.pod, node.rack)
     if tier == Tier.POD:
