@@ -71,7 +71,6 @@ class QueueRecord:
     name: str
     guaranteed: int = 0
     used: int = 0
-    pending: set[str] = field(default_factory=set)
     version: int = 0  # bumped whenever `used` changes (ranks of its jobs are kept until then)
 
     def within_guarantee(self, extra: int) -> bool:

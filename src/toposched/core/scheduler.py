@@ -471,14 +471,12 @@ class Scheduler:
 
     def _enqueue(self, rec: JobRecord) -> None:
         self._pending.add(rec, self.now)
-        self.queues[rec.spec.queue].pending.add(rec.name)
 
     def _dequeue(self, rec: JobRecord) -> None:
         gone = self._pending.remove(rec)
         self._ranks.pop(rec.name, None)
         if gone is not None:
             self._shape_notes.pop(gone, None)
-        self.queues[rec.spec.queue].pending.discard(rec.name)
 
     def _refile_relaxed(self) -> None:
         """Jobs whose locality widened since the last cycle move to their new shape's list."""
