@@ -10,7 +10,7 @@ import pytest
 from toposched.core import JobState
 from toposched.perf import PerfModel
 from toposched.sim.engine import SimResult, Simulation
-from toposched.sim.metrics import percentile, summarise
+from toposched.sim.metrics import percentile, summarise, team_shares
 from toposched.sim.traces import Trace, TraceJob, read_trace
 from toposched.sim.workload import Workload
 from toposched.topology.clusterfile import parse_shorthand
@@ -84,11 +84,34 @@ def test_k8s_default_deadlocks_where_gang_policies_finish() -> None:
         assert summarise(fine)["finished"] == 3, policy
 
 
-def test_without_checkpoints_a_preempted_job_starts_over() -> None:
-    workload = Workload(relax_after_s=None, checkpoint_grace_s=None)
-    result = run(trace(("a", 0, 8, 100, "q")), "1*dgx1-v100", workload=workload)
-    assert outcome(result) == {"a": (0, 100)}
-    assert result.jobs[0].preemptions == 0
+@pytest.mark.parametrize(
+    ("checkpoint", "a_runs"),
+    [
+        # No checkpoint: a is told to stop at 10 (the policy's 10 s grace), b runs 20-70,
+        # and a starts over: 100 s more, from 70.
+        (None, (0, 170)),
+        # A 30 s checkpoint: a stops at 40 having done 10 s, b runs 40-90, a does the 90 s
+        # left from 90.
+        (30.0, (0, 180)),
+    ],
+)
+def test_a_reclaimed_job_pays_its_checkpoint_contract(
+    checkpoint: float | None, a_runs: tuple[float, float]
+) -> None:
+    # Queue b is guaranteed the whole node; a borrowed it, so b's job reclaims it.
+    workload = Workload(relax_after_s=None, checkpoint_grace_s=checkpoint)
+    result = run(
+        trace(("a", 0, 8, 100, "a"), ("b", 10, 8, 50, "b")),
+        "1*dgx1-v100",
+        workload=workload,
+        guarantees={"b": 8},
+    )
+    stop = 10 + (checkpoint if checkpoint is not None else 10)
+    assert outcome(result) == {"a": a_runs, "b": (stop, stop + 50)}
+    assert [j.preemptions for j in result.jobs] == [1, 0]
+    shares = team_shares(result)
+    assert shares["b"]["guaranteed"] == 1.0
+    assert shares["a"]["guaranteed"] == 0.0
 
 
 def test_same_seed_same_result() -> None:

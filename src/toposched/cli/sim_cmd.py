@@ -66,6 +66,9 @@ def sim(
     no_checkpoint: bool = typer.Option(
         False, "--no-checkpoint", help="Jobs cannot checkpoint: a stopped job starts over."
     ),
+    guarantee: list[str] = typer.Option(
+        [], "--guarantee", help="QUEUE=GPUS guaranteed to a queue (repeatable); others get none."
+    ),
     plots: bool = typer.Option(True, "--plots/--no-plots", help="Write PNG plots."),
     as_json: bool = typer.Option(False, "--json", help="Print the metrics as JSON."),
 ) -> None:
@@ -74,6 +77,12 @@ def sim(
     unknown = [p for p in names if p not in SCHEDULER_POLICIES]
     if not names or unknown:
         fail(f"--policy: unknown {unknown or names!r}; known: {', '.join(SCHEDULER_POLICIES)}")
+    guarantees: dict[str, int] = {}
+    for item in guarantee:
+        queue, _, gpus = item.partition("=")
+        if not queue or not gpus.isdigit():
+            fail(f"--guarantee takes QUEUE=GPUS, got {item!r}")
+        guarantees[queue] = int(gpus)
     if limit is not None and limit < 1:
         fail(f"--limit must be at least 1, got {limit}")
     try:
@@ -101,7 +110,14 @@ def sim(
             task = bar.add_task(name, total=len(jobs.jobs))
             try:
                 simulation = Simulation(
-                    jobs, built, name, perf=perf, workload=workload, seed=seed, network=network
+                    jobs,
+                    built,
+                    name,
+                    perf=perf,
+                    workload=workload,
+                    seed=seed,
+                    network=network,
+                    guarantees=guarantees,
                 )
             except PolicyError as err:
                 fail(str(err))

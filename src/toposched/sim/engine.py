@@ -13,7 +13,7 @@ from __future__ import annotations
 import heapq
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from toposched.core import (
@@ -88,8 +88,7 @@ class SimResult:
     end: float
     wall_s: float
     deadlocked: bool
-    partial_gpu_s: float = 0.0
-    notes: list[str] = field(default_factory=list)
+    guarantees: dict[str, int] = field(default_factory=dict)
 
 
 Progress = Callable[[int, int], None]
@@ -111,7 +110,9 @@ class Simulation:
         framework: str = "pytorch-horovod",
         gpu_type: str | None = None,
         policy_params: dict[str, object] | None = None,
+        guarantees: Mapping[str, int] | None = None,
     ) -> None:
+        """`guarantees`: GPUs guaranteed to each named queue (others get none)."""
         self.trace, self.cluster, self.policy = trace, cluster, policy
         self.perf = perf or PerfModel()
         self.workload = workload or Workload()
@@ -123,8 +124,12 @@ class Simulation:
         self.gpu_type = gpu_type or self.perf.catalog.gpu_for(cluster.nodes[0].topology.name)
         self.node_gpus = max(node.size for node in cluster.nodes)
         self.scheduler = Scheduler(
-            cluster, make_scheduler_policy(policy, policy_params or {}), rng=random.Random(seed)
+            cluster,
+            make_scheduler_policy(policy, policy_params or {}),
+            dict(guarantees or {}),
+            rng=random.Random(seed),
         )
+        self.guarantees = dict(guarantees or {})
         self.jobs = {j.name: SimJob(j, j.gpus, j.duration_s) for j in trace.jobs}
         # Per node: each job's GPUs there (as a mask), and all busy GPUs (a mask).
         self.on_node: dict[str, dict[str, int]] = {n.name: {} for n in cluster.nodes}
@@ -178,7 +183,7 @@ class Simulation:
             self.now,
             time.perf_counter() - started,
             deadlocked,
-            sum(j.partial_gpu_s for j in self.jobs.values()),
+            self.guarantees,
         )
 
     def _push(self, at: float, kind: int, name: str, token: int = 0) -> None:

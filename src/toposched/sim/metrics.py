@@ -59,7 +59,7 @@ def summarise(result: SimResult) -> dict[str, float | int | bool]:
         "placement_quality_alone_mean": sum(alone) / len(alone) if alone else 0.0,
         "preemptions": sum(j.preemptions for j in jobs),
         "migrations": sum(j.migrations for j in jobs),
-        "partial_hold_gpu_hours": result.partial_gpu_s / 3600,
+        "partial_hold_gpu_hours": sum(j.partial_gpu_s for j in jobs) / 3600,
         "deadlocked": result.deadlocked,
         "fragmentation_mean": (
             sum(s.fragmentation for s in result.samples) / len(result.samples)
@@ -70,10 +70,16 @@ def summarise(result: SimResult) -> dict[str, float | int | bool]:
     }
 
 
-def team_shares(result: SimResult) -> dict[str, float]:
-    """Each queue's share of the GPU-time that jobs held while running."""
-    per: dict[str, float] = {}
+def team_shares(result: SimResult) -> dict[str, dict[str, float]]:
+    """Each queue's share of the GPU-time that jobs held while running, and the share of the
+    cluster's GPUs it is guaranteed."""
+    guarantees = result.guarantees
+    per: dict[str, float] = dict.fromkeys(guarantees, 0.0)
     for job in result.jobs:
         per[job.trace.queue] = per.get(job.trace.queue, 0.0) + job.gpus * job.run_s
     total = sum(per.values())
-    return {q: v / total if total else 0.0 for q, v in sorted(per.items())}
+    gpus = result.cluster.gpus
+    return {
+        q: {"share": v / total if total else 0.0, "guaranteed": guarantees.get(q, 0) / gpus}
+        for q, v in sorted(per.items())
+    }
