@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import typer
@@ -10,14 +11,14 @@ from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedCo
 from rich.table import Table
 
 from toposched.cli.output import console, emit_json, fail
-from toposched.core import SCHEDULER_POLICIES, PolicyError
+from toposched.core import SCHEDULER_POLICIES, PolicyError, make_scheduler_policy
 from toposched.discovery.files import load_cluster
 from toposched.perf import PerfError, PerfModel
 from toposched.sim.engine import SimResult, Simulation
 from toposched.sim.metrics import summarise
 from toposched.sim.report import write_jobs, write_metrics, write_plots
 from toposched.sim.traces import FORMATS, TraceError, read_trace
-from toposched.sim.workload import Workload
+from toposched.sim.workload import DEFAULT_WORKLOAD
 from toposched.topology.cluster import ClusterError
 
 # Columns of the side-by-side table: (metric key, heading, format).
@@ -59,9 +60,15 @@ def sim(
     seed: int = typer.Option(0, "--seed", help="Seeds model draws and random placement."),
     limit: int | None = typer.Option(None, "--limit", help="Only the first N jobs."),
     skip_bad: bool = typer.Option(False, "--skip-bad", help="Skip and count bad trace rows."),
-    network: str = typer.Option("default", "--network", help="Network profile of the catalog."),
+    network: str | None = typer.Option(
+        None,
+        "--network",
+        help="A network profile of the performance catalog (default: the cluster's own tiers).",
+    ),
     relax_after: float = typer.Option(
-        1800.0, "--relax-after", help="Seconds a job waits before it accepts any placement."
+        DEFAULT_WORKLOAD.relax_after_s,
+        "--relax-after",
+        help="Seconds a job waits before it accepts any placement.",
     ),
     no_checkpoint: bool = typer.Option(
         False, "--no-checkpoint", help="Jobs cannot checkpoint: a stopped job starts over."
@@ -74,9 +81,13 @@ def sim(
 ) -> None:
     """Replay a trace with each policy; print a side-by-side table and write files to --out."""
     names = [p.strip() for p in policy.split(",") if p.strip()]
-    unknown = [p for p in names if p not in SCHEDULER_POLICIES]
-    if not names or unknown:
-        fail(f"--policy: unknown {unknown or names!r}; known: {', '.join(SCHEDULER_POLICIES)}")
+    if not names:
+        fail(f"--policy: name at least one of {', '.join(SCHEDULER_POLICIES)}")
+    for name in names:
+        try:
+            make_scheduler_policy(name)
+        except PolicyError as err:
+            fail(f"--policy: {err}")
     guarantees: dict[str, int] = {}
     for item in guarantee:
         queue, _, gpus = item.partition("=")
@@ -89,12 +100,18 @@ def sim(
         built = load_cluster(cluster)
         jobs = read_trace(trace, format, skip_bad=skip_bad, limit=limit, seed=seed)
         perf = PerfModel()
-        perf.catalog.network(network)  # an unknown profile fails here, naming the known ones
+        if network is not None:
+            perf.catalog.network(network)  # an unknown profile fails here, naming the known ones
         if not jobs.jobs:
             fail(f"{trace}: the trace has no jobs")
+        out.mkdir(parents=True, exist_ok=True)  # before minutes of simulation, not after
     except (ClusterError, TraceError, PerfError) as err:
         fail(str(err))
-    workload = Workload(relax_after, None if no_checkpoint else 30.0)
+    except OSError as err:
+        fail(f"--out {out}: {err.strerror or err}")
+    workload = replace(DEFAULT_WORKLOAD, relax_after_s=relax_after)
+    if no_checkpoint:
+        workload = replace(workload, checkpoint_grace_s=None)
     results: list[SimResult] = []
     began = time.perf_counter()
     with Progress(
@@ -108,25 +125,22 @@ def sim(
     ) as bar:
         for name in names:
             task = bar.add_task(name, total=len(jobs.jobs))
-            try:
-                simulation = Simulation(
-                    jobs,
-                    built,
-                    name,
-                    perf=perf,
-                    workload=workload,
-                    seed=seed,
-                    network=network,
-                    guarantees=guarantees,
-                )
-            except PolicyError as err:
-                fail(str(err))
+            simulation = Simulation(
+                jobs,
+                built,
+                name,
+                perf=perf,
+                workload=workload,
+                seed=seed,
+                network=network,
+                guarantees=guarantees,
+            )
 
             def advance(done: int, _total: int, task: TaskID = task) -> None:
                 bar.update(task, completed=done)
 
             results.append(simulation.run(advance))
-    out.mkdir(parents=True, exist_ok=True)
+    summaries = {r.policy: summarise(r) for r in results}
     extra = {
         "trace": trace,
         "format": jobs.format,
@@ -135,12 +149,11 @@ def sim(
         "skipped_rows": jobs.skipped,
         "wall_s": time.perf_counter() - began,
     }
-    write_metrics(results, out, extra)
+    write_metrics(results, summaries, out, extra)
     for result in results:
         write_jobs(result, out)
     if plots:
         write_plots(results, out)
-    summaries = {r.policy: summarise(r) for r in results}
     if as_json:
         emit_json({"policies": summaries})
         return

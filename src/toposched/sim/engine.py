@@ -14,7 +14,7 @@ import heapq
 import random
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from toposched.core import (
     Event,
@@ -32,10 +32,11 @@ from toposched.core import (
     make_scheduler_policy,
 )
 from toposched.perf import PerfModel
+from toposched.placement.capacity import full_mask
 from toposched.placement.tables import from_mask, to_mask
 from toposched.sim.traces import Trace, TraceJob
 from toposched.sim.workload import Workload
-from toposched.topology.cluster import Cluster
+from toposched.topology.cluster import Cluster, Tier
 from toposched.topology.node import NodeTopology
 
 # Events due at one instant are handled in this order: GPUs free up before new work arrives.
@@ -71,7 +72,6 @@ class SimJob:
 class Sample:
     time: float
     allocated: int
-    effective: float
     queued: int
     fragmentation: float
 
@@ -106,15 +106,27 @@ class Simulation:
         perf: PerfModel | None = None,
         workload: Workload | None = None,
         seed: int = 0,
-        network: str = "default",
+        network: str | None = None,
         framework: str = "pytorch-horovod",
         gpu_type: str | None = None,
         policy_params: dict[str, object] | None = None,
         guarantees: Mapping[str, int] | None = None,
     ) -> None:
-        """`guarantees`: GPUs guaranteed to each named queue (others get none)."""
+        """`network`: a profile of the performance model's catalog; by default the cluster's
+        own tier bandwidths, with the `default` profile's efficiency and latency.
+        `guarantees`: GPUs guaranteed to each named queue (others get none)."""
         self.trace, self.cluster, self.policy = trace, cluster, policy
+        self.guarantees = dict(guarantees or {})
         self.perf = perf or PerfModel()
+        if network is None:
+            network = f"cluster {cluster.name}".strip()
+            own = replace(
+                self.perf.catalog.network("default"),
+                name=network,
+                bandwidth_gbps={t: v for t, v in cluster.network_gbps.items() if t != Tier.NODE},
+                source="the cluster description's network_gbps",
+            )
+            self.perf = PerfModel(self.perf.catalog.with_network(own))
         self.workload = workload or Workload()
         self.network, self.framework = network, framework
         self.topology = {node.name: node.topology for node in cluster.nodes}
@@ -126,10 +138,9 @@ class Simulation:
         self.scheduler = Scheduler(
             cluster,
             make_scheduler_policy(policy, policy_params or {}),
-            dict(guarantees or {}),
+            self.guarantees,
             rng=random.Random(seed),
         )
-        self.guarantees = dict(guarantees or {})
         self.jobs = {j.name: SimJob(j, j.gpus, j.duration_s) for j in trace.jobs}
         # Per node: each job's GPUs there (as a mask), and all busy GPUs (a mask).
         self.on_node: dict[str, dict[str, int]] = {n.name: {} for n in cluster.nodes}
@@ -139,7 +150,6 @@ class Simulation:
         self._seq = 0
         self.samples: list[Sample] = []
         self.allocated = 0
-        self.effective = 0.0
         self.queued = 0
         self.partial: dict[str, int] = {}
         # About 2,000 samples over the trace's span, for the plots.
@@ -251,20 +261,18 @@ class Simulation:
             self.on_node[node][job.trace.name] = mask
             self.busy[node] |= mask
         self.allocated += placement.gpus
-        job.alone = self._speed(job, placement, alone=True)
+        job.alone = self._speed(job, alone=True)
         self._respeed(set(job.nodes))
 
     def _stop(self, job: SimJob, action: StopJob) -> None:
         """The job stops making progress now; its processes exit after the grace period."""
-        self._settle(job)
-        self._set_rate(job, 0.0)
-        job.token += 1
+        self._pause(job)
         if action.kind is StopKind.PREEMPT:
             job.preemptions += 1
         elif action.kind is StopKind.MIGRATE:
             job.migrations += 1
-        checkpointed = action.kind in (StopKind.PREEMPT, StopKind.MIGRATE, StopKind.RESIZE)
-        if checkpointed and self.workload.checkpoint_grace_s is None:
+        resumes = action.kind in (StopKind.PREEMPT, StopKind.MIGRATE, StopKind.RESIZE)
+        if resumes and self.workload.checkpoint_grace_s is None:
             job.remaining = job.trace.duration_s  # no checkpoint: the work is lost
         self._push(self.now + action.grace_s, _STOPPED, job.trace.name)
 
@@ -272,9 +280,7 @@ class Simulation:
         placement = job.placement
         if placement is None:
             return
-        self._settle(job)
-        self._set_rate(job, 0.0)
-        job.token += 1
+        self._pause(job)
         job.placement = None
         nodes = set(job.nodes)
         job.nodes = ()
@@ -295,9 +301,11 @@ class Simulation:
             job.alone_s += dt * job.alone
         job.since = self.now
 
-    def _set_rate(self, job: SimJob, rate: float) -> None:
-        self.effective += (rate - job.rate) * job.gpus
-        job.rate = rate
+    def _pause(self, job: SimJob) -> None:
+        """No more progress from now; a finish planned for the job is void."""
+        self._settle(job)
+        job.rate = 0.0
+        job.token += 1
 
     def _respeed(self, nodes: set[str]) -> None:
         """Jobs on `nodes` (their neighbours changed): new speed, new finish time."""
@@ -306,15 +314,17 @@ class Simulation:
             job = self.jobs[name]
             if job.state is JobState.STOPPING or job.placement is None:
                 continue
-            rate = self._speed(job, job.placement)
+            rate = self._speed(job)
             if rate == job.rate:
                 continue
-            self._settle(job)
-            self._set_rate(job, rate)
-            job.token += 1
+            self._pause(job)
+            job.rate = rate
             self._push(self.now + job.remaining / rate, _FINISH, name, job.token)
 
-    def _speed(self, job: SimJob, placement: Placement, alone: bool = False) -> float:
+    def _speed(self, job: SimJob, alone: bool = False) -> float:
+        """The job's speed on its placement, with its neighbours (or `alone`)."""
+        placement = job.placement
+        assert placement is not None
         name = job.trace.name
         parts = []
         for node in job.nodes:
@@ -356,14 +366,13 @@ class Simulation:
         stranded = 0
         for i in cap.present_indices():
             free = cap.free[i]
-            if free and free != (1 << cap.nodes[i].size) - 1:
+            if free and free != full_mask(cap.nodes[i].size):
                 stranded += free.bit_count()
         total = cap.total_free
         self.samples.append(
             Sample(
                 self.now,
                 self.allocated,
-                self.effective,
                 self.queued,
                 stranded / total if total else 0.0,
             )

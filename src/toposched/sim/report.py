@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from toposched.sim.engine import SimResult
-from toposched.sim.metrics import quality, summarise, team_shares
+from toposched.sim.metrics import quality, team_shares
 
 JOB_COLUMNS = (
     "name",
@@ -28,11 +28,17 @@ JOB_COLUMNS = (
 )
 
 
-def write_metrics(results: Sequence[SimResult], out: Path, extra: Mapping[str, object]) -> Path:
+def write_metrics(
+    results: Sequence[SimResult],
+    summaries: Mapping[str, Mapping[str, object]],
+    out: Path,
+    extra: Mapping[str, object],
+) -> Path:
+    """metrics.json: `extra`, each policy's summary (see metrics.summarise), team shares."""
     path = out / "metrics.json"
     document = {
         **extra,
-        "policies": {r.policy: summarise(r) for r in results},
+        "policies": dict(summaries),
         "team_shares": {r.policy: team_shares(r) for r in results},
     }
     path.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")

@@ -40,3 +40,6 @@ class Workload:
             locality=locality,
             checkpoint=checkpoint,
         )
+
+
+DEFAULT_WORKLOAD = Workload()
