@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,7 @@ from toposched.topology.clusterfile import (
     parse_cluster_yaml,
     parse_shorthand,
 )
+from toposched.topology.links import BandwidthTable
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "clusters"
 
@@ -460,6 +462,10 @@ def test_round_trip_of_examples(tmp_path: Path) -> None:
         assert load_cluster(name, base_dir=tmp_path) == cluster
 
 
-def test_dump_writes_other_topologies_by_name() -> None:
-    cluster = Cluster((Node("a", preset("pcie-4gpu-2socket").renamed("two-pairs")),))
-    assert "topology: two-pairs" in dump_cluster_yaml(cluster)
+def test_dump_refuses_topologies_that_would_not_load_back() -> None:
+    renamed = Cluster((Node("a", preset("pcie-4gpu-2socket").renamed("two-pairs")),))
+    with pytest.raises(ClusterError, match="node a: topology 'two-pairs' is not a preset"):
+        dump_cluster_yaml(renamed)
+    faster = replace(preset("dgx1-v100"), bandwidth=BandwidthTable(nvlink_per_link=40.0))
+    with pytest.raises(ClusterError, match="'dgx1-v100' is not a preset"):
+        dump_cluster_yaml(Cluster((Node("b", faster),)))

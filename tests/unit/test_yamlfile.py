@@ -72,3 +72,9 @@ def test_bad_files_name_the_line_and_the_problem(text: str, line: int | None, me
     assert caught.value.line == line
     assert caught.value.source == "box.yaml"
     assert str(caught.value).startswith("box.yaml")
+
+
+def test_huge_nvlink_count_in_yaml_is_a_topology_error() -> None:
+    text = "links:\n  - X    NV" + "4" * 5000 + "\n  - NV4  X\n"
+    with pytest.raises(TopologyError, match="unknown link code"):
+        parse_yaml(text)

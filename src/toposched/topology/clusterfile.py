@@ -301,7 +301,18 @@ def parse_cluster_yaml(
 
 
 def dump_cluster_yaml(cluster: Cluster) -> str:
-    """The cluster as explicit nodes; each topology is written by name, so presets round-trip."""
+    """The cluster as explicit nodes, each topology by its preset name, so it loads back equal.
+
+    A node whose topology is not an unchanged preset (a topology file, changed bandwidths) has
+    no name that would load it back: that is a ClusterError, not a file that reloads wrong.
+    """
+    for n in cluster.nodes:
+        name = n.topology.name
+        if name not in PRESETS or preset(name) != n.topology:
+            raise ClusterError(
+                f"node {n.name}: topology {name or '(unnamed)'!r} is not a preset, so it cannot be "
+                "written by name; write the cluster with explicit topology files instead"
+            )
     data: dict[str, Any] = {}
     if cluster.name:
         data["name"] = cluster.name

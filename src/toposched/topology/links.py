@@ -22,7 +22,7 @@ class Path(IntEnum):
 
 
 PCIE_CODES = ("PIX", "PXB", "PHB", "NODE", "SYS")
-_NV_RE = re.compile(r"NV(\d+)")
+_NV_RE = re.compile(r"NV(\d{1,4})")  # no GPU has thousands of links; int() of a huge one fails
 
 
 @dataclass(frozen=True, order=True)

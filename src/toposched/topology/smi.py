@@ -150,9 +150,8 @@ def _parse_header(columns: list[str], source: str, lineno: int) -> _Header:
 def _link_code(cell: str, where: str, source: str, lineno: int) -> str:
     try:
         return parse_link(cell).code
-    except ValueError as err:  # TopologyError, or int() refusing a thousands-digit NV count
-        reason = err.reason if isinstance(err, TopologyError) else f"unknown link code {cell!r}"
-        raise TopologyError(f"{where}: {reason}", source=source, line=lineno) from None
+    except TopologyError as err:
+        raise TopologyError(f"{where}: {err.reason}", source=source, line=lineno) from None
 
 
 def _known(value: str) -> str | None:
