@@ -166,3 +166,14 @@ def test_requests_exclude_single_request_flags(cli) -> None:
     result = cli("perf", "--requests", "-", "--model", "vgg16", stdin="")
     assert result.code == 2
     assert "--requests takes every request from the file" in result.err
+
+
+def test_requests_file_that_is_not_utf8_exits_2(cli, tmp_path: Path) -> None:
+    path = tmp_path / "requests.jsonl"
+    path.write_bytes(b'\xff\xfe{"model": "vgg16"}\n')
+    result = cli("perf", "--requests", str(path))
+    assert result.code == 2, result.err
+    assert f"error: {path}: cannot read: not UTF-8 text" in result.err
+    assert "Traceback" not in result.err
+    missing = cli("perf", "--requests", str(tmp_path / "none.jsonl"))
+    assert missing.code == 2 and "cannot read" in missing.err

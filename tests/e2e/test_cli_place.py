@@ -134,3 +134,14 @@ def test_demo_shows_topology_beating_topology_unaware_picks(cli) -> None:
     human = cli("demo")
     assert human.code == 0
     assert "70 ways to pick 4 GPUs" in human.out
+
+
+def test_requests_file_that_is_not_utf8_exits_2(cli, tmp_path: Path) -> None:
+    path = tmp_path / "requests.jsonl"
+    path.write_bytes(b'\xff\xfe{"topology": "dgx1-v100", "gpus": 2}\n')
+    result = cli("place", "--requests", str(path))
+    assert result.code == 2, result.err
+    assert f"error: {path}: cannot read: not UTF-8 text" in result.err
+    assert "Traceback" not in result.err
+    missing = cli("place", "--requests", str(tmp_path / "none.jsonl"))
+    assert missing.code == 2 and "cannot read" in missing.err

@@ -167,6 +167,10 @@ def test_more_intra_node_bandwidth_is_never_slower(model: PerfModel, framework: 
         ]
         times = [s.iteration_s for s in speeds]
         assert times == sorted(times, reverse=True), (gpus, times)
+        if gpus == (0, 1, 2, 5):
+            # Its ring crosses PCIe, slow enough to expose gradient sync at every scale here:
+            # bandwidth must have an effect, not just never hurt.
+            assert times[0] > times[-1], (gpus, times)
 
 
 @pytest.mark.parametrize("framework", ["pytorch-horovod", "tensorflow-ps"])

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any, NoReturn
 
 import typer
@@ -31,3 +33,49 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
     """Print `error: message` on stderr and exit with `code`."""
     sys.stderr.write(f"error: {message}\n")
     raise typer.Exit(code)
+
+
+def request_lines(path: str) -> Iterator[tuple[int, str]]:
+    """(line number, text) of each line of a JSONL request file, `-` for stdin.
+
+    A file that cannot be opened or is not UTF-8 text is an error: exit 2.
+    """
+    try:
+        if path == "-":
+            yield from enumerate(sys.stdin, start=1)
+            return
+        with Path(path).open(encoding="utf-8") as handle:
+            yield from enumerate(handle, start=1)
+    except (OSError, UnicodeDecodeError) as err:
+        if isinstance(err, UnicodeDecodeError):
+            reason = f"not UTF-8 text ({err.reason})"
+        else:
+            reason = err.strerror or str(err)
+        fail(f"{path}: cannot read: {reason}")
+
+
+def answer_requests(
+    path: str,
+    answer: Callable[[Any], dict[str, Any]],
+    expected: tuple[type[Exception], ...],
+    error: Callable[[int, Exception], tuple[dict[str, Any], int]],
+) -> int:
+    """One JSON line per request line of `path`, in order; blank lines are skipped.
+
+    `answer` turns a parsed request into its result. A line that is not JSON, or whose
+    `answer` raises one of `expected`, gets `error(line, exception)`: the JSON to print and an
+    exit status. Returns the exit status of the batch: bad input (2) wins over any other.
+    """
+    caught: tuple[type[Exception], ...] = (json.JSONDecodeError, *expected)
+    worst = 0
+    for lineno, line in request_lines(path):
+        if not line.strip():
+            continue
+        try:
+            result = answer(json.loads(line))
+        except caught as err:
+            result, status = error(lineno, err)
+            worst = status if status == EXIT_BAD_INPUT else worst or status
+        emit_json(result)
+    sys.stdout.flush()
+    return worst

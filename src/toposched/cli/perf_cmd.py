@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import json
-import sys
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import typer
 from rich.table import Table
 
-from toposched.cli.output import EXIT_BAD_INPUT, console, emit_json, fail
+from toposched.cli.output import EXIT_BAD_INPUT, answer_requests, console, emit_json, fail
 from toposched.discovery.catalog_files import load_catalog
 from toposched.discovery.files import load_topology
 from toposched.perf import (
@@ -24,6 +21,7 @@ from toposched.perf import (
     PerfError,
     PerfModel,
 )
+from toposched.perf.loading import TIERS
 from toposched.topology import NodeTopology, TopologyError
 from toposched.topology.cluster import Tier
 
@@ -38,7 +36,6 @@ REQUEST_KEYS = (
     "tier",
     "neighbours",
 )
-TIERS = {"rack": Tier.RACK, "pod": Tier.POD, "cluster": Tier.CLUSTER}
 
 
 def parse_gpu_lists(text: str, field: str) -> list[list[int]]:
@@ -88,7 +85,7 @@ def _tier(value: Any) -> Tier:
 
 
 def estimate_json(estimate: Estimate) -> dict[str, float]:
-    """The stable JSON shape of one answer (README documents it)."""
+    """The stable JSON shape of one answer (docs/perfmodel.md documents it)."""
     return {
         "throughput": round(estimate.throughput, 3),
         "iteration_s": round(estimate.iteration_s, 6),
@@ -113,6 +110,10 @@ class Batch:
             except TopologyError as err:
                 raise PerfError(str(err), field="topology") from None
         return self._topologies[spec]
+
+    def gpu_type(self, topology: NodeTopology, given: str | None) -> str:
+        """The GPU type asked for, else the one the topology names (else the catalog's default)."""
+        return given or self.model.catalog.gpu_for(topology.name)
 
     def answer(self, request: Any) -> Estimate:
         if not isinstance(request, dict):
@@ -159,10 +160,9 @@ class Batch:
         tier: Tier,
         neighbours: list[list[int]] | None,
     ) -> Estimate:
-        gpu = gpu_type or self.model.catalog.gpu_for(topology.name)
         return self.model.estimate(
             model,
-            gpu,
+            self.gpu_type(topology, gpu_type),
             [(topology, gpus) for gpus in placement],
             framework=framework,
             network=network,
@@ -172,48 +172,24 @@ class Batch:
         )
 
 
-def _lines(path: str) -> Iterator[tuple[int, str]]:
-    if path == "-":
-        yield from enumerate(sys.stdin, start=1)
-        return
-    try:
-        with Path(path).open(encoding="utf-8") as handle:
-            yield from enumerate(handle, start=1)
-    except OSError as err:
-        fail(f"{path}: cannot read: {err.strerror}")
-
-
 def run_batch(path: str, catalog: Catalog) -> int:
     """One JSON result per request line, in order; a bad line gets an error and exit status 2."""
     batch = Batch(catalog)
-    worst = 0
-    for lineno, line in _lines(path):
-        if not line.strip():
-            continue
-        result: dict[str, Any]
-        try:
-            result = estimate_json(batch.answer(json.loads(line)))
-        except json.JSONDecodeError as err:
-            result = _error(lineno, None, f"not JSON: {err.msg}")
-            worst = EXIT_BAD_INPUT
-        except PerfError as err:
-            result = _error(lineno, err.field, err.reason)
-            worst = EXIT_BAD_INPUT
-        emit_json(result)
-    sys.stdout.flush()
-    return worst
+    return answer_requests(
+        path, lambda request: estimate_json(batch.answer(request)), (PerfError,), _error
+    )
 
 
-def _error(line: int, field: str | None, message: str) -> dict[str, Any]:
+def _error(line: int, err: Exception) -> tuple[dict[str, Any], int]:
+    if isinstance(err, json.JSONDecodeError):
+        field, message = None, f"not JSON: {err.msg}"
+    elif isinstance(err, PerfError):
+        field, message = err.field, err.reason
+    else:
+        field, message = None, str(err)
     where = f"line {line}" + (f", {field}" if field else "")
-    return {
-        "error": {
-            "code": "bad_request",
-            "line": line,
-            "field": field,
-            "message": f"{where}: {message}",
-        }
-    }
+    error = {"code": "bad_request", "line": line, "field": field, "message": f"{where}: {message}"}
+    return {"error": error}, EXIT_BAD_INPUT
 
 
 def _aliases(pairs: list[str]) -> dict[str, str]:
@@ -240,7 +216,7 @@ def perf(
     ),
     tier: str = typer.Option("rack", "--tier", help="Tier joining the nodes: rack, pod, cluster."),
     neighbours: str | None = typer.Option(
-        None, "--neighbours", help='Other jobs\' GPUs per node, e.g. "1" or "1;".'
+        None, "--neighbours", help='Other jobs\' GPUs per node: "1" (one node) or "1;" (two nodes).'
     ),
     catalogs: list[str] = typer.Option(
         [], "--catalog", help="Extra catalog YAML file (repeatable); its entries win."
@@ -271,6 +247,7 @@ def perf(
         node = batch_runner.topology(topology)
         gpus = parse_gpu_lists(placement, "--placement")
         others = None if neighbours is None else parse_gpu_lists(neighbours, "--neighbours")
+        gpu = batch_runner.gpu_type(node, gpu_type)
         result = batch_runner.run(
             model=model,
             topology=node,
@@ -278,20 +255,19 @@ def perf(
             network=network,
             framework=framework,
             batch=batch,
-            gpu_type=gpu_type,
+            gpu_type=gpu,
             tier=_tier(tier),
             neighbours=others,
         )
+        if json_out:
+            emit_json(estimate_json(result))
+            return
         total = sum(len(g) for g in gpus)
-        gpu = gpu_type or catalog.gpu_for(node.name)
         best = batch_runner.model.ideal(
             model, gpu, total, node, framework=framework, network=network, batch=batch
         )
     except PerfError as err:
         fail(_flag_message(err))
-    if json_out:
-        emit_json(estimate_json(result))
-        return
     _print_table(catalog, model, gpu, framework, network, node, gpus, result, best)
 
 

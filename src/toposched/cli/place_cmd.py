@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import json
-import sys
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import typer
 
-from toposched.cli.output import EXIT_BAD_INPUT, EXIT_NOT_ENOUGH_GPUS, console, emit_json, fail
+from toposched.cli.output import (
+    EXIT_BAD_INPUT,
+    EXIT_NOT_ENOUGH_GPUS,
+    answer_requests,
+    console,
+    emit_json,
+    fail,
+)
 from toposched.discovery.files import load_topology
 from toposched.placement import (
     POLICIES,
@@ -96,36 +100,23 @@ def _mode(value: Any) -> Mode:
         raise PlacementError(f"unknown mode {value!r}; expected spread or pack") from None
 
 
-def _lines(path: str) -> Iterator[tuple[int, str]]:
-    if path == "-":
-        yield from enumerate(sys.stdin, start=1)
-        return
-    try:
-        with Path(path).open(encoding="utf-8") as handle:
-            yield from enumerate(handle, start=1)
-    except OSError as err:
-        fail(f"{path}: cannot read: {err.strerror}")
-
-
 def run_batch(path: str) -> int:
     """One JSON result per request line, in order; returns the exit status."""
     batch = Batch()
-    worst = 0
-    for lineno, line in _lines(path):
-        if not line.strip():
-            continue
-        try:
-            result = placement_json(batch.answer(json.loads(line)))
-        except NotEnoughGPUs as err:
-            result = {"error": {"code": "not_enough_gpus", "line": lineno, "message": str(err)}}
-            worst = worst or EXIT_NOT_ENOUGH_GPUS
-        except (json.JSONDecodeError, PlacementError, TopologyError) as err:
-            message = f"not JSON: {err.msg}" if isinstance(err, json.JSONDecodeError) else str(err)
-            result = {"error": {"code": "bad_request", "line": lineno, "message": message}}
-            worst = EXIT_BAD_INPUT
-        emit_json(result)
-    sys.stdout.flush()
-    return worst
+    return answer_requests(
+        path,
+        lambda request: placement_json(batch.answer(request)),
+        (PlacementError, TopologyError),
+        _error,
+    )
+
+
+def _error(line: int, err: Exception) -> tuple[dict[str, Any], int]:
+    if isinstance(err, NotEnoughGPUs):
+        error = {"code": "not_enough_gpus", "line": line, "message": str(err)}
+        return {"error": error}, EXIT_NOT_ENOUGH_GPUS
+    message = f"not JSON: {err.msg}" if isinstance(err, json.JSONDecodeError) else str(err)
+    return {"error": {"code": "bad_request", "line": line, "message": message}}, EXIT_BAD_INPUT
 
 
 def place(

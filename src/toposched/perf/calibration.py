@@ -20,6 +20,8 @@ from enum import StrEnum
 from itertools import combinations
 
 from toposched.perf.model import NodeShare, PerfModel
+from toposched.placement.capacity import full_mask
+from toposched.placement.topology_aware import choose
 from toposched.topology.cluster import Tier
 from toposched.topology.node import NodeTopology
 from toposched.topology.presets import preset
@@ -55,9 +57,9 @@ class Case:
         return abs(self.residual(model_value)) <= self.tolerance
 
 
-def best_set(model: PerfModel, topology: NodeTopology, k: int) -> tuple[int, ...]:
-    """The k-set with the best ring: what topology-aware placement picks on an empty node."""
-    return max(combinations(range(topology.size), k), key=lambda s: model.ring_gbps(topology, s))
+def best_set(topology: NodeTopology, k: int) -> tuple[int, ...]:
+    """What topology-aware placement picks on an empty node: the k-set with the best ring."""
+    return choose(topology, full_mask(topology.size), k)
 
 
 def _ack(
@@ -74,7 +76,7 @@ def _ack(
 def _ack_best(model_name: str, framework: str) -> Callable[[PerfModel], float]:
     def run(model: PerfModel) -> float:
         node = preset(ACK_NODE)
-        return _ack(model_name, framework, [(node, best_set(model, node, 4))])(model)
+        return _ack(model_name, framework, [(node, best_set(node, 4))])(model)
 
     return run
 

@@ -271,11 +271,20 @@ def _framework(entry: _Entry, name: str) -> FrameworkSpec:
     )
 
 
+def _load_yaml(text: str) -> tuple[yaml.Node | None, Any]:
+    """One pass over `text`: the node tree (for line numbers) and the data built from it."""
+    loader = yaml.SafeLoader(text)
+    try:
+        root = loader.get_single_node()
+        return root, (None if root is None else loader.construct_document(root))
+    finally:
+        loader.dispose()
+
+
 def parse_catalog(text: str, *, source: str) -> CatalogData:
     """Read one catalog file (any of its sections); nothing is checked across files here."""
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
+        root, data = _load_yaml(text)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         raise CatalogError(
@@ -283,9 +292,9 @@ def parse_catalog(text: str, *, source: str) -> CatalogData:
             source=source,
             line=None if mark is None else mark.line + 1,
         ) from None
-    if data is None:
+    if root is None or data is None:
         return CatalogData()
-    if not isinstance(data, dict) or root is None:
+    if not isinstance(data, dict):
         raise CatalogError(
             f"a catalog file is a mapping with any of: {', '.join(SECTIONS)}", source=source
         )

@@ -12,8 +12,10 @@ from toposched.perf.errors import PerfError
 from toposched.perf.interference import interference_factor
 from toposched.perf.registry import Catalog
 from toposched.perf.specs import FrameworkSpec, GpuSpec, ModelSpec, NetworkProfile, Pattern
-from toposched.placement.request import PlacementError
+from toposched.placement.capacity import full_mask
 from toposched.placement.ring import ring_bandwidth
+from toposched.placement.tables import MAX_TABLE_GPUS, NodeTooLarge
+from toposched.placement.topology_aware import choose
 from toposched.topology.cluster import Tier
 from toposched.topology.node import NodeTopology
 
@@ -170,16 +172,21 @@ class PerfModel:
         return actual.throughput / best.throughput
 
     def ring_gbps(self, topology: NodeTopology, gpus: Sequence[int]) -> float:
-        """Nominal GB/s of the best ring through `gpus` (two or more GPUs of one node)."""
+        """Nominal GB/s of the best ring through `gpus` (two or more GPUs of one node).
+
+        Nodes beyond the exact tables (over 20 GPUs) get the slowest pair of `gpus`, a lower
+        bound of every ring through them.
+        """
         key = (topology, tuple(sorted(gpus)))
         found = self._rings.get(key)
         if found is None:
+            if len(set(key[1])) < 2:
+                raise PerfError(f"a ring needs two or more GPUs, got {list(gpus)}", field="gpus")
             try:
                 ring = ring_bandwidth(topology, key[1])
-            except PlacementError:
+            except NodeTooLarge:
                 ring = None
             if ring is None:
-                # Nodes too large for the exact tables: the slowest pair bounds every ring.
                 bw = topology.bandwidth_matrix
                 ring = min(bw[i][j] for i, j in combinations(key[1], 2))
             found = self._rings[key] = ring
@@ -282,13 +289,18 @@ class PerfModel:
     def _search_best_set(self, topology: NodeTopology, k: int, pattern: Pattern) -> tuple[int, ...]:
         if k == 1:
             return (0,)
-        if math.comb(topology.size, k) > MAX_IDEAL_SETS:
-            # Too many sets to try (nodes beyond 16 GPUs); such nodes are switched fabrics in
-            # practice, where the first k GPUs are as good as any.
+        size = topology.size
+        if pattern is Pattern.ALLREDUCE and size <= MAX_TABLE_GPUS:
+            # Exactly what topology-aware placement picks on an empty node (best ring first).
+            return choose(topology, full_mask(size), k)
+        if math.comb(size, k) > MAX_IDEAL_SETS:
+            # Too many sets to try; nodes this large are switched fabrics in practice, where the
+            # first k GPUs are as good as any.
             return tuple(range(k))
-        sets = combinations(range(topology.size), k)
+        sets = combinations(range(size), k)
         if pattern is Pattern.PS:
             return min(sets, key=lambda s: (_per_switch(topology, s), -self.ring_gbps(topology, s)))
+        # All-reduce on a node beyond the exact tables: rings judged by their slowest pair.
         return max(sets, key=lambda s: self.ring_gbps(topology, s))
 
 
