@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from toposched.core.job import JobSpec
+from toposched.placement.gang import Placement
 from toposched.topology.cluster import Node
 
 
@@ -18,6 +19,17 @@ class Event:
 @dataclass(frozen=True)
 class JobSubmitted(Event):
     spec: JobSpec
+
+
+@dataclass(frozen=True)
+class JobRestored(Event):
+    """A driver that restarted hands back a job it had persisted: waiting since `submitted`
+    when `placement` is None, else running there already (its workers were adopted)."""
+
+    spec: JobSpec
+    submitted: float
+    placement: Placement | None = None
+    restarts: int = 0
 
 
 @dataclass(frozen=True)

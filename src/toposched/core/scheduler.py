@@ -34,6 +34,7 @@ from toposched.core.events import (
     Event,
     GpuHealth,
     JobCancelled,
+    JobRestored,
     JobFinished,
     JobStopped,
     JobSubmitted,
@@ -160,6 +161,8 @@ class Scheduler:
                     self.jobs[spec.name]
                 ):
                     only = spec.name
+            case JobRestored(spec=spec, submitted=submitted, placement=placement, restarts=n):
+                out += self._restore(spec, submitted, placement, n)
             case JobCancelled(job=name):
                 out += self._cancel(self._job(name))
             case JobFinished(job=name, succeeded=ok, reason=why):
@@ -236,16 +239,7 @@ class Scheduler:
         return rec
 
     def _submit(self, spec: JobSpec) -> list[Action]:
-        if spec.name in self.jobs:
-            raise SchedulingError(f"a job named {spec.name!r} already exists")
-        self._seq += 1
-        rec = JobRecord(spec, self._seq, self.now, waiting_since=self.now)
-        self.jobs[spec.name] = rec
-        if spec.queue not in self.queues:
-            self._configure_queue(spec.queue, 0)
-        # The lowest priority ever submitted to each queue: no lower one can be running.
-        low = self.lowest_priority.get(spec.queue, spec.priority)
-        self.lowest_priority[spec.queue] = min(low, spec.priority)
+        rec = self._register(spec, self.now, 0)
         never = self._never_fits(spec)
         if never:
             rec.state = JobState.REJECTED
@@ -253,10 +247,79 @@ class Scheduler:
             self._retire(rec)
             return [Transition(rec.name, never, None, JobState.REJECTED)]
         rec.note(self.now, "submitted")
-        if spec.elastic is not None:
-            self._elastic[spec.name] = rec
         self._enqueue(rec)
         return [Transition(rec.name, "submitted", None, JobState.PENDING)]
+
+    def _register(self, spec: JobSpec, submitted: float, restarts: int) -> JobRecord:
+        if spec.name in self.jobs:
+            raise SchedulingError(f"a job named {spec.name!r} already exists")
+        self._seq += 1
+        rec = JobRecord(spec, self._seq, submitted, waiting_since=submitted, restarts=restarts)
+        self.jobs[spec.name] = rec
+        if spec.queue not in self.queues:
+            self._configure_queue(spec.queue, 0)
+        # The lowest priority ever submitted to each queue: no lower one can be running.
+        low = self.lowest_priority.get(spec.queue, spec.priority)
+        self.lowest_priority[spec.queue] = min(low, spec.priority)
+        if spec.elastic is not None:
+            self._elastic[spec.name] = rec
+        return rec
+
+    def _restore(
+        self, spec: JobSpec, submitted: float, placement: Placement | None, restarts: int
+    ) -> list[Action]:
+        if spec.name in self.jobs:
+            raise SchedulingError(f"a job named {spec.name!r} already exists")
+        if placement is None:
+            rec = self._register(spec, submitted, restarts)
+            never = self._never_fits(spec)
+            if never:
+                return self._end(rec, JobState.REJECTED, never)
+            rec.note(self.now, "restored: waiting")
+            self._enqueue(rec)
+            return []
+        self._check_restorable(spec, placement)
+        rec = self._register(spec, submitted, restarts)
+        self._allocate(rec, placement)
+        rec.placement = placement
+        rec.state = JobState.RUNNING
+        rec.started = rec.last_restart = self.now
+        rec.note(self.now, f"restored: running on {placement.describe()}")
+        return []
+
+    def _check_restorable(self, spec: JobSpec, placement: Placement) -> None:
+        """Refuse (changing nothing) a running job whose placement this cluster cannot hold."""
+        name = spec.name
+        if not spec.min_workers <= len(placement.workers) <= spec.max_workers:
+            raise SchedulingError(
+                f"job {name!r}: {len(placement.workers)} workers placed, the spec allows "
+                f"{spec.min_workers}..{spec.max_workers}"
+            )
+        seen: set[tuple[str, int]] = set()
+        for slot in placement.workers:
+            if len(slot.gpus) != spec.gpus_per_worker:
+                raise SchedulingError(
+                    f"job {name!r}: a worker holds {len(slot.gpus)} GPUs, the spec says "
+                    f"{spec.gpus_per_worker}"
+                )
+            i = self.capacity.index.get(slot.node)
+            if i is None or not self.capacity.present[i]:
+                raise SchedulingError(f"job {name!r}: node {slot.node!r} is not in the cluster")
+            for gpu in slot.gpus:
+                if not 0 <= gpu < self.capacity.nodes[i].size:
+                    raise SchedulingError(f"job {name!r}: node {slot.node!r} has no GPU {gpu}")
+                if (slot.node, gpu) in seen or (i, gpu) in self.owner:
+                    raise SchedulingError(
+                        f"job {name!r}: GPU {gpu} of {slot.node!r} is held by another job"
+                    )
+                if self.unhealthy.get(i, 0) >> gpu & 1:
+                    raise SchedulingError(f"job {name!r}: GPU {gpu} of {slot.node!r} is unhealthy")
+                seen.add((slot.node, gpu))
+
+    def never_fits(self, spec: JobSpec) -> str | None:
+        """Why `spec` could not run even on the whole empty cluster, or None: drivers refuse such
+        a submission up front instead of keeping a job that can never start."""
+        return self._never_fits(spec)
 
     def _never_fits(self, spec: JobSpec) -> str | None:
         """A reason if the job cannot run even on the whole (healthy, empty) cluster."""

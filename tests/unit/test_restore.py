@@ -1,0 +1,93 @@
+"""JobRestored: a restarted driver hands back running and waiting jobs, in submission order."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.builders import DGX1, job, moved, project, scheduler, snapshot, started, submit
+from toposched.core import JobFinished, JobRestored, JobState, SchedulingError, WorkerSlot
+from toposched.placement.gang import Placement
+from toposched.topology.cluster import Tier
+
+
+def placed(node: str, *gpus: tuple[int, ...]) -> Placement:
+    return Placement(tuple(WorkerSlot(node, g) for g in gpus), None, Tier.NODE)
+
+
+def test_running_job_keeps_its_gpus_and_waiting_jobs_their_order() -> None:
+    s = scheduler(DGX1)
+    got = project(
+        s.handle(
+            JobRestored(100, job("run", 4), 10, placed("n0", (0, 1, 2, 3)), restarts=1),
+            JobRestored(100, job("first", 8), 20),
+            JobRestored(100, job("second", 4), 30),
+        )
+    )
+    # "second" fits on 4-7 but may not pass "first", which is reserved the whole node.
+    assert got == []
+    assert s.job("run").state is JobState.RUNNING
+    assert s.job("run").restarts == 1
+    assert s.owner[(0, 0)] == "run"
+    assert [r.name for r in s.pending()] == ["first", "second"]
+    got = project(s.handle(JobFinished(200, "run", True)))
+    assert got == [
+        moved("run", "running", "succeeded"),
+        *started("first", {"n0": tuple(range(8))}),
+    ]
+
+
+def test_restored_waiting_job_starts_when_room_exists() -> None:
+    s = scheduler(DGX1)
+    got = project(s.handle(JobRestored(5, job("w", 4), 1)))
+    assert got == started("w", {"n0": (0, 1, 2, 3)})
+
+
+def test_restored_waiting_job_that_no_longer_fits_is_rejected() -> None:
+    s = scheduler(DGX1)
+    got = project(s.handle(JobRestored(5, job("big", 16), 1)))
+    assert got == [moved("big", "pending", "rejected")]
+    assert "largest node has 8" in s.job("big").reason
+
+
+@pytest.mark.parametrize(
+    ("restored", "message"),
+    [
+        pytest.param(
+            JobRestored(1, job("x", 2), 0, placed("n9", (0, 1))), "node 'n9'", id="unknown-node"
+        ),
+        pytest.param(JobRestored(1, job("x", 2), 0, placed("n0", (7, 8))), "no GPU 8", id="gpu"),
+        pytest.param(
+            JobRestored(1, job("x", 2), 0, placed("n0", (0, 4))), "held by another", id="taken"
+        ),
+        pytest.param(
+            JobRestored(1, job("x", 2), 0, placed("n0", (5,))), "holds 1 GPUs", id="worker-size"
+        ),
+        pytest.param(
+            JobRestored(1, job("x", 1, workers=2), 0, placed("n0", (5,))),
+            "1 workers placed",
+            id="worker-count",
+        ),
+        pytest.param(
+            JobRestored(1, job("x", 1, workers=2), 0, placed("n0", (5,), (5,))),
+            "held by another",
+            id="twice",
+        ),
+        pytest.param(JobRestored(1, job("run", 1), 0), "already exists", id="duplicate"),
+    ],
+)
+def test_a_placement_this_cluster_cannot_hold_is_refused_and_changes_nothing(
+    restored: JobRestored, message: str
+) -> None:
+    s = scheduler(DGX1)
+    s.handle(*submit(job("run", 4)))
+    before = snapshot(s)
+    with pytest.raises(SchedulingError, match=message):
+        s.handle(restored)
+    assert snapshot(s) == before
+
+
+def test_never_fits_is_answerable_without_submitting() -> None:
+    s = scheduler(DGX1)
+    assert s.never_fits(job("ok", 8)) is None
+    assert s.never_fits(job("wide", 9)) == "rejected: a worker needs 9 GPUs; the largest node has 8"
+    assert s.jobs == {}
