@@ -1,0 +1,318 @@
+"""The store's operations: each call is one transaction, so a crash leaves no half change."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, bindparam, create_engine, event, func, select
+from sqlalchemy.engine import RowMapping
+from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
+
+from toposched.store import schema
+from toposched.store.migrations import MigrationError, migrate
+
+_UNSET: Any = object()
+
+
+class StoreError(RuntimeError):
+    """The database cannot be opened or used; the message says which and why."""
+
+
+class DuplicateJob(StoreError):
+    """A job of that name exists (names are never reused)."""
+
+
+def sqlite_url(path: str | Path) -> str:
+    return f"sqlite:///{Path(path)}"
+
+
+@dataclass(frozen=True)
+class JobRow:
+    seq: int
+    name: str
+    owner: str
+    queue: str
+    priority: int
+    spec: dict[str, Any]
+    state: str
+    reason: str
+    placement: list[dict[str, Any]] | None
+    attempt: int
+    restarts: int
+    stop_kind: str | None
+    submitted_at: float
+    started_at: float | None
+    ended_at: float | None
+
+
+@dataclass(frozen=True)
+class HistoryRow:
+    time: float
+    old: str | None
+    new: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class TokenRow:
+    user: str
+    team: str
+    role: str
+
+
+# The hot statements are built once: building one per call (`.values(...)`) cost more than
+# SQLite's commit, and a prebuilt one hits SQLAlchemy's compiled cache every time.
+_INSERT_JOB = schema.jobs.insert()
+_INSERT_HISTORY = schema.job_history.insert()
+_JOB_BY_NAME = select(schema.jobs).where(schema.jobs.c.name == bindparam("job_name"))
+_SEQ_BY_NAME = select(schema.jobs.c.seq).where(schema.jobs.c.name == bindparam("job_name"))
+_TOKEN = select(schema.tokens.c.user, schema.tokens.c.team, schema.tokens.c.role).where(
+    schema.tokens.c.token_hash == bindparam("hash")
+)
+
+
+def _job(row: RowMapping) -> JobRow:
+    return JobRow(**{c.name: row[c.name] for c in schema.jobs.columns})
+
+
+def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+    # WAL lets readers run beside the one writer; NORMAL syncs at checkpoints, which WAL keeps
+    # crash-safe (a power cut may lose the last commits, never corrupt the file).
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA synchronous=NORMAL")
+    cur.execute("PRAGMA foreign_keys=ON")
+    cur.execute("PRAGMA busy_timeout=5000")
+    cur.close()
+
+
+# One UPDATE per set of columns a transition changes (a handful of shapes in all).
+_UPDATES: dict[tuple[str, ...], Any] = {}
+
+
+class Store:
+    """Jobs, history, queues, labels and tokens in SQLite (default) or PostgreSQL."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        try:
+            self.engine: Engine = create_engine(url, future=True)
+        except (SQLAlchemyError, ImportError, ValueError) as err:
+            raise StoreError(f"cannot use database {self._shown()}: {err}") from None
+        self.dialect = self.engine.dialect.name
+        if self.dialect == "sqlite":
+            event.listen(self.engine, "connect", _sqlite_pragmas)
+        try:
+            self.version = migrate(self.engine)
+        except MigrationError as err:
+            self.engine.dispose()
+            raise StoreError(f"database {self._shown()}: {err}") from None
+        except DBAPIError as err:  # cannot connect, not a database, no permission
+            self.engine.dispose()
+            raise StoreError(f"cannot open database {self._shown()}: {err.orig}") from None
+
+    def _shown(self) -> str:
+        """The URL without its password, for messages."""
+        try:
+            from sqlalchemy.engine import make_url
+
+            return make_url(self.url).render_as_string(hide_password=True)
+        except Exception:
+            return "(unparsable URL)"
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # ------------------------------------------------------------------ jobs
+
+    def add_job(
+        self,
+        *,
+        name: str,
+        owner: str,
+        queue: str,
+        priority: int,
+        spec: Mapping[str, Any],
+        time: float,
+    ) -> JobRow:
+        """Insert a pending job and its first history line, or raise DuplicateJob."""
+        values = dict(
+            name=name,
+            owner=owner,
+            queue=queue,
+            priority=priority,
+            spec=dict(spec),
+            state="pending",
+            reason="submitted",
+            placement=None,
+            attempt=-1,
+            restarts=0,
+            stop_kind=None,
+            submitted_at=time,
+            started_at=None,
+            ended_at=None,
+        )
+        try:
+            with self.engine.begin() as conn:
+                key = conn.execute(_INSERT_JOB, values).inserted_primary_key
+                assert key is not None
+                seq = key[0]
+                conn.execute(
+                    _INSERT_HISTORY,
+                    dict(job_seq=seq, time=time, old=None, new="pending", reason="submitted"),
+                )
+        except IntegrityError as err:
+            if self.job(name) is not None:
+                raise DuplicateJob(f"a job named {name!r} already exists") from None
+            raise StoreError(f"job {name!r} could not be stored: {err.orig}") from None
+        return JobRow(seq=int(seq), **values)  # type: ignore[arg-type]
+
+    def transition(
+        self,
+        name: str,
+        old: str | None,
+        new: str,
+        reason: str,
+        time: float,
+        *,
+        placement: list[dict[str, Any]] | None = _UNSET,
+        attempt: int | None = None,
+        restarts: int | None = None,
+        stop_kind: str | None = _UNSET,
+        started_at: float | None = _UNSET,
+        ended_at: float | None = _UNSET,
+    ) -> None:
+        """Move a job to `new` and add the history line, in one transaction."""
+        values: dict[str, Any] = {"state": new, "reason": reason}
+        for key, value in (
+            ("placement", placement),
+            ("stop_kind", stop_kind),
+            ("started_at", started_at),
+            ("ended_at", ended_at),
+        ):
+            if value is not _UNSET:
+                values[key] = value
+        if attempt is not None:
+            values["attempt"] = attempt
+        if restarts is not None:
+            values["restarts"] = restarts
+        update = _UPDATES.get(tuple(values))
+        if update is None:
+            update = _UPDATES[tuple(values)] = (
+                schema.jobs.update()
+                .where(schema.jobs.c.name == bindparam("job_name"))
+                .values({key: bindparam(key) for key in values})
+            )
+        with self.engine.begin() as conn:
+            seq = conn.execute(_SEQ_BY_NAME, {"job_name": name}).scalar()
+            if seq is None:
+                raise StoreError(f"no job named {name!r} in the store")
+            conn.execute(update, {**values, "job_name": name})
+            conn.execute(
+                _INSERT_HISTORY,
+                dict(job_seq=seq, time=time, old=old, new=new, reason=reason),
+            )
+
+    def set_stop_kind(self, name: str, kind: str | None) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(
+                schema.jobs.update().where(schema.jobs.c.name == name).values(stop_kind=kind)
+            )
+
+    def job(self, name: str) -> JobRow | None:
+        with self.engine.connect() as conn:
+            row = conn.execute(_JOB_BY_NAME, {"job_name": name}).first()
+        return None if row is None else _job(row._mapping)
+
+    def jobs(
+        self,
+        *,
+        states: Iterable[str] | None = None,
+        queue: str | None = None,
+        owner: str | None = None,
+        limit: int | None = None,
+        newest_first: bool = False,
+    ) -> list[JobRow]:
+        """Jobs matching every filter given, in submission order (or newest first)."""
+        query = select(schema.jobs)
+        if states is not None:
+            query = query.where(schema.jobs.c.state.in_(list(states)))
+        if queue is not None:
+            query = query.where(schema.jobs.c.queue == queue)
+        if owner is not None:
+            query = query.where(schema.jobs.c.owner == owner)
+        query = query.order_by(schema.jobs.c.seq.desc() if newest_first else schema.jobs.c.seq)
+        if limit is not None:
+            query = query.limit(limit)
+        with self.engine.connect() as conn:
+            return [_job(row._mapping) for row in conn.execute(query)]
+
+    def history(self, name: str) -> list[HistoryRow]:
+        h, j = schema.job_history, schema.jobs
+        query = (
+            select(h.c.time, h.c.old, h.c.new, h.c.reason)
+            .join(j, j.c.seq == h.c.job_seq)
+            .where(j.c.name == name)
+            .order_by(h.c.id)
+        )
+        with self.engine.connect() as conn:
+            return [HistoryRow(*row) for row in conn.execute(query)]
+
+    def count_by_state(self) -> dict[str, int]:
+        query = select(schema.jobs.c.state, func.count()).group_by(schema.jobs.c.state)
+        with self.engine.connect() as conn:
+            return {state: int(n) for state, n in conn.execute(query)}
+
+    # ------------------------------------------------------------------ queues and labels
+
+    def set_queue(self, name: str, guaranteed_gpus: int) -> None:
+        q = schema.queues
+        with self.engine.begin() as conn:
+            done = conn.execute(
+                q.update().where(q.c.name == name).values(guaranteed_gpus=guaranteed_gpus)
+            ).rowcount
+            if not done:
+                conn.execute(q.insert().values(name=name, guaranteed_gpus=guaranteed_gpus))
+
+    def queues(self) -> dict[str, int]:
+        q = schema.queues
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(q.c.name, q.c.guaranteed_gpus).order_by(q.c.name))
+            return {name: int(gpus) for name, gpus in rows}
+
+    def set_label(self, node: str, key: str, value: str | None) -> None:
+        t = schema.node_labels
+        with self.engine.begin() as conn:
+            conn.execute(t.delete().where(t.c.node == node, t.c.key == key))
+            if value is not None:
+                conn.execute(t.insert().values(node=node, key=key, value=value))
+
+    def labels(self) -> dict[str, dict[str, str]]:
+        t = schema.node_labels
+        out: dict[str, dict[str, str]] = {}
+        with self.engine.connect() as conn:
+            for node, key, value in conn.execute(select(t.c.node, t.c.key, t.c.value)):
+                out.setdefault(node, {})[key] = value
+        return out
+
+    # ------------------------------------------------------------------ tokens
+
+    def add_token(self, token_hash: str, user: str, team: str, role: str, time: float) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(
+                schema.tokens.insert().values(
+                    token_hash=token_hash, user=user, team=team, role=role, created_at=time
+                )
+            )
+
+    def token(self, token_hash: str) -> TokenRow | None:
+        with self.engine.connect() as conn:
+            row = conn.execute(_TOKEN, {"hash": token_hash}).first()
+        return None if row is None else TokenRow(*row)
+
+    def count_tokens(self) -> int:
+        with self.engine.connect() as conn:
+            return int(conn.execute(select(func.count()).select_from(schema.tokens)).scalar() or 0)

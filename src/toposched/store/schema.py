@@ -1,0 +1,85 @@
+"""The tables of the store (SQLAlchemy Core); `migrations.py` brings a database up to them."""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    JSON,
+    Column,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+)
+
+metadata = MetaData()
+
+schema_version = Table(
+    "schema_version",
+    metadata,
+    Column("version", Integer, nullable=False),
+)
+
+# One row per job ever submitted: names are never reused, so a name finds one job for good.
+jobs = Table(
+    "jobs",
+    metadata,
+    Column("seq", Integer, primary_key=True, autoincrement=True),
+    Column("name", String(200), nullable=False, unique=True),
+    Column("owner", String(200), nullable=False),
+    Column("queue", String(200), nullable=False),
+    Column("priority", Integer, nullable=False),
+    Column("spec", JSON, nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("placement", JSON, nullable=True),
+    Column("attempt", Integer, nullable=False),
+    Column("restarts", Integer, nullable=False),
+    Column("stop_kind", String(16), nullable=True),
+    Column("submitted_at", Float, nullable=False),
+    Column("started_at", Float, nullable=True),
+    Column("ended_at", Float, nullable=True),
+)
+Index("jobs_state", jobs.c.state)
+
+job_history = Table(
+    "job_history",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("job_seq", Integer, ForeignKey("jobs.seq"), nullable=False),
+    Column("time", Float, nullable=False),
+    Column("old", String(16), nullable=True),
+    Column("new", String(16), nullable=False),
+    Column("reason", Text, nullable=False),
+)
+Index("job_history_job", job_history.c.job_seq)
+
+queues = Table(
+    "queues",
+    metadata,
+    Column("name", String(200), primary_key=True),
+    Column("guaranteed_gpus", Integer, nullable=False),
+)
+
+node_labels = Table(
+    "node_labels",
+    metadata,
+    Column("node", String(200), primary_key=True),
+    Column("key", String(300), primary_key=True),
+    Column("value", String(300), nullable=False),
+)
+
+tokens = Table(
+    "tokens",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    # Only a hash is kept: a leaked database gives no one a working token.
+    Column("token_hash", String(64), nullable=False, unique=True),
+    Column("user", String(200), nullable=False),
+    Column("team", String(200), nullable=False),
+    Column("role", String(16), nullable=False),
+    Column("created_at", Float, nullable=False),
+)
