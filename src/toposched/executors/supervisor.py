@@ -1,0 +1,256 @@
+"""The supervisor of one worker: runs it in its own process group and records its pids and exit."""
+
+# Run as `python -m toposched.executors.supervisor RUN_DIR RANK [--cwd DIR] -- CMD [ARGS...]`.
+# The executor (or a restarted server) reads the files written here; their formats are defined in
+# this module so that writer and reader cannot drift apart.
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from contextlib import suppress
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+__all__ = [
+    "ExitRecord",
+    "PidRecord",
+    "ProcStat",
+    "exit_path",
+    "main",
+    "pid_path",
+    "proc_stat",
+    "read_exit",
+    "read_pids",
+    "signal_name",
+    "write_json_atomic",
+]
+
+USAGE = "usage: python -m toposched.executors.supervisor RUN_DIR RANK [--cwd DIR] -- CMD [ARGS...]"
+
+
+def pid_path(run_dir: Path, rank: int) -> Path:
+    return run_dir / f"worker-{rank}.pid"
+
+
+def exit_path(run_dir: Path, rank: int) -> Path:
+    return run_dir / f"worker-{rank}.exit"
+
+
+@dataclass(frozen=True)
+class ProcStat:
+    """The fields of /proc/PID/stat the executors need."""
+
+    state: str
+    session: int
+    start: int  # clock ticks after boot: with the pid, names one process even if pids are reused
+
+    @property
+    def alive(self) -> bool:
+        # A zombie keeps its /proc entry until reaped, and nobody may reap an orphan here
+        return self.state not in ("Z", "X", "x")
+
+
+def proc_stat(pid: int) -> ProcStat | None:
+    """The process `pid` as /proc sees it now, or None if there is no such process."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    # The command name (field 2) may hold spaces and parentheses: split after its last ')'
+    fields = raw[raw.rfind(b")") + 2 :].split()
+    try:
+        return ProcStat(fields[0].decode(), int(fields[3]), int(fields[19]))
+    except (IndexError, ValueError):
+        return None
+
+
+@dataclass(frozen=True)
+class PidRecord:
+    """`worker-R.pid`: written once the worker runs, so its group can always be signalled."""
+
+    supervisor_pid: int
+    supervisor_start: int
+    worker_pid: int
+    worker_start: int
+    pgid: int
+
+    def to_json(self) -> dict[str, int]:
+        return {
+            "supervisor_pid": self.supervisor_pid,
+            "supervisor_start": self.supervisor_start,
+            "worker_pid": self.worker_pid,
+            "worker_start": self.worker_start,
+            "pgid": self.pgid,
+        }
+
+
+@dataclass(frozen=True)
+class ExitRecord:
+    """`worker-R.exit`: how the worker ended, `returncode` as Popen gives it (-N for signal N)."""
+
+    returncode: int
+    ended_at: float
+
+    @property
+    def signal(self) -> str | None:
+        return signal_name(-self.returncode) if self.returncode < 0 else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"returncode": self.returncode, "signal": self.signal, "ended_at": self.ended_at}
+
+
+def signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        with open(path, "rb") as f:
+            data = json.loads(f.read())
+    except FileNotFoundError:
+        return None
+    except (ValueError, UnicodeDecodeError):
+        # Ours are written atomically, so this is someone else's partial file: not written yet
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def read_pids(run_dir: Path, rank: int) -> PidRecord | None:
+    """The worker's pid record, or None if it is missing or not (yet) valid."""
+    data = _read_json(pid_path(run_dir, rank))
+    keys = ("supervisor_pid", "supervisor_start", "worker_pid", "worker_start", "pgid")
+    if data is None or not all(_is_int(data.get(k)) for k in keys):
+        return None
+    return PidRecord(*(int(data[k]) for k in keys))
+
+
+def read_exit(run_dir: Path, rank: int) -> ExitRecord | None:
+    """The worker's exit record, or None if it has not ended (or left nothing readable)."""
+    data = _read_json(exit_path(run_dir, rank))
+    if data is None or not _is_int(data.get("returncode")):
+        return None
+    ended_at = data.get("ended_at")
+    return ExitRecord(
+        int(data["returncode"]), float(ended_at) if isinstance(ended_at, int | float) else 0.0
+    )
+
+
+def write_json_atomic(path: Path, data: dict[str, Any], *, durable: bool) -> None:
+    """Write `path` so readers see either nothing or all of it; `durable` also syncs the rename."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(data, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    if durable:
+        fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+@dataclass(frozen=True)
+class _Args:
+    run_dir: Path
+    rank: int
+    cwd: str | None
+    command: list[str]
+
+
+def _parse(argv: Sequence[str]) -> _Args | None:
+    args = list(argv)
+    if "--" not in args:
+        return None
+    split = args.index("--")
+    head, command = args[:split], args[split + 1 :]
+    cwd = None
+    if len(head) == 4 and head[2] == "--cwd":
+        cwd = head[3]
+    elif len(head) != 2:
+        return None
+    if not command or not head[1].isdigit():
+        return None
+    return _Args(Path(head[0]), int(head[1]), cwd, command)
+
+
+def _ignore(signum: int, frame: FrameType | None) -> None:
+    """Installed rather than SIG_IGN: a handler resets to the default at exec, SIG_IGN would not,
+    and the worker must get the default dispositions."""
+
+
+def _say(message: str) -> None:
+    print(f"[toposched] {message}", file=sys.stderr, flush=True)
+
+
+def _kill_stragglers(pgid: int) -> None:
+    with suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def _wait(proc: subprocess.Popen[bytes]) -> int:
+    # Wait without reaping: while the leader is a zombie its pid names only its group, so the
+    # stragglers it left (data loaders, shells' children) can be killed without hitting a stranger.
+    os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
+    _kill_stragglers(proc.pid)
+    return proc.wait()
+
+
+def _start_failure(args: _Args, exc: OSError) -> int:
+    where = f"working directory {args.cwd!r}" if exc.filename == args.cwd else repr(args.command[0])
+    _say(f"worker {args.rank}: cannot run {where}: {exc.strerror or exc}")
+    # The shell's conventions: 127 for not found, 126 for found but not runnable
+    return 127 if isinstance(exc, FileNotFoundError) else 126
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parse(sys.argv[1:] if argv is None else argv)
+    if args is None:
+        print(USAGE, file=sys.stderr)
+        return 2
+    # It must outlive anything sent to its session so that it can record the worker's end
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, _ignore)
+    try:
+        proc = subprocess.Popen(args.command, process_group=0, cwd=args.cwd)
+    except OSError as exc:
+        returncode = _start_failure(args, exc)
+    else:
+        # The worker cannot have been reaped yet, so its /proc entry is there even if it ended
+        worker = proc_stat(proc.pid)
+        me = proc_stat(os.getpid())
+        record = PidRecord(
+            supervisor_pid=os.getpid(),
+            supervisor_start=me.start if me is not None else 0,
+            worker_pid=proc.pid,
+            worker_start=worker.start if worker is not None else 0,
+            pgid=proc.pid,  # process_group=0 made the worker the leader of a group of its own
+        )
+        write_json_atomic(pid_path(args.run_dir, args.rank), record.to_json(), durable=False)
+        returncode = _wait(proc)
+        if returncode < 0:
+            _say(f"worker {args.rank} killed by {signal_name(-returncode)}")
+    ended = ExitRecord(returncode, time.time())
+    write_json_atomic(exit_path(args.run_dir, args.rank), ended.to_json(), durable=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,468 @@
+"""The local executor and its supervisors, with real worker processes."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from toposched.executors.local import ExecutorError, LocalExecutor, RunSpec, WorkerExit
+from toposched.executors.supervisor import proc_stat, read_pids
+
+WORKERS = Path(__file__).parent / "workers"
+ACT = str(WORKERS / "act.py")
+TIMEOUT_S = 10.0
+
+
+@pytest.fixture
+def runs(tmp_path: Path) -> Path:
+    return tmp_path / "runs"
+
+
+@pytest.fixture
+def make_executor(runs: Path) -> Iterator[Callable[..., LocalExecutor]]:
+    """Executors on `runs`; afterwards no worker is left and every supervisor has been reaped."""
+    made: list[LocalExecutor] = []
+    # Children from before (another suite's server or PostgreSQL) are not this test's.
+    before = set(my_children())
+
+    def make(python: str = sys.executable) -> LocalExecutor:
+        made.append(LocalExecutor(runs, python=python))
+        return made[-1]
+
+    yield make
+    _kill_leftovers(runs)
+
+    def no_children() -> bool:
+        for executor in made:
+            executor.poll()
+        return not set(my_children()) - before
+
+    wait_until("every supervisor to be reaped", no_children)
+
+
+@pytest.fixture
+def executor(make_executor: Callable[..., LocalExecutor]) -> LocalExecutor:
+    return make_executor()
+
+
+@pytest.fixture
+def out(tmp_path: Path) -> Path:
+    path = tmp_path / "out"
+    path.mkdir()
+    return path
+
+
+def _kill_leftovers(root: Path) -> None:
+    """A failed test must not leave sleeping workers behind."""
+    for pid_file in root.glob("*/attempt-*/worker-*.pid"):
+        record = read_pids(pid_file.parent, int(pid_file.stem.removeprefix("worker-")))
+        stat = proc_stat(record.worker_pid) if record else None
+        if record and stat and stat.start == record.worker_start:
+            os.killpg(record.pgid, signal.SIGKILL)
+
+
+def spec(
+    out: Path,
+    *actions: str,
+    job: str = "job",
+    attempt: int = 0,
+    workers: tuple[tuple[str, tuple[int, ...]], ...] | None = None,
+    env: Mapping[str, str] | None = None,
+    command: tuple[str, ...] | None = None,
+    workdir: str | None = None,
+) -> RunSpec:
+    return RunSpec(
+        job=job,
+        attempt=attempt,
+        queue="research",
+        command=command or (sys.executable, ACT, str(out), *actions),
+        env=env or {},
+        workdir=workdir,
+        workers=workers or tuple(("node-a", (rank,)) for rank in range(len(actions))),
+        restart_count=2,
+    )
+
+
+def wait_until(what: str, ready: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + TIMEOUT_S
+    while not ready():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.01)
+
+
+def collect(executor: LocalExecutor, count: int) -> dict[int, WorkerExit]:
+    """Poll until `count` ends are reported; fail on a rank reported twice."""
+    ends: dict[int, WorkerExit] = {}
+
+    def more() -> bool:
+        for end in executor.poll():
+            assert end.rank not in ends, f"rank {end.rank} reported twice"
+            ends[end.rank] = end
+        return len(ends) >= count
+
+    wait_until(f"{count} worker ends", more)
+    return ends
+
+
+def info(out: Path, rank: int) -> dict[str, Any]:
+    """What the worker of `rank` saw: its env, pid, ppid, pgid and cwd."""
+    path = out / f"info-{rank}.json"
+    wait_until(path.name, path.exists)
+    data: dict[str, Any] = json.loads(path.read_text())
+    return data
+
+
+def wait_ready(out: Path, *ranks: int) -> None:
+    for rank in ranks:
+        wait_until(f"rank {rank} ready", (out / f"ready-{rank}").exists)
+
+
+def gone(pid: int) -> bool:
+    """No such process any more (a zombie nobody here can reap counts as gone)."""
+    stat = proc_stat(pid)
+    return stat is None or not stat.alive
+
+
+def my_children() -> dict[int, str]:
+    """pid -> state of every child of this test process."""
+    children = {}
+    for entry in os.listdir("/proc"):
+        try:
+            raw = Path(f"/proc/{entry}/stat").read_bytes() if entry.isdigit() else b""
+        except OSError:
+            continue
+        fields = raw[raw.rfind(b")") + 2 :].split()
+        if fields and int(fields[1]) == os.getpid():
+            children[int(entry)] = fields[0].decode()
+    return children
+
+
+def test_env_of_two_workers_on_one_node(
+    executor: LocalExecutor, out: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OUTER_ONLY", "outer")
+    monkeypatch.setenv("SHARED", "outer")
+    job_env = {"SHARED": "job", "JOB_ONLY": "yes", "RANK": "99", "TOPOSCHED_JOB": "spoof"}
+    run = spec(out, "exit:0", "exit:0", workers=(("n0", (0, 1)), ("n0", (2, 3))), env=job_env)
+    executor.start(run)
+    collect(executor, 2)
+    envs = [info(out, rank)["env"] for rank in (0, 1)]
+    for rank, env in enumerate(envs):
+        assert env["CUDA_VISIBLE_DEVICES"] == ("0,1", "2,3")[rank]
+        assert env["RANK"] == str(rank)
+        assert env["LOCAL_RANK"] == str(rank)
+        assert env["WORLD_SIZE"] == "2"
+        assert env["LOCAL_WORLD_SIZE"] == "2"
+        assert env["MASTER_ADDR"] == "127.0.0.1"
+        assert env["TOPOSCHED_JOB"] == "job"
+        assert env["TOPOSCHED_QUEUE"] == "research"
+        assert env["TOPOSCHED_RESTART_COUNT"] == "2"
+        assert env["TOPOSCHED_ATTEMPT"] == "0"
+        assert env["PYTHONUNBUFFERED"] == "1"
+        assert env["OUTER_ONLY"] == "outer"
+        assert env["SHARED"] == "job"
+        assert env["JOB_ONLY"] == "yes"
+    assert envs[0]["MASTER_PORT"] == envs[1]["MASTER_PORT"]
+    assert 0 < int(envs[0]["MASTER_PORT"]) < 65536
+
+
+def test_local_ranks_count_per_node(executor: LocalExecutor, out: Path) -> None:
+    workers = (("a", (0,)), ("b", (0,)), ("a", (1,)), ("b", ()))
+    run = spec(out, "exit:0", "exit:0", "exit:0", "exit:0", workers=workers)
+    executor.start(run)
+    collect(executor, 4)
+    envs = [info(out, rank)["env"] for rank in range(4)]
+    assert [e["LOCAL_RANK"] for e in envs] == ["0", "0", "1", "1"]
+    assert [e["LOCAL_WORLD_SIZE"] for e in envs] == ["2"] * 4
+    assert envs[3]["CUDA_VISIBLE_DEVICES"] == ""
+
+
+def test_job_may_set_pythonunbuffered_and_workdir(
+    executor: LocalExecutor, out: Path, tmp_path: Path
+) -> None:
+    run = spec(out, "exit:0", env={"PYTHONUNBUFFERED": ""}, workdir=str(tmp_path))
+    executor.start(run)
+    collect(executor, 1)
+    got = info(out, 0)
+    assert got["env"]["PYTHONUNBUFFERED"] == ""
+    assert got["cwd"] == str(tmp_path)
+
+
+def test_stdout_and_stderr_land_in_the_log(executor: LocalExecutor, out: Path) -> None:
+    executor.start(spec(out, "exit:0", "exit:0"))
+    collect(executor, 2)
+    for rank in (0, 1):
+        log = executor.log_path("job", 0, rank)
+        assert log == executor.run_dir("job", 0) / f"worker-{rank}.log"
+        text = log.read_text()
+        assert f"to stdout from rank {rank}" in text
+        assert f"to stderr from rank {rank}" in text
+
+
+def test_each_exit_is_reported_once(executor: LocalExecutor, out: Path) -> None:
+    executor.start(spec(out, "exit:0", "exit:3", "signal:SIGKILL"))
+    assert executor.running("job", 0) == {0, 1, 2}
+    ends = collect(executor, 3)
+    assert [(ends[r].returncode, ends[r].reason) for r in range(3)] == [
+        (0, "exited 0"),
+        (3, "exited 3"),
+        (-9, "killed by SIGKILL"),
+    ]
+    assert all((e.job, e.attempt) == ("job", 0) for e in ends.values())
+    assert executor.running("job", 0) == set()
+    for _ in range(3):
+        assert executor.poll() == []
+    exit_file = json.loads((executor.run_dir("job", 0) / "worker-2.exit").read_text())
+    assert exit_file["returncode"] == -9
+    assert exit_file["signal"] == "SIGKILL"
+    executor.forget("job", 0)
+    with pytest.raises(ExecutorError):
+        executor.running("job", 0)
+
+
+def test_each_worker_has_a_process_group_of_its_own(executor: LocalExecutor, out: Path) -> None:
+    executor.start(spec(out, "sleep", "sleep"))
+    wait_ready(out, 0, 1)
+    groups = set()
+    for rank in (0, 1):
+        got = info(out, rank)
+        pids = read_pids(executor.run_dir("job", 0), rank)
+        assert pids is not None
+        assert got["pid"] == got["pgid"] == pids.worker_pid == pids.pgid
+        assert got["ppid"] == pids.supervisor_pid
+        assert pids.pgid != os.getpgid(pids.supervisor_pid)
+        assert pids.pgid != os.getpgid(0)
+        groups.add(pids.pgid)
+    assert len(groups) == 2
+    executor.stop("job", 0, "SIGKILL", 0)
+    collect(executor, 2)
+
+
+def test_stop_lets_a_worker_that_traps_sigterm_exit(executor: LocalExecutor, out: Path) -> None:
+    executor.start(spec(out, "trap"))
+    wait_ready(out, 0)
+    executor.stop("job", 0, "SIGTERM", 30)
+    assert collect(executor, 1)[0].reason == "exited 0"
+
+
+def test_stop_kills_a_worker_that_ignores_sigterm_after_the_grace(
+    executor: LocalExecutor, out: Path
+) -> None:
+    executor.start(spec(out, "ignore"))
+    wait_ready(out, 0)
+    executor.stop("job", 0, "SIGTERM", 0.2)
+    end = collect(executor, 1)[0]
+    assert (end.returncode, end.reason) == (-9, "killed by SIGKILL")
+
+
+def test_checkpoint_signal_reaches_the_worker(executor: LocalExecutor, out: Path) -> None:
+    executor.start(spec(out, "trap"))
+    wait_ready(out, 0)
+    executor.stop("job", 0, "SIGUSR1", math.inf)
+    wait_until("SIGUSR1 recorded", (out / "usr1-0").exists)
+    assert executor.poll() == []
+    assert executor.running("job", 0) == {0}
+    executor.stop("job", 0, "SIGTERM", 30)
+    assert collect(executor, 1)[0].reason == "exited 0"
+
+
+def test_stop_kills_the_whole_process_tree(executor: LocalExecutor, out: Path) -> None:
+    executor.start(spec(out, "spawn"))
+    wait_ready(out, 0)
+    child = int((out / "child-0").read_text())
+    assert not gone(child)
+    executor.stop("job", 0, "SIGTERM", 30)
+    assert collect(executor, 1)[0].reason == "killed by SIGTERM"
+    wait_until("the worker's child to die", lambda: gone(child))
+
+
+def test_children_left_behind_by_an_ended_worker_are_killed(
+    executor: LocalExecutor, out: Path
+) -> None:
+    executor.start(spec(out, "orphan"))
+    assert collect(executor, 1)[0].reason == "exited 0"
+    # The child ignores SIGTERM: only the supervisor's clean-up of the group ends it
+    wait_until("the orphaned child to die", lambda: gone(int((out / "child-0").read_text())))
+
+
+def test_a_new_executor_adopts_a_run_after_the_server_is_killed(
+    runs: Path, make_executor: Callable[..., LocalExecutor], out: Path
+) -> None:
+    run = {
+        "job": "adopted",
+        "attempt": 1,
+        "command": [sys.executable, ACT, str(out), "exit:5", "sleep"],
+        "workers": [["n0", [0]], ["n0", [1]]],
+    }
+    server = subprocess.Popen(
+        [sys.executable, str(WORKERS / "serve.py"), str(runs), json.dumps(run)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert server.stdout is not None
+        assert server.stdout.readline() == "started\n"
+        run_dir = runs / "adopted" / "attempt-1"
+        # Rank 0 ends while its server is still up, and is reported only by the new executor
+        wait_until("rank 0's exit record", (run_dir / "worker-0.exit").exists)
+        wait_ready(out, 1)
+    finally:
+        server.kill()
+        server.wait()
+        assert server.stdout is not None
+        server.stdout.close()
+    executor = make_executor()
+    executor.adopt("adopted", 1, 2)
+    assert executor.running("adopted", 1) == {0, 1}
+    assert collect(executor, 1)[0].reason == "exited 5"
+    assert executor.running("adopted", 1) == {1}
+    executor.stop("adopted", 1, "SIGTERM", 30)
+    assert collect(executor, 1)[1].reason == "killed by SIGTERM"
+    assert executor.running("adopted", 1) == set()
+    with pytest.raises(ExecutorError):
+        executor.adopt("adopted", 1, 2)
+
+
+def test_an_adopted_rank_without_records_is_lost(executor: LocalExecutor) -> None:
+    executor.adopt("ghost", 0, 1)
+    end = collect(executor, 1)[0]
+    assert end.returncode is None
+    assert end.reason.startswith("lost")
+
+
+def test_a_worker_whose_supervisor_vanishes_is_lost_and_killed(
+    executor: LocalExecutor, out: Path
+) -> None:
+    executor.start(spec(out, "sleep"))
+    wait_ready(out, 0)
+    pids = read_pids(executor.run_dir("job", 0), 0)
+    assert pids is not None
+    os.kill(pids.supervisor_pid, signal.SIGKILL)
+    end = collect(executor, 1)[0]
+    assert end.returncode is None
+    assert end.reason == "lost: supervisor vanished without recording the exit"
+    wait_until("the lost worker to die", lambda: gone(pids.worker_pid))
+
+
+def test_a_command_that_cannot_run_reports_127_or_126(
+    executor: LocalExecutor, tmp_path: Path
+) -> None:
+    missing = spec(tmp_path, "x", command=(str(tmp_path / "no-such-program"),))
+    executor.start(missing)
+    assert collect(executor, 1)[0].returncode == 127
+    assert "cannot run" in executor.log_path("job", 0, 0).read_text()
+    not_executable = tmp_path / "script"
+    not_executable.write_text("#!/bin/sh\n")
+    executor.start(spec(tmp_path, "x", attempt=1, command=(str(not_executable),)))
+    assert collect(executor, 1)[0].returncode == 126
+
+
+def test_starting_a_run_twice_is_an_error(
+    make_executor: Callable[..., LocalExecutor], out: Path
+) -> None:
+    executor = make_executor()
+    run = spec(out, "exit:0")
+    executor.start(run)
+    with pytest.raises(ExecutorError, match="already started"):
+        executor.start(run)
+    collect(executor, 1)
+    # A restarted server must not start over a run whose records are still there
+    with pytest.raises(ExecutorError, match="already started"):
+        make_executor().start(run)
+
+
+def test_a_failed_start_starts_nothing_and_can_be_retried(
+    runs: Path, make_executor: Callable[..., LocalExecutor], out: Path
+) -> None:
+    run = spec(out, "exit:0", "exit:0")
+    with pytest.raises(ExecutorError, match="cannot start its supervisor"):
+        make_executor(str(runs / "no-such-python")).start(run)
+    false = shutil.which("false")
+    assert false is not None
+    broken = make_executor(false)
+    with pytest.raises(ExecutorError, match="exited with status 1 before starting the worker"):
+        broken.start(run)
+    with pytest.raises(ExecutorError):
+        broken.running("job", 0)
+    executor = make_executor()
+    executor.start(run)
+    assert [e.returncode for e in collect(executor, 2).values()] == [0, 0]
+
+
+def test_a_start_that_fails_midway_kills_the_workers_already_started(
+    runs: Path, make_executor: Callable[..., LocalExecutor], out: Path, tmp_path: Path
+) -> None:
+    # An interpreter whose rank 1 supervisor fails once rank 0's worker is surely running
+    python = tmp_path / "python"
+    python.write_text(
+        "#!/bin/sh\n"
+        f'if [ "$4" = 1 ]; then until [ -e {out}/ready-0 ]; do sleep 0.01; done; exit 1; fi\n'
+        f'exec {sys.executable} "$@"\n'
+    )
+    python.chmod(0o755)
+    with pytest.raises(ExecutorError, match="worker 1: its supervisor exited with status 1"):
+        make_executor(str(python)).start(spec(out, "sleep", "sleep"))
+    wait_until("rank 0's worker to die", lambda: gone(info(out, 0)["pid"]))
+    run_dir = runs / "job" / "attempt-0"
+    assert not list(run_dir.glob("worker-*.pid")) and not list(run_dir.glob("worker-*.exit"))
+
+
+def test_the_supervisor_ignores_termination_signals(executor: LocalExecutor, out: Path) -> None:
+    executor.start(spec(out, "sleep"))
+    wait_ready(out, 0)
+    pids = read_pids(executor.run_dir("job", 0), 0)
+    assert pids is not None
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        os.killpg(pids.supervisor_pid, sig)  # its session's group, which the worker is not in
+    assert executor.poll() == []
+    executor.stop("job", 0, "SIGTERM", 30)
+    assert collect(executor, 1)[0].reason == "killed by SIGTERM"
+
+
+def test_bad_requests_are_errors(executor: LocalExecutor, out: Path) -> None:
+    with pytest.raises(ExecutorError, match="not tracked"):
+        executor.stop("nope", 0, "SIGTERM", 1)
+    executor.start(spec(out, "sleep"))
+    wait_ready(out, 0)
+    with pytest.raises(ExecutorError, match="unknown signal"):
+        executor.stop("job", 0, "SIGNOPE", 1)
+    with pytest.raises(ExecutorError, match="have not been reported"):
+        executor.forget("job", 0)
+    with pytest.raises(ExecutorError, match="cannot name"):
+        executor.run_dir("../escape", 0)
+    executor.stop("job", 0, "SIGKILL", 0)
+    collect(executor, 1)
+    executor.forget("job", 0)
+
+
+def test_supervisors_are_reaped(executor: LocalExecutor, out: Path) -> None:
+    executor.start(spec(out, "exit:0", "exit:3", "signal:SIGKILL", "sleep"))
+    wait_ready(out, 3)
+    executor.stop("job", 0, "SIGTERM", 30)
+    collect(executor, 4)
+    run_dir = executor.run_dir("job", 0)
+    supervisors = set()
+    for rank in range(4):
+        pids = read_pids(run_dir, rank)
+        assert pids is not None
+        supervisors.add(pids.supervisor_pid)
+
+    def reaped() -> bool:
+        executor.poll()
+        return not supervisors & set(my_children())
+
+    wait_until("the supervisors to be reaped", reaped)
+    executor.forget("job", 0)
+    assert "Z" not in my_children().values()
