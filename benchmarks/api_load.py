@@ -1,0 +1,124 @@
+"""Submissions per second and latency of the REST API, against a real server with SQLite.
+
+Run: .venv/bin/python benchmarks/api_load.py [--jobs 10000] [--clients 8] [--url URL --token T]
+
+Without --url it starts `toposched serve --emulate dgx1-v100` on a free port with a fresh data
+directory (SQLite, WAL) and stops it afterwards. First one job takes all 8 GPUs (it sleeps), so
+the measured submissions are stored, scheduled and left waiting: the figure is the API, store and
+scheduler path, not process start-up. Each client is a thread with its own keep-alive HTTP
+connection, submitting one job at a time. Issue 5's target, printed but not judged here: at
+least 500 submissions/s and a p99 latency of at most 100 ms on a 2-core machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.server import ServerProcess, free_port, kill_leftover_workers  # noqa: E402
+
+
+def client_loop(url: str, token: str, names: list[str], latencies: list[float]) -> None:
+    headers = {"Authorization": f"Bearer {token}"}
+    with httpx.Client(base_url=url, headers=headers, timeout=60) as http:
+        for name in names:
+            began = time.perf_counter()
+            reply = http.post("/api/v1/jobs", json={"name": name, "command": ["true"]})
+            latencies.append(time.perf_counter() - began)
+            if reply.status_code != 201:
+                raise SystemExit(f"{name}: HTTP {reply.status_code}: {reply.text}")
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def run(url: str, token: str, jobs: int, clients: int) -> dict[str, float]:
+    headers = {"Authorization": f"Bearer {token}"}
+    blocker = httpx.post(
+        f"{url}/api/v1/jobs",
+        headers=headers,
+        json={"name": "bench-blocker", "gpus": 8, "command": ["sleep", "3600"]},
+        timeout=30,
+    )
+    if blocker.status_code != 201:
+        raise SystemExit(f"could not submit the blocking job: {blocker.text}")
+    names = [f"bench-{i}" for i in range(jobs)]
+    per_client: list[list[float]] = [[] for _ in range(clients)]
+    threads = [
+        threading.Thread(target=client_loop, args=(url, token, names[c::clients], per_client[c]))
+        for c in range(clients)
+    ]
+    began = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    wall = time.perf_counter() - began
+    latencies = [x for chunk in per_client for x in chunk]
+    if len(latencies) != jobs:
+        raise SystemExit(f"only {len(latencies)} of {jobs} submissions completed")
+    httpx.delete(f"{url}/api/v1/jobs/bench-blocker", headers=headers, timeout=30)
+    return {
+        "jobs": jobs,
+        "clients": clients,
+        "wall_s": wall,
+        "submissions_per_s": jobs / wall,
+        "p50_ms": 1000 * statistics.median(latencies),
+        "p99_ms": 1000 * percentile(latencies, 0.99),
+        "max_ms": 1000 * max(latencies),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=10_000)
+    parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument("--url", help="An already running server (else one is started).")
+    parser.add_argument("--token", default=os.environ.get("TOPOSCHED_TOKEN"))
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    if args.url:
+        if not args.token:
+            raise SystemExit("--url needs --token (or TOPOSCHED_TOKEN)")
+        figures = run(args.url, args.token, args.jobs, args.clients)
+    else:
+        with tempfile.TemporaryDirectory() as tmp:
+            server = ServerProcess(
+                Path(tmp) / "data", None, free_port(), ("--emulate", "dgx1-v100")
+            )
+            print(
+                f"starting a server on {server.url} (SQLite in {server.data_dir})", file=sys.stderr
+            )
+            server.start()
+            try:
+                figures = run(server.url, server.token, args.jobs, args.clients)
+            finally:
+                server.kill()
+                kill_leftover_workers(server.data_dir)
+    if args.json:
+        print(json.dumps(figures))
+        return
+    print(
+        f"{figures['jobs']:,} submissions from {figures['clients']} clients in "
+        f"{figures['wall_s']:.1f} s: {figures['submissions_per_s']:,.0f} submissions/s; "
+        f"latency p50 {figures['p50_ms']:.1f} ms, p99 {figures['p99_ms']:.1f} ms, "
+        f"max {figures['max_ms']:.1f} ms"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,58 @@
+"""`toposched serve`: run the scheduler server on this machine."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from toposched.cli.output import fail
+from toposched.core import PolicyError
+from toposched.topology.errors import TopologyError
+
+
+def serve_cmd(
+    db: str = typer.Option(
+        None, "--db", help="SQLAlchemy URL (default: SQLite in the data directory)."
+    ),
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to bind."),
+    port: int = typer.Option(8080, "--port", help="TCP port."),
+    emulate: str = typer.Option(
+        None,
+        "--emulate",
+        help="A preset or topology file to schedule instead of this machine's GPUs "
+        "(the default when NVML finds none: dgx1-v100).",
+    ),
+    policy: str = typer.Option("toposched", "--policy", help="Scheduling policy."),
+    data_dir: Path = typer.Option(
+        None,
+        "--data-dir",
+        help="Database, logs and the admin token (default: $TOPOSCHED_DATA_DIR or "
+        "~/.local/share/toposched).",
+    ),
+    no_auth: bool = typer.Option(
+        False, "--no-auth", help="No tokens: every caller is admin (127.0.0.1 only)."
+    ),
+    node_name: str = typer.Option(None, "--node-name", help="Node name (default: hostname)."),
+) -> None:
+    """Run the scheduler server: jobs run as local processes on this machine's GPUs."""
+    # The web stack loads only here, so the other commands start fast.
+    from toposched.server.serve import ServeError, ServeOptions, default_data_dir, serve
+    from toposched.store import StoreError
+
+    if not 0 < port < 65536:
+        fail(f"--port must be 1..65535, got {port}")
+    options = ServeOptions(
+        data_dir=data_dir or default_data_dir(),
+        db=db,
+        host=host,
+        port=port,
+        emulate=emulate,
+        policy=policy,
+        auth=not no_auth,
+        node_name=node_name,
+    )
+    try:
+        serve(options, say=lambda line: typer.echo(line, err=True))
+    except (ServeError, StoreError, TopologyError, PolicyError) as err:
+        fail(str(err))

@@ -1,0 +1,48 @@
+"""Between the wire (a stored submission) and the core's JobSpec and the executor's RunSpec."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from toposched.core.job import Checkpoint, Elastic, JobSpec, LocalityRule, RestartPolicy
+from toposched.placement.gang import Placement, WorkerSlot
+from toposched.topology.cluster import Tier
+
+
+def core_spec(name: str, owner: str, queue: str, spec: dict[str, Any]) -> JobSpec:
+    """The core's view of a stored submission (already validated by the wire schema)."""
+    elastic = spec.get("elastic")
+    checkpoint = spec.get("checkpoint")
+    return JobSpec(
+        name,
+        workers=spec["workers"],
+        gpus_per_worker=spec["gpus"],
+        queue=queue,
+        owner=owner,
+        priority=spec["priority"],
+        locality=LocalityRule.parse(spec["locality"]),
+        elastic=Elastic(elastic["min"], elastic["max"]) if elastic else None,
+        checkpoint=Checkpoint(checkpoint["signal"], checkpoint["grace_s"]) if checkpoint else None,
+        restart=RestartPolicy(spec["restart"]),
+        max_restarts=spec["max_restarts"],
+        limit_s=spec.get("limit_s"),
+    )
+
+
+def placement_json(placement: Placement) -> list[dict[str, Any]]:
+    """One entry per worker, in rank order, plus the ring and tier the core chose."""
+    return [
+        {
+            "node": slot.node,
+            "gpus": list(slot.gpus),
+            "ring_gbps": placement.bandwidth_gbps,
+            "tier": placement.tier.name.lower(),
+        }
+        for slot in placement.workers
+    ]
+
+
+def placement_from_json(rows: list[dict[str, Any]]) -> Placement:
+    slots = tuple(WorkerSlot(row["node"], tuple(row["gpus"])) for row in rows)
+    first = rows[0] if rows else {}
+    return Placement(slots, first.get("ring_gbps"), Tier[str(first.get("tier", "node")).upper()])

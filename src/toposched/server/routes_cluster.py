@@ -1,0 +1,136 @@
+"""Cluster routes: health, nodes and labels, queues and shares, tokens, metrics."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, HTTPException, Response, status
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from toposched.server import auth
+from toposched.server.deps import Admin, Caller, Server
+from toposched.server.localnode import topology_name
+from toposched.server.runtime import Conflict, NotFound
+from toposched.server.schemas import (
+    GpuOut,
+    Health,
+    LabelIn,
+    NodeList,
+    NodeOut,
+    QueueIn,
+    QueueList,
+    QueueOut,
+    TokenIn,
+    TokenOut,
+    WhoAmI,
+    check_name,
+)
+
+router = APIRouter()
+
+
+@router.get("/api/v1/health", response_model=Health, tags=["cluster"])
+def health(server: Server) -> Health:
+    runtime = server.runtime
+    return Health(
+        status="ok",
+        version=server.version,
+        node=runtime.node.name,
+        gpus=runtime.node.size,
+        database=runtime.store.dialect,
+        auth=server.auth,
+    )
+
+
+@router.get("/metrics", tags=["cluster"])
+def metrics(server: Server) -> Response:
+    """Prometheus text format."""
+    return Response(generate_latest(server.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+
+@router.get("/api/v1/whoami", response_model=WhoAmI, tags=["cluster"])
+def whoami(who: Caller) -> WhoAmI:
+    return WhoAmI(user=who.user, team=who.team, role=who.role)
+
+
+@router.get("/api/v1/nodes", response_model=NodeList, tags=["cluster"])
+def nodes(server: Server, _who: Caller) -> NodeList:
+    """Each node's GPU map: which job holds which GPU, and the link kind between every pair."""
+    runtime = server.runtime
+    node = runtime.node
+    owners = runtime.gpu_owners()
+    sick = runtime.unhealthy_gpus()
+    with runtime.lock:
+        labels = dict(runtime.scheduler.labels.get(node.name, {}))
+    return NodeList(
+        nodes=[
+            NodeOut(
+                name=node.name,
+                topology=topology_name(node.topology),
+                source=runtime.local.source,
+                gpus=[
+                    GpuOut(index=g, job=owners.get(g), healthy=g not in sick)
+                    for g in range(node.size)
+                ],
+                labels=labels,
+                links=node.topology.codes(),
+            )
+        ]
+    )
+
+
+@router.put("/api/v1/nodes/{name}/labels", response_model=NodeList, tags=["cluster"])
+def label(name: str, body: LabelIn, server: Server, who: Admin) -> NodeList:
+    """Set a label (or remove it, with value null), e.g. toposched.io/gpu-schedule=default."""
+    try:
+        server.runtime.label(name, body.key, body.value)
+    except NotFound as err:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, str(err)) from None
+    except Conflict as err:
+        detail = [{"loc": ["body", "value"], "msg": str(err), "type": "value_error"}]
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, detail) from None
+    return nodes(server, who)
+
+
+@router.get("/api/v1/queues", response_model=QueueList, tags=["queues"])
+def queues(server: Server, _who: Caller) -> QueueList:
+    runtime = server.runtime
+    counts: dict[tuple[str, str], int] = {}
+    for row in runtime.store.jobs(states=("pending", "running", "stopping")):
+        counts[(row.queue, row.state)] = counts.get((row.queue, row.state), 0) + 1
+    usage = runtime.queue_usage()
+    for name, gpus in runtime.store.queues().items():
+        usage.setdefault(name, (gpus, 0))
+    return QueueList(
+        queues=[
+            QueueOut(
+                name=name,
+                guaranteed_gpus=guaranteed,
+                used_gpus=used,
+                pending=counts.get((name, "pending"), 0),
+                running=counts.get((name, "running"), 0) + counts.get((name, "stopping"), 0),
+            )
+            for name, (guaranteed, used) in sorted(usage.items())
+        ]
+    )
+
+
+@router.put("/api/v1/queues/{name}", response_model=QueueList, tags=["queues"])
+def set_queue(name: str, body: QueueIn, server: Server, who: Admin) -> QueueList:
+    """Set a queue's guaranteed share in GPUs (admin)."""
+    try:
+        check_name(name, "queue")
+    except ValueError as err:
+        detail = [{"loc": ["path", "name"], "msg": str(err), "type": "value_error"}]
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, detail) from None
+    server.runtime.configure_queue(name, body.guaranteed_gpus)
+    return queues(server, who)
+
+
+@router.post(
+    "/api/v1/tokens", response_model=TokenOut, status_code=status.HTTP_201_CREATED, tags=["auth"]
+)
+def create_token(body: TokenIn, server: Server, _who: Admin) -> TokenOut:
+    """A new bearer token for a user of a team (admin). It is shown once and stored hashed."""
+    token = auth.create_token(server.runtime.store, body.user, body.team, body.admin)
+    return TokenOut(
+        token=token, user=body.user, team=body.team, role="admin" if body.admin else "user"
+    )

@@ -1,0 +1,200 @@
+"""Job routes: submit, get, list, cancel, logs, explain; thin shells over the runtime."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated
+
+from fastapi import APIRouter, HTTPException, Query, status
+from fastapi.responses import StreamingResponse
+
+from toposched.server.auth import Principal
+from toposched.server.deps import Caller, Server
+from toposched.server.runtime import LIVE, Conflict, NotFound, Runtime, SubmitRefused
+from toposched.server.schemas import (
+    Explanation,
+    HistoryOut,
+    JobList,
+    JobOut,
+    JobSubmit,
+    WorkerOut,
+)
+from toposched.store import DuplicateJob, JobRow
+
+router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
+
+STATES = ("pending", "running", "stopping", "succeeded", "failed", "cancelled", "rejected")
+
+
+def job_out(runtime: Runtime, row: JobRow, *, history: bool = False) -> JobOut:
+    return JobOut(
+        name=row.name,
+        owner=row.owner,
+        queue=row.queue,
+        priority=row.priority,
+        state=row.state,
+        reason=runtime.reason(row),
+        workers=row.spec["workers"],
+        gpus_per_worker=row.spec["gpus"],
+        placement=[
+            WorkerOut(worker=rank, node=slot["node"], gpus=slot["gpus"])
+            for rank, slot in enumerate(row.placement or [])
+        ],
+        attempt=row.attempt,
+        restarts=row.restarts,
+        submitted_at=row.submitted_at,
+        started_at=row.started_at,
+        ended_at=row.ended_at,
+        command=row.spec["command"],
+        spec=row.spec,
+        history=[HistoryOut(**vars(h)) for h in runtime.store.history(row.name)]
+        if history
+        else None,
+    )
+
+
+def _row(runtime: Runtime, name: str) -> JobRow:
+    row = runtime.store.job(name)
+    if row is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no job named {name!r}")
+    return row
+
+
+def _owned(who: Principal, row: JobRow, doing: str) -> None:
+    if not who.may_touch(row.queue):
+        raise HTTPException(
+            status.HTTP_403_FORBIDDEN,
+            f"job {row.name!r} belongs to team {row.queue!r}; user {who.user!r} "
+            f"(team {who.team!r}) may not {doing} it",
+        )
+
+
+def _refused(loc: list[str], message: str) -> HTTPException:
+    detail = [{"loc": loc, "msg": message, "type": "value_error"}]
+    return HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, detail)
+
+
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=JobOut)
+def submit(body: JobSubmit, server: Server, who: Caller) -> JobOut:
+    """Submit a job. It is refused (422) if it could never run on this cluster."""
+    queue = body.queue or who.team
+    if not who.may_touch(queue):
+        raise HTTPException(
+            status.HTTP_403_FORBIDDEN,
+            f"user {who.user!r} (team {who.team!r}) may not submit to queue {queue!r}",
+        )
+    name = body.name or f"job-{secrets.token_hex(4)}"
+    spec = body.model_dump(exclude={"name", "queue"})
+    try:
+        row = server.runtime.submit(who.user, queue, spec, name)
+    except SubmitRefused as err:
+        raise _refused(["body", "gpus"], str(err)) from None
+    except (DuplicateJob, Conflict) as err:
+        raise HTTPException(status.HTTP_409_CONFLICT, str(err)) from None
+    return job_out(server.runtime, row)
+
+
+@router.get("", response_model=JobList)
+def list_jobs(
+    server: Server,
+    _who: Caller,
+    state: Annotated[list[str] | None, Query(description="Repeat for several.")] = None,
+    queue: str | None = None,
+    owner: str | None = None,
+    all: Annotated[bool, Query(description="Include ended jobs.")] = False,
+    limit: Annotated[int, Query(ge=1, le=100_000)] = 1000,
+) -> JobList:
+    """Jobs in submission order: live ones only unless `all` or `state` says otherwise."""
+    for i, value in enumerate(state or []):
+        if value not in STATES:
+            raise _refused(["query", "state", str(i)], f"{value!r} is not one of {STATES}")
+    states = state or (None if all else list(LIVE))
+    rows = server.runtime.store.jobs(
+        states=states, queue=queue, owner=owner, limit=limit, newest_first=all and not state
+    )
+    if all and not state:
+        rows.reverse()
+    return JobList(jobs=[job_out(server.runtime, row) for row in rows])
+
+
+@router.get("/{name}", response_model=JobOut)
+def get_job(name: str, server: Server, _who: Caller) -> JobOut:
+    return job_out(server.runtime, _row(server.runtime, name), history=True)
+
+
+@router.delete("/{name}", response_model=JobOut, status_code=status.HTTP_202_ACCEPTED)
+def cancel(name: str, server: Server, who: Caller) -> JobOut:
+    """Cancel a job: a waiting one ends now, a running one is stopped (signal, grace, kill)."""
+    _owned(who, _row(server.runtime, name), "cancel")
+    try:
+        row = server.runtime.cancel(name)
+    except NotFound as err:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, str(err)) from None
+    except Conflict as err:
+        raise HTTPException(status.HTTP_409_CONFLICT, str(err)) from None
+    return job_out(server.runtime, row)
+
+
+@router.get("/{name}/explain", response_model=Explanation)
+def explain(name: str, server: Server, _who: Caller) -> Explanation:
+    """Why the job waits, or why it runs where it runs."""
+    try:
+        row, text = server.runtime.explain(name)
+    except NotFound as err:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, str(err)) from None
+    return Explanation(name=row.name, state=row.state, text=text)
+
+
+@router.get("/{name}/logs")
+def logs(
+    name: str,
+    server: Server,
+    who: Caller,
+    worker: Annotated[int, Query(ge=0)] = 0,
+    follow: bool = False,
+) -> StreamingResponse:
+    """One worker's stdout and stderr, of the job's latest attempt; `follow` streams until the
+    job ends."""
+    runtime = server.runtime
+    row = _row(runtime, name)
+    _owned(who, row, "read the logs of")
+    if row.attempt < 0:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"job {name!r} has not started yet")
+    if worker >= len(row.placement or []):
+        raise _refused(
+            ["query", "worker"], f"job {name!r} has {len(row.placement or [])} worker(s)"
+        )
+    path = runtime.executor.log_path(name, row.attempt, worker)
+    return StreamingResponse(
+        _stream(runtime, name, row.attempt, path, follow), media_type="text/plain"
+    )
+
+
+def _stream(runtime: Runtime, name: str, attempt: int, path: Path, follow: bool) -> Iterator[bytes]:
+    offset = 0
+    while True:
+        try:
+            with path.open("rb") as src:
+                src.seek(offset)
+                chunk = src.read(1 << 16)
+        except FileNotFoundError:
+            chunk = b""
+        if chunk:
+            offset += len(chunk)
+            yield chunk
+            continue
+        if not follow:
+            return
+        row = runtime.store.job(name)
+        if row is None or row.state not in LIVE or row.attempt != attempt:
+            # One last read: the worker may have written just before it ended.
+            with path.open("rb") as src:
+                src.seek(offset)
+                rest = src.read()
+            if rest:
+                yield rest
+            return
+        time.sleep(0.2)

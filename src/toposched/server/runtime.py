@@ -1,0 +1,399 @@
+"""The server's driver loop: store, scheduler core and local executor kept in step.
+
+Every API call and every executor report becomes core events under one lock; the actions that
+come back are persisted (one transaction per job state change) and then carried out. Persisting
+before acting means a crash can only leave a job the store calls running whose workers never
+started, and recovery tells that case apart (no pid files) and requeues it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from toposched.core import (
+    Action,
+    Event,
+    GpuHealth,
+    JobCancelled,
+    JobFinished,
+    JobRestored,
+    JobState,
+    JobStopped,
+    JobSubmitted,
+    NodeLabelled,
+    QueueConfigured,
+    Scheduler,
+    SchedulerPolicy,
+    SchedulingError,
+    StartJob,
+    StopJob,
+    Tick,
+    Transition,
+    WorkerFailed,
+)
+from toposched.executors.local import ExecutorError, LocalExecutor, RunSpec, WorkerExit
+from toposched.server.jobspec import core_spec, placement_from_json, placement_json
+from toposched.server.localnode import LocalNode
+from toposched.store import JobRow, Store
+from toposched.topology.cluster import Cluster, ClusterError, Node
+
+log = logging.getLogger("toposched.server")
+
+LIVE = ("pending", "running", "stopping")
+TICK_S = 5.0
+
+
+class SubmitRefused(ValueError):
+    """A submission the cluster can never run; nothing was stored."""
+
+
+class NotFound(LookupError):
+    pass
+
+
+class Conflict(ValueError):
+    pass
+
+
+class Runtime:
+    """One machine's scheduler: call `recover()` once, then `start()` the background loop."""
+
+    def __init__(
+        self,
+        store: Store,
+        executor: LocalExecutor,
+        local: LocalNode,
+        policy: SchedulerPolicy,
+        *,
+        clock: Callable[[], float] = time.time,
+        observe: Callable[[float], None] | None = None,
+    ) -> None:
+        self.store = store
+        self.executor = executor
+        self.local = local
+        self.clock = clock
+        self.observe = observe
+        self.lock = threading.RLock()
+        labels = store.labels().get(local.node.name, {})
+        node = Node(
+            local.node.name,
+            local.node.topology,
+            labels={**local.node.labels, **labels},
+        )
+        self.node = node
+        self.scheduler = Scheduler(Cluster((node,)), policy, store.queues())
+        self.attempts: dict[str, int] = {}
+        self.exits: dict[tuple[str, int], dict[int, WorkerExit]] = {}
+        self._events: deque[Event] = deque()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._last_tick = 0.0
+
+    # ------------------------------------------------------------------ start and stop
+
+    def recover(self) -> list[str]:
+        """Load what the store says is live: adopt running workers, requeue waiting jobs in
+        their submission order. Returns one line per job whose fate changed."""
+        notes: list[str] = []
+        with self.lock:
+            rows = self.store.jobs(states=LIVE)
+            running = [r for r in rows if r.state != "pending"]
+            waiting = [r for r in rows if r.state == "pending"]
+            for row in running:
+                notes.extend(self._adopt(row, waiting))
+            waiting.sort(key=lambda r: r.seq)
+            now = self.clock()
+            for row in waiting:
+                spec = core_spec(row.name, row.owner, row.queue, row.spec)
+                self._feed(JobRestored(now, spec, row.submitted_at, None, row.restarts))
+        return notes
+
+    def _adopt(self, row: JobRow, waiting: list[JobRow]) -> list[str]:
+        now = self.clock()
+        spec = core_spec(row.name, row.owner, row.queue, row.spec)
+        run_dir = self.executor.run_dir(row.name, row.attempt)
+        # A supervisor leaves a pid file once its worker runs, or only an exit file when the
+        # command could not be started at all; with neither, nothing was launched.
+        launched = row.attempt >= 0 and any(
+            path.suffix in (".pid", ".exit") for path in run_dir.glob("worker-*")
+        )
+        if not launched or not row.placement:
+            self._requeue_row(row, now, "requeued: the server stopped before its workers started")
+            waiting.append(self.store.job(row.name) or row)
+            return [f"{row.name}: requeued (its workers had not started)"]
+        placement = placement_from_json(row.placement)
+        try:
+            self._feed(JobRestored(now, spec, row.submitted_at, placement, row.restarts))
+        except SchedulingError as err:
+            self.executor.adopt(row.name, row.attempt, len(placement.workers))
+            self.executor.stop(row.name, row.attempt, "SIGKILL", 0)
+            self._requeue_row(row, now, f"requeued: its placement no longer fits ({err})")
+            waiting.append(self.store.job(row.name) or row)
+            return [f"{row.name}: stopped and requeued ({err})"]
+        self.executor.adopt(row.name, row.attempt, len(placement.workers))
+        self.attempts[row.name] = row.attempt
+        if row.state == "stopping":
+            if row.stop_kind == "cancel":
+                self.store.transition(
+                    row.name, "stopping", "running", "restored; carrying on its cancel", now
+                )
+                self._feed(JobCancelled(now, row.name))
+            else:
+                self.store.transition(
+                    row.name,
+                    "stopping",
+                    "running",
+                    f"restored after a server restart; the {row.stop_kind} is decided again",
+                    now,
+                    stop_kind=None,
+                )
+        return [f"{row.name}: adopted attempt {row.attempt} on {placement.describe()}"]
+
+    def _requeue_row(self, row: JobRow, now: float, why: str) -> None:
+        self.store.transition(
+            row.name, row.state, "pending", why, now, placement=None, stop_kind=None
+        )
+
+    def start(self, interval_s: float = 0.1) -> None:
+        """Poll workers and tick the core in a background thread until `stop()`."""
+        self._stop.clear()
+        self._thread = threading.Thread(
+            target=self._loop, args=(interval_s,), name="toposched-runtime", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the loop; running workers keep running and are adopted on the next start."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def _loop(self, interval_s: float) -> None:
+        while not self._stop.wait(interval_s):
+            try:
+                self.step()
+            except Exception:
+                log.exception("runtime step failed; retrying")
+
+    def step(self) -> None:
+        """One pass: collect worker exits, feed them, and tick now and then."""
+        exits = self.executor.poll()
+        with self.lock:
+            now = self.clock()
+            for ended in exits:
+                self._worker_ended(ended, now)
+            if now - self._last_tick >= TICK_S:
+                self._last_tick = now
+                self._feed(Tick(now))
+
+    # ------------------------------------------------------------------ API operations
+
+    def submit(self, owner: str, queue: str, spec: dict[str, Any], name: str) -> JobRow:
+        """Store a submission, then hand it to the core (it may start at once)."""
+        with self.lock:
+            core = core_spec(name, owner, queue, spec)
+            never = self.scheduler.never_fits(core)
+            if never:
+                raise SubmitRefused(never)
+            if name in self.scheduler.jobs:
+                raise Conflict(f"a job named {name!r} already exists")
+            now = self.clock()
+            row = self.store.add_job(
+                name=name, owner=owner, queue=queue, priority=spec["priority"], spec=spec, time=now
+            )
+            self._feed(JobSubmitted(now, core))
+            if self.scheduler.job(name).state is JobState.PENDING:
+                return row  # still as stored: skip reading it back
+            return self.store.job(name) or row
+
+    def cancel(self, name: str) -> JobRow:
+        with self.lock:
+            row = self.store.job(name)
+            if row is None:
+                raise NotFound(f"no job named {name!r}")
+            if row.state not in LIVE:
+                raise Conflict(f"job {name!r} has already ended ({row.state})")
+            self._feed(JobCancelled(self.clock(), name))
+            return self.store.job(name) or row
+
+    def configure_queue(self, name: str, guaranteed_gpus: int) -> None:
+        with self.lock:
+            self.store.set_queue(name, guaranteed_gpus)
+            self._feed(QueueConfigured(self.clock(), name, guaranteed_gpus))
+
+    def label(self, node: str, key: str, value: str | None) -> None:
+        with self.lock:
+            if node != self.node.name:
+                raise NotFound(f"no node named {node!r} (this server has {self.node.name!r})")
+            try:
+                self._feed(NodeLabelled(self.clock(), node, key, value))
+            except (SchedulingError, ClusterError) as err:
+                raise Conflict(str(err)) from None
+            self.store.set_label(node, key, value)
+
+    def gpu_health(self, gpu: int, healthy: bool) -> None:
+        with self.lock:
+            self._feed(GpuHealth(self.clock(), self.node.name, gpu, healthy))
+
+    # ------------------------------------------------------------------ queries
+
+    def reason(self, row: JobRow) -> str:
+        """The core's current reason for a live job (why it waits), else the stored one."""
+        with self.lock:
+            if row.state in LIVE and row.name in self.scheduler.jobs:
+                return self.scheduler.job(row.name).reason
+        return row.reason
+
+    def explain(self, name: str) -> tuple[JobRow, str]:
+        with self.lock:
+            row = self.store.job(name)
+            if row is None:
+                raise NotFound(f"no job named {name!r}")
+            if row.name in self.scheduler.jobs:
+                return row, self.scheduler.explain(name)
+        lines = [f"job {name}: {row.state}; queue {row.queue}, priority {row.priority}"]
+        lines.extend(
+            f"  t={h.time:.3f}: {h.old or '-'} -> {h.new}: {h.reason}"
+            for h in self.store.history(name)
+        )
+        return row, "\n".join(lines)
+
+    def gpu_owners(self) -> dict[int, str]:
+        with self.lock:
+            return {gpu: job for (_, gpu), job in self.scheduler.owner.items()}
+
+    def unhealthy_gpus(self) -> set[int]:
+        with self.lock:
+            mask = self.scheduler.unhealthy.get(0, 0)
+        return {g for g in range(self.node.size) if mask >> g & 1}
+
+    def queue_usage(self) -> dict[str, tuple[int, int]]:
+        """(guaranteed, used) GPUs per queue the core knows."""
+        with self.lock:
+            return {q.name: (q.guaranteed, q.used) for q in self.scheduler.queues.values()}
+
+    # ------------------------------------------------------------------ the core loop
+
+    def _feed(self, *events: Event) -> None:
+        """Hand events to the core and carry out what it asks, including the events that
+        carrying out produces (a start that failed), until nothing is left."""
+        self._events.extend(events)
+        while self._events:
+            event = self._events.popleft()
+            began = time.perf_counter()
+            actions = self.scheduler.handle(event)
+            if self.observe is not None:
+                self.observe(time.perf_counter() - began)
+            self._carry_out(actions, event.time)
+
+    def _carry_out(self, actions: Iterable[Action], now: float) -> None:
+        starts: dict[str, StartJob] = {}
+        stops: dict[str, StopJob] = {}
+        for action in actions:
+            match action:
+                case StartJob():
+                    starts[action.job] = action
+                case StopJob():
+                    stops[action.job] = action
+                case Transition():
+                    self._transition(action, starts.pop(action.job, None), stops, now)
+        for leftover in starts.values():  # a StartJob always comes with its Transition
+            raise AssertionError(f"start of {leftover.job} without a transition")
+
+    def _transition(
+        self, t: Transition, start: StartJob | None, stops: dict[str, StopJob], now: float
+    ) -> None:
+        old = t.old.value if t.old else None
+        new = t.new
+        if start is not None:
+            self._launch(t, start, now)
+        elif new is JobState.STOPPING:
+            stop = stops.pop(t.job)
+            self.store.transition(t.job, old, new.value, t.reason, now, stop_kind=stop.kind.value)
+            attempt = self.attempts[t.job]
+            self.executor.stop(t.job, attempt, stop.signal, stop.grace_s)
+        elif new is JobState.PENDING:
+            if old is None:
+                return  # the submission is already stored
+            restarts = self.scheduler.job(t.job).restarts
+            self.store.transition(
+                t.job,
+                old,
+                "pending",
+                t.reason,
+                now,
+                placement=None,
+                stop_kind=None,
+                restarts=restarts,
+            )
+        else:
+            fields: dict[str, Any] = {"stop_kind": None}
+            if new.terminal:
+                fields["ended_at"] = now
+                self.attempts.pop(t.job, None)
+            self.store.transition(t.job, old, new.value, t.reason, now, **fields)
+
+    def _launch(self, t: Transition, start: StartJob, now: float) -> None:
+        row = self.store.job(t.job)
+        assert row is not None
+        attempt = row.attempt + 1
+        self.store.transition(
+            t.job,
+            t.old.value if t.old else None,
+            "running",
+            t.reason,
+            now,
+            placement=placement_json(start.placement),
+            attempt=attempt,
+            stop_kind=None,
+            started_at=now,
+        )
+        self.attempts[t.job] = attempt
+        run = RunSpec(
+            job=t.job,
+            attempt=attempt,
+            queue=row.queue,
+            command=tuple(row.spec["command"]),
+            env=dict(row.spec.get("env") or {}),
+            workdir=row.spec.get("workdir"),
+            workers=tuple((slot.node, slot.gpus) for slot in start.placement.workers),
+            restart_count=row.restarts,
+        )
+        try:
+            self.executor.start(run)
+        except ExecutorError as err:
+            log.warning("job %s: could not start: %s", t.job, err)
+            self._events.append(JobFinished(now, t.job, False, f"could not start: {err}"))
+
+    def _worker_ended(self, ended: WorkerExit, now: float) -> None:
+        if self.attempts.get(ended.job) != ended.attempt:
+            return  # an attempt the core has moved past (it was stopped and replaced)
+        key = (ended.job, ended.attempt)
+        seen = self.exits.setdefault(key, {})
+        seen[ended.rank] = ended
+        if self.executor.running(ended.job, ended.attempt):
+            # The rest of a gang whose worker failed must stop; the job ends once they have.
+            state = self.scheduler.job(ended.job).state
+            if ended.returncode != 0 and state is JobState.RUNNING:
+                self._feed(WorkerFailed(now, ended.job, ended.rank, ended.reason))
+            return
+        del self.exits[key]
+        self.executor.forget(ended.job, ended.attempt)
+        state = self.scheduler.job(ended.job).state
+        if state is JobState.STOPPING:
+            self._feed(JobStopped(now, ended.job))
+        elif state is JobState.RUNNING:
+            ok = all(e.returncode == 0 for e in seen.values())
+            why = (
+                "all workers exited 0"
+                if ok
+                else "; ".join(
+                    f"worker {r}: {e.reason}" for r, e in sorted(seen.items()) if e.returncode != 0
+                )
+            )
+            self._feed(JobFinished(now, ended.job, ok, why))

@@ -1,0 +1,109 @@
+"""`toposched serve`: open the store, find the node, recover, and serve the API with uvicorn."""
+
+from __future__ import annotations
+
+import fcntl
+import ipaddress
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+import uvicorn
+
+from toposched.core import make_scheduler_policy
+from toposched.executors.local import LocalExecutor
+from toposched.server.app import create_app
+from toposched.server.auth import ensure_admin_token
+from toposched.server.localnode import local_node, topology_name
+from toposched.server.metrics import Metrics
+from toposched.server.runtime import Runtime
+from toposched.store import Store, sqlite_url
+
+DATA_DIR_ENV = "TOPOSCHED_DATA_DIR"
+
+
+class ServeError(RuntimeError):
+    """The server cannot start as asked; nothing was changed."""
+
+
+def default_data_dir() -> Path:
+    env = os.environ.get(DATA_DIR_ENV)
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "toposched"
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    data_dir: Path
+    db: str | None = None
+    host: str = "127.0.0.1"
+    port: int = 8080
+    emulate: str | None = None
+    policy: str = "toposched"
+    auth: bool = True
+    node_name: str | None = None
+
+
+def loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _lock(data_dir: Path) -> IO[str]:
+    """One server per data directory: two would both adopt the same workers."""
+    handle = (data_dir / "server.lock").open("a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        raise ServeError(f"another toposched server is using {data_dir}") from None
+    return handle
+
+
+def serve(options: ServeOptions, say: Callable[[str], None] = print) -> None:
+    if not options.auth and not loopback(options.host):
+        raise ServeError(
+            f"refusing to listen on {options.host} without auth: drop --no-auth, or bind 127.0.0.1"
+        )
+    policy = make_scheduler_policy(options.policy, {})
+    local = local_node(options.emulate, options.node_name)
+    data_dir = options.data_dir
+    data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    lock = _lock(data_dir)
+    store = Store(options.db or sqlite_url(data_dir / "toposched.db"))
+    executor = LocalExecutor(data_dir / "runs")
+    metrics = Metrics()
+    runtime = Runtime(store, executor, local, policy, observe=metrics.latency.observe)
+    metrics.watch(runtime)
+    for line in runtime.recover():
+        say(f"recovered: {line}")
+    node = runtime.node
+    say(
+        f"toposched: node {node.name}, {node.size} GPUs ({topology_name(node.topology)}, "
+        f"{local.source}); policy {options.policy}; database {store.dialect}; data in {data_dir}"
+    )
+    if options.auth:
+        path, created = ensure_admin_token(store, data_dir)
+        say(f"admin token {'written to' if created else 'in'} {path} (readable by its owner only)")
+    else:
+        say("auth is off: every caller on this machine acts as admin")
+    say(f"listening on http://{options.host}:{options.port} (API docs at /docs)")
+    app = create_app(runtime, metrics, auth=options.auth)
+    runtime.start()
+    try:
+        uvicorn.run(app, host=options.host, port=options.port, log_level="warning")
+    finally:
+        runtime.stop()
+        store.close()
+        lock.close()
+        say("toposched stopped; running jobs keep running and are adopted at the next start")
+    logging.shutdown()

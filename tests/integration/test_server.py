@@ -1,0 +1,401 @@
+"""The real server (uvicorn in a subprocess), real worker processes, SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.server import TOPOSCHED, ServerProcess, running_server
+
+# A worker that writes its environment to $OUT/env-<rank>-<restarts>-<pid>.json, then waits for
+# $OUT/$WAIT_<rank> or $OUT/$WAIT (if set) and exits with $EXIT_<rank> (default 0). It saves a
+# checkpoint marker and exits 0 on SIGUSR1.
+WORKER = r"""
+import json, os, pathlib, signal, sys, time
+out = pathlib.Path(os.environ["OUT"])
+rank = os.environ["RANK"]
+keys = ["CUDA_VISIBLE_DEVICES", "WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+        "MASTER_ADDR", "MASTER_PORT", "TOPOSCHED_JOB", "TOPOSCHED_QUEUE",
+        "TOPOSCHED_RESTART_COUNT"]
+env = {k: os.environ.get(k) for k in keys}
+env["pid"] = os.getpid()
+(out / f"env-{rank}-{os.environ['TOPOSCHED_RESTART_COUNT']}-{os.getpid()}.json").write_text(
+    json.dumps(env))
+def checkpoint(signum, frame):
+    (out / f"checkpointed-{rank}").write_text("yes")
+    sys.exit(0)
+signal.signal(signal.SIGUSR1, checkpoint)
+print(f"hello from rank {rank}", flush=True)
+print(f"warning from rank {rank}", file=sys.stderr, flush=True)
+wait = os.environ.get(f"WAIT_{rank}") or os.environ.get("WAIT")
+if wait:
+    while not (out / wait).exists():
+        time.sleep(0.05)
+sys.exit(int(os.environ.get(f"EXIT_{rank}", "0")))
+"""
+
+
+def wait_for(check: Callable[[], Any], what: str, timeout_s: float = 20.0) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+class Api:
+    """A thin test client: JSON in, JSON out, the status checked."""
+
+    def __init__(self, server: ServerProcess, token: str | None = None) -> None:
+        self.http = server.client(token)
+
+    def submit(self, expect: int = 201, **body: Any) -> Any:
+        reply = self.http.post("/api/v1/jobs", json=body)
+        assert reply.status_code == expect, reply.text
+        return reply.json()
+
+    def get(self, path: str, expect: int = 200) -> Any:
+        reply = self.http.get(path)
+        assert reply.status_code == expect, reply.text
+        return reply.json()
+
+    def job(self, name: str) -> Any:
+        return self.get(f"/api/v1/jobs/{name}")
+
+    def state(self, name: str) -> str:
+        return str(self.job(name)["state"])
+
+    def until(self, name: str, state: str, timeout_s: float = 20.0) -> Any:
+        wait_for(lambda: self.state(name) == state, f"{name} to be {state}", timeout_s)
+        return self.job(name)
+
+    def holders(self) -> dict[int, str | None]:
+        node = self.get("/api/v1/nodes")["nodes"][0]
+        return {gpu["index"]: gpu["job"] for gpu in node["gpus"]}
+
+
+def worker(out: Path, wait: str | None = None, **exits: int) -> dict[str, Any]:
+    env = {"OUT": str(out), **{f"EXIT_{rank[1:]}": str(code) for rank, code in exits.items()}}
+    if wait:
+        env["WAIT"] = wait
+    return {"command": [sys.executable, "-c", WORKER], "env": env}
+
+
+def envs(out: Path, rank: int) -> list[dict[str, Any]]:
+    found = sorted(out.glob(f"env-{rank}-*.json"), key=lambda p: p.stat().st_mtime)
+    return [json.loads(p.read_text()) for p in found]
+
+
+@pytest.fixture
+def out(tmp_path: Path) -> Path:
+    path = tmp_path / "out"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    with running_server(tmp_path_factory.mktemp("srv")) as srv:
+        yield srv
+
+
+@pytest.fixture
+def api(server: ServerProcess) -> Iterator[Api]:
+    client = Api(server)
+    yield client
+    # Leave the node empty for the next test.
+    for job in client.get("/api/v1/jobs")["jobs"]:
+        client.http.delete(f"/api/v1/jobs/{job['name']}")
+    wait_for(lambda: not client.get("/api/v1/jobs")["jobs"], "the node to drain")
+
+
+def test_gang_runs_with_torchrun_environment_and_logs(api: Api, out: Path) -> None:
+    job = api.submit(name="gang", workers=2, gpus=2, **worker(out, wait="go"))
+    assert job["state"] == "running"
+    placement = job["placement"]
+    assert [p["worker"] for p in placement] == [0, 1]
+    assert all(len(p["gpus"]) == 2 for p in placement)
+    wait_for(lambda: envs(out, 0) and envs(out, 1), "both workers to start")
+    env0, env1 = envs(out, 0)[0], envs(out, 1)[0]
+    gpus = [",".join(map(str, p["gpus"])) for p in placement]
+    assert (env0["CUDA_VISIBLE_DEVICES"], env1["CUDA_VISIBLE_DEVICES"]) == tuple(gpus)
+    assert (env0["RANK"], env1["RANK"], env0["WORLD_SIZE"]) == ("0", "1", "2")
+    assert (env0["LOCAL_RANK"], env1["LOCAL_RANK"], env1["LOCAL_WORLD_SIZE"]) == ("0", "1", "2")
+    assert env0["MASTER_PORT"] == env1["MASTER_PORT"]
+    assert (env0["TOPOSCHED_JOB"], env0["TOPOSCHED_QUEUE"]) == ("gang", "default")
+    held = api.holders()
+    assert sorted(g for g, j in held.items() if j == "gang") == sorted(
+        g for p in placement for g in p["gpus"]
+    )
+    (out / "go").write_text("")
+    done = api.until("gang", "succeeded")
+    assert done["reason"] == "all workers exited 0"
+    assert [h["new"] for h in done["history"]] == ["pending", "running", "succeeded"]
+    logs = api.http.get("/api/v1/jobs/gang/logs", params={"worker": 1}).text
+    assert "hello from rank 1" in logs and "warning from rank 1" in logs
+    assert "rank 0" not in logs
+    assert set(api.holders().values()) == {None}
+
+
+def test_one_failed_worker_stops_the_rest_of_its_gang(api: Api, out: Path) -> None:
+    job = worker(out, wait="never", r0=3)
+    job["env"]["WAIT_0"] = "go0"
+    api.submit(name="broken", workers=2, **job)
+    wait_for(lambda: envs(out, 0) and envs(out, 1), "both workers to start")
+    survivor = envs(out, 1)[0]["pid"]
+    (out / "go0").write_text("")  # worker 0 exits 3; worker 1 would wait forever
+    done = api.until("broken", "failed")
+    assert done["reason"] == "worker 0 failed: exited 3"
+    assert not alive(survivor)
+    assert [h["new"] for h in done["history"]] == ["pending", "running", "stopping", "failed"]
+    assert set(api.holders().values()) == {None}
+
+
+def test_restart_policy_requeues_with_a_restart_count(api: Api, out: Path) -> None:
+    api.submit(name="flaky", restart="on-failure", max_restarts=1, **worker(out, r0=1))
+    done = api.until("flaky", "failed")
+    assert done["restarts"] == 1
+    counts = sorted(e["TOPOSCHED_RESTART_COUNT"] for e in envs(out, 0))
+    assert counts == ["0", "1"]
+    assert [h["new"] for h in done["history"]] == [
+        "pending",
+        "running",
+        "pending",
+        "running",
+        "failed",
+    ]
+
+
+def test_cancel_stops_a_running_job_and_frees_its_gpus(api: Api, out: Path) -> None:
+    api.submit(name="sleeper", gpus=4, **worker(out, wait="never"))
+    wait_for(lambda: envs(out, 0), "the worker")
+    pid = envs(out, 0)[0]["pid"]
+    reply = api.http.delete("/api/v1/jobs/sleeper")
+    assert reply.status_code == 202, reply.text
+    assert api.until("sleeper", "cancelled")["reason"] == "cancelled"
+    assert not alive(pid)
+    assert set(api.holders().values()) == {None}
+    again = api.http.delete("/api/v1/jobs/sleeper")
+    assert again.status_code == 409 and "already ended" in again.text
+
+
+def test_pending_job_says_why_and_starts_when_room_frees(api: Api, out: Path) -> None:
+    api.submit(name="big", gpus=8, **worker(out, wait="go"))
+    waiting = api.submit(name="next", gpus=4, **worker(out))
+    assert waiting["state"] == "pending"
+    why = "needs 4 GPUs; 0 are free; reserved node-a GPUs 0,1,2,3 (when running jobs end)"
+    assert waiting["reason"] == why
+    text = api.get("/api/v1/jobs/next/explain")["text"]
+    assert text.startswith("job next: pending; queue default, priority 0, 1 worker(s) x 4 GPU(s)")
+    assert f"now: {why}" in text
+    (out / "go").write_text("")
+    api.until("big", "succeeded")
+    api.until("next", "succeeded")
+
+
+def test_checkpointable_job_is_preempted_by_its_signal_and_resumes(
+    api: Api, out: Path, server: ServerProcess
+) -> None:
+    admin = api.http
+    assert admin.put("/api/v1/queues/owners", json={"guaranteed_gpus": 8}).status_code == 200
+    try:
+        api.submit(
+            name="borrower",
+            queue="guests",
+            gpus=8,
+            checkpoint={"signal": "SIGUSR1", "grace_s": 10},
+            **worker(out, wait="never"),
+        )
+        wait_for(lambda: envs(out, 0), "the borrower")
+        api.submit(name="owner", queue="owners", gpus=8, **worker(out, wait="go"))
+        # The borrower got SIGUSR1, saved its state and exited 0; the owner runs now.
+        wait_for(lambda: (out / "checkpointed-0").exists(), "the checkpoint signal")
+        api.until("owner", "running")
+        assert api.state("borrower") == "pending"
+        (out / "go").write_text("")
+        api.until("owner", "succeeded")
+        resumed = api.until("borrower", "running")
+        assert resumed["attempt"] == 1
+        assert [h["new"] for h in api.job("borrower")["history"]] == [
+            "pending",
+            "running",
+            "stopping",
+            "pending",
+            "running",
+        ]
+    finally:
+        admin.put("/api/v1/queues/owners", json={"guaranteed_gpus": 0})
+
+
+def test_bad_submissions_get_422_with_every_bad_field_and_change_nothing(api: Api) -> None:
+    before = api.get(
+        "/api/v1/jobs",
+    )
+    reply = api.http.post(
+        "/api/v1/jobs",
+        json={"workers": 0, "gpus": "two", "locality": "moon", "command": [], "bogus": 1},
+    )
+    assert reply.status_code == 422
+    locs = {tuple(d["loc"]) for d in reply.json()["detail"]}
+    assert {
+        ("body", "workers"),
+        ("body", "gpus"),
+        ("body", "locality"),
+        ("body", "command"),
+        ("body", "bogus"),
+    } <= locs
+    reply = api.http.post("/api/v1/jobs", json={"gpus": 9, "command": ["true"]})
+    assert reply.status_code == 422
+    assert "largest node has 8" in reply.text
+    reply = api.http.post(
+        "/api/v1/jobs", json={"workers": 2, "gpus": 8, "locality": "node", "command": ["true"]}
+    )
+    assert reply.status_code == 422 and "at most 1 fit" in reply.text
+    assert api.get("/api/v1/jobs") == before
+    assert (
+        api.get(
+            "/api/v1/jobs",
+        )["jobs"]
+        == []
+    )
+
+
+def test_duplicate_name_is_a_conflict(api: Api, out: Path) -> None:
+    api.submit(name="once", **worker(out))
+    reply = api.http.post("/api/v1/jobs", json={"name": "once", "command": ["true"]})
+    assert reply.status_code == 409 and "already exists" in reply.text
+    api.until("once", "succeeded")
+
+
+def test_auth_boundaries(api: Api, server: ServerProcess, out: Path) -> None:
+    anonymous = httpx.get(f"{server.url}/api/v1/jobs")
+    assert anonymous.status_code == 401
+    bad = httpx.get(f"{server.url}/api/v1/jobs", headers={"Authorization": "Bearer nope"})
+    assert bad.status_code == 401
+    made = api.http.post("/api/v1/tokens", json={"user": "ann", "team": "alpha"})
+    assert made.status_code == 201
+    ann = Api(server, made.json()["token"])
+    assert ann.get("/api/v1/whoami") == {"user": "ann", "team": "alpha", "role": "user"}
+    mine = ann.submit(name="ann-job", **worker(out))
+    assert mine["queue"] == "alpha"
+    ann.submit(expect=403, name="sneaky", queue="beta", command=["true"])
+    api.submit(name="admins", **worker(out, wait="go"))
+    assert ann.http.delete("/api/v1/jobs/admins").status_code == 403
+    assert ann.http.get("/api/v1/jobs/admins/logs").status_code == 403
+    assert ann.job("admins")["state"] == "running"  # reading its status is allowed
+    assert ann.http.put("/api/v1/queues/alpha", json={"guaranteed_gpus": 8}).status_code == 403
+    assert ann.http.post("/api/v1/tokens", json={"user": "x", "team": "y"}).status_code == 403
+    (out / "go").write_text("")
+    api.until("admins", "succeeded")
+    api.until("ann-job", "succeeded")
+
+
+def test_metrics_count_jobs_gpus_and_decisions(api: Api, server: ServerProcess, out: Path) -> None:
+    api.submit(name="metered", gpus=2, **worker(out, wait="go"))
+    text = httpx.get(f"{server.url}/metrics").text
+    assert 'toposched_jobs{state="running"} 1.0' in text
+    assert 'toposched_gpus_allocated{node="node-a"} 2.0' in text
+    assert 'toposched_gpus_free{node="node-a"} 6.0' in text
+    assert "toposched_scheduling_seconds_count" in text
+    (out / "go").write_text("")
+    api.until("metered", "succeeded")
+
+
+def test_refuses_a_public_address_without_auth(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [*TOPOSCHED, "serve", "--host", "0.0.0.0", "--no-auth", "--data-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert "refusing to listen on 0.0.0.0 without auth" in proc.stderr
+    assert not (tmp_path / "toposched.db").exists()
+
+
+def test_kill_9_and_restart_adopts_workers_and_loses_nothing(
+    tmp_path: Path, db_url: str, out: Path
+) -> None:
+    """The crash test of issue 5: kill -9 the server while jobs run, restart, check every job."""
+    with running_server(tmp_path, db_url) as server:
+        api = Api(server)
+        api.submit(name="keeps-running", gpus=4, **worker(out, wait="go-a"))
+        api.submit(name="ends-meanwhile", gpus=2, **worker(out, wait="go-b", r0=7))
+        api.submit(name="first-waiter", gpus=8, **worker(out))
+        api.submit(name="second-waiter", gpus=2, **worker(out))
+        wait_for(lambda: len(list(out.glob("env-*"))) == 2, "both running jobs' workers")
+        before = {j["name"]: j for j in api.get("/api/v1/jobs")["jobs"]}
+        assert [before[n]["state"] for n in before] == ["running", "running", "pending", "pending"]
+        pid_a = (
+            envs(out, 0)[0]["pid"]
+            if envs(out, 0)[0]["TOPOSCHED_JOB"] == "keeps-running"
+            else envs(out, 0)[1]["pid"]
+        )
+        server.kill()
+        (out / "go-b").write_text("")  # ends with exit 7 while no server is up
+        wait_for(
+            lambda: (server.data_dir / "runs/ends-meanwhile/attempt-0/worker-0.exit").exists(),
+            "the exit to be recorded by the supervisor",
+        )
+        server.restart()
+        api = Api(server)
+        after = {
+            j["name"]: j
+            for j in api.get(
+                "/api/v1/jobs",
+            )["jobs"]
+        }
+        assert list(after) == ["keeps-running", "first-waiter", "second-waiter"] or list(after) == [
+            "keeps-running",
+            "ends-meanwhile",
+            "first-waiter",
+            "second-waiter",
+        ]
+        ended = api.until("ends-meanwhile", "failed")
+        assert "7" in ended["reason"]
+        kept = api.job("keeps-running")
+        assert kept["state"] == "running"
+        assert kept["placement"] == before["keeps-running"]["placement"]
+        assert kept["attempt"] == 0
+        assert alive(pid_a)
+        # Waiting jobs keep their order: the 8-GPU job is still first, the 2-GPU one may not
+        # pass it although 4 GPUs are free.
+        pending = api.get(
+            "/api/v1/jobs",
+        )["jobs"]
+        assert [j["name"] for j in pending] == ["keeps-running", "first-waiter", "second-waiter"]
+        assert api.state("second-waiter") == "pending"
+        holders = api.holders()
+        assert sorted(g for g, j in holders.items() if j == "keeps-running") == sorted(
+            kept["placement"][0]["gpus"]
+        )
+        assert sum(1 for j in holders.values() if j) == 4
+        (out / "go-a").write_text("")
+        api.until("keeps-running", "succeeded")
+        api.until("first-waiter", "succeeded")
+        api.until("second-waiter", "succeeded")
+        every = api.get("/api/v1/jobs?all=true")["jobs"]
+        assert [j["name"] for j in every] == [
+            "keeps-running",
+            "ends-meanwhile",
+            "first-waiter",
+            "second-waiter",
+        ]
