@@ -5,7 +5,16 @@ from __future__ import annotations
 import typer
 
 from toposched import __version__
-from toposched.cli import demo_cmd, perf_cmd, place_cmd, sim_cmd, topology_cmd
+from toposched.cli import (
+    admin_cmd,
+    demo_cmd,
+    jobs_cmd,
+    perf_cmd,
+    place_cmd,
+    serve_cmd,
+    sim_cmd,
+    topology_cmd,
+)
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -17,6 +26,9 @@ app.command("place")(place_cmd.place)
 app.command("demo")(demo_cmd.demo)
 app.command("perf")(perf_cmd.perf)
 app.command("sim")(sim_cmd.sim)
+app.command("serve")(serve_cmd.serve_cmd)
+jobs_cmd.register(app)
+admin_cmd.register(app)
 
 
 def _version(value: bool) -> None:

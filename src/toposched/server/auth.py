@@ -9,9 +9,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from toposched.server.paths import ADMIN_TOKEN_FILE
 from toposched.store import Store
-
-ADMIN_TOKEN_FILE = "admin.token"
 
 
 @dataclass(frozen=True)

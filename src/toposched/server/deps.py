@@ -1,4 +1,8 @@
-"""What every route needs: the runtime, and who is calling (from the bearer token)."""
+"""What every route needs: the runtime, and who is calling (from the bearer token).
+
+The dependencies are `async` so that FastAPI runs them on the event loop instead of handing
+each to a worker thread; they block only on a token's first use (one indexed read).
+"""
 
 from __future__ import annotations
 
@@ -24,12 +28,12 @@ class ServerState:
     known: dict[str, Principal] = field(default_factory=dict)
 
 
-def state(request: Request) -> ServerState:
+async def state(request: Request) -> ServerState:
     found: ServerState = request.app.state.toposched
     return found
 
 
-def principal(request: Request, server: Annotated[ServerState, Depends(state)]) -> Principal:
+async def principal(request: Request, server: Annotated[ServerState, Depends(state)]) -> Principal:
     if not server.auth:
         return auth.LOCAL_ADMIN
     header = request.headers.get("authorization", "")
@@ -52,7 +56,7 @@ def principal(request: Request, server: Annotated[ServerState, Depends(state)]) 
     return who
 
 
-def admin(who: Annotated[Principal, Depends(principal)]) -> Principal:
+async def admin(who: Annotated[Principal, Depends(principal)]) -> Principal:
     if not who.admin:
         raise HTTPException(status.HTTP_403_FORBIDDEN, f"user {who.user!r} is not an admin")
     return who

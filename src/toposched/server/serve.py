@@ -5,7 +5,6 @@ from __future__ import annotations
 import fcntl
 import ipaddress
 import logging
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,19 +21,9 @@ from toposched.server.metrics import Metrics
 from toposched.server.runtime import Runtime
 from toposched.store import Store, sqlite_url
 
-DATA_DIR_ENV = "TOPOSCHED_DATA_DIR"
-
 
 class ServeError(RuntimeError):
     """The server cannot start as asked; nothing was changed."""
-
-
-def default_data_dir() -> Path:
-    env = os.environ.get(DATA_DIR_ENV)
-    if env:
-        return Path(env)
-    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(base) / "toposched"
 
 
 @dataclass(frozen=True)

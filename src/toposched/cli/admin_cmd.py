@@ -1,0 +1,210 @@
+"""`toposched top | node | queue | token | whoami`: the cluster's state and its administration.
+
+Exit codes as for the job commands (see toposched.cli.jobs_cmd).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from toposched.cli.jobs_cmd import JSON, SERVER, api, duration, placement_text, shape, state_text
+from toposched.cli.output import EXIT_BAD_INPUT, console, emit_json, fail
+
+top_app = typer.Typer(no_args_is_help=True, help="What runs where: GPUs of each node, jobs.")
+node_app = typer.Typer(no_args_is_help=True, help="Nodes: labels.")
+queue_app = typer.Typer(no_args_is_help=True, help="Queues (one per team) and their shares.")
+token_app = typer.Typer(no_args_is_help=True, help="API tokens (admin).")
+
+LINK_STYLE = {"PIX": "cyan", "PXB": "cyan", "PHB": "yellow", "NODE": "yellow", "SYS": "red"}
+
+
+def link_text(code: str) -> str:
+    if code == "X":
+        return "[dim]X[/]"
+    style = "green" if code.startswith("NV") else LINK_STYLE.get(code)
+    return f"[{style}]{escape(code)}[/]" if style else escape(code)
+
+
+def node_table(node: dict[str, Any]) -> Table:
+    gpus = node["gpus"]
+    busy = sum(1 for g in gpus if g["job"] is not None)
+    title = (
+        f"{escape(node['name'])}: {len(gpus)} GPUs, {busy} in use "
+        f"({escape(node['topology'])}; {escape(node['source'])})"
+    )
+    table = Table(title=title, title_justify="left")
+    table.add_column("GPU")
+    table.add_column("JOB")
+    for j in range(len(gpus)):
+        table.add_column(f"GPU{j}", justify="center")
+    links = node["links"]
+    for i, gpu in enumerate(gpus):
+        job = escape(gpu["job"]) if gpu["job"] is not None else "[dim]-[/]"
+        if not gpu["healthy"]:
+            job += " [bold red](unhealthy)[/]"
+        row = [link_text(code) for code in links[i]] if i < len(links) else []
+        table.add_row(f"GPU{gpu['index']}", job, *row)
+    return table
+
+
+@top_app.command("node")
+def top_node(server: str = SERVER, as_json: bool = JSON) -> None:
+    """Each node's GPU map: which job holds each GPU, and the links between them.
+
+    Link kinds: NV# NVLink (# links), PIX/PXB PCIe switch, PHB/NODE host bridge, SYS across
+    CPU sockets."""
+    with api(server) as client:
+        nodes = client.nodes()
+    if as_json:
+        emit_json({"nodes": nodes})
+        return
+    for node in nodes:
+        console.print(node_table(node))
+        labels = ", ".join(f"{k}={v}" for k, v in sorted(node["labels"].items()))
+        console.print(f"labels: {escape(labels) or '(none)'}")
+
+
+@top_app.command("job")
+def top_job(server: str = SERVER, as_json: bool = JSON) -> None:
+    """Running jobs, one line each: shape, GPUs (node:indices per worker), time running."""
+    with api(server) as client:
+        jobs = client.jobs(states=["running", "stopping"])
+    if as_json:
+        emit_json({"jobs": jobs})
+        return
+    if not jobs:
+        console.print("no running jobs")
+        return
+    table = Table()
+    for column in ("NAME", "QUEUE", "STATE", "SHAPE", "GPUS", "RUNNING"):
+        table.add_column(column, overflow="fold")
+    now = time.time()
+    for job in jobs:
+        started = job["started_at"]
+        table.add_row(
+            escape(job["name"]),
+            escape(job["queue"]),
+            state_text(job["state"]),
+            shape(job),
+            placement_text(job),
+            duration(now - started) if started is not None else "-",
+        )
+    console.print(table)
+
+
+@node_app.command("label")
+def node_label(
+    node: str = typer.Argument(..., help="Node name (see `toposched top node`)."),
+    label: str = typer.Argument(..., metavar="KEY=VALUE|KEY-", help="Set KEY, or remove it."),
+    server: str = SERVER,
+    as_json: bool = JSON,
+) -> None:
+    """Set a node label (KEY=VALUE) or remove one (KEY-), as kubectl label does (admin)."""
+    key, sep, value = label.partition("=")
+    new: str | None = value
+    if not sep:
+        if not label.endswith("-") or len(label) < 2:
+            fail(f"expected KEY=VALUE to set a label or KEY- to remove it, got {label!r}")
+        key, new = label[:-1], None
+    if not key:
+        fail(f"the label has no key: {label!r}", EXIT_BAD_INPUT)
+    with api(server) as client:
+        nodes = client.label(node, key, new)
+    if as_json:
+        emit_json({"nodes": nodes})
+        return
+    for found in nodes:
+        if found["name"] == node:
+            labels = ", ".join(f"{k}={v}" for k, v in sorted(found["labels"].items()))
+            console.print(f"{escape(node)}: labels {escape(labels) or '(none)'}")
+
+
+@queue_app.command("list")
+def queue_list(server: str = SERVER, as_json: bool = JSON) -> None:
+    """Queues: guaranteed GPUs, GPUs in use, running and pending jobs."""
+    with api(server) as client:
+        queues = client.queues()
+    if as_json:
+        emit_json({"queues": queues})
+        return
+    if not queues:
+        console.print("no queues yet (one appears with its first job or `toposched queue set`)")
+        return
+    table = Table()
+    for column in ("QUEUE", "GUARANTEED", "USED", "RUNNING", "PENDING"):
+        table.add_column(column, justify="left" if column == "QUEUE" else "right")
+    for q in queues:
+        table.add_row(
+            escape(q["name"]),
+            str(q["guaranteed_gpus"]),
+            str(q["used_gpus"]),
+            str(q["running"]),
+            str(q["pending"]),
+        )
+    console.print(table)
+
+
+@queue_app.command("set")
+def queue_set(
+    queue: str = typer.Argument(..., help="Queue name (a team)."),
+    gpus: int = typer.Argument(..., min=0, help="GPUs guaranteed to the queue."),
+    server: str = SERVER,
+    as_json: bool = JSON,
+) -> None:
+    """Set a queue's guaranteed share in GPUs (admin)."""
+    with api(server) as client:
+        queues = client.set_queue(queue, gpus)
+    if as_json:
+        emit_json({"queues": queues})
+        return
+    console.print(f"queue {escape(queue)}: {gpus} GPU(s) guaranteed")
+
+
+@token_app.command("create")
+def token_create(
+    user: str = typer.Option(..., "--user", help="User name."),
+    team: str = typer.Option(..., "--team", help="The user's team: the queue they may use."),
+    admin: bool = typer.Option(False, "--admin", help="May do everything, in every queue."),
+    server: str = SERVER,
+    as_json: bool = JSON,
+) -> None:
+    """Create a token for a user (admin).
+
+    Only the token goes to stdout: export TOPOSCHED_TOKEN=$(toposched token create --user ann
+    --team a)"""
+    with api(server) as client:
+        made = client.create_token(user, team, admin)
+    if as_json:
+        emit_json(made)
+        return
+    sys.stdout.write(made["token"] + "\n")
+    sys.stdout.flush()
+    sys.stderr.write(
+        f"token for user {made['user']} (team {made['team']}, {made['role']}); it is shown "
+        "only this once: use it as TOPOSCHED_TOKEN\n"
+    )
+
+
+def whoami(server: str = SERVER, as_json: bool = JSON) -> None:
+    """Who the server takes you for (from TOPOSCHED_TOKEN or the local admin token)."""
+    with api(server) as client:
+        me = client.whoami()
+        url = client.url
+    if as_json:
+        emit_json(me)
+        return
+    console.print(f"{escape(me['user'])} (team {escape(me['team'])}, {me['role']}) at {url}")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(top_app, name="top")
+    app.add_typer(node_app, name="node")
+    app.add_typer(queue_app, name="queue")
+    app.add_typer(token_app, name="token")
+    app.command("whoami")(whoami)

@@ -1,0 +1,478 @@
+"""`toposched submit | get | list | logs | delete | explain`: jobs on a toposched server.
+
+Exit codes of every server command: 0 ok; 1 the server failed; 2 bad input (here or a 422);
+3 not found; 4 not allowed (401/403); 5 conflict (409); 6 the server is not reachable.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, NoReturn
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from toposched.cli.output import EXIT_BAD_INPUT, console, emit_json, fail
+from toposched.client.http import UNREACHABLE, ApiError, Client, ConfigError, is_local
+from toposched.client.jobfile import (
+    JobFile,
+    JobFileError,
+    load_job_file,
+    merge_spec,
+    parse_elastic,
+    parse_env_pairs,
+)
+
+EXIT_SERVER_ERROR = 1
+EXIT_NOT_FOUND = 3
+EXIT_NOT_ALLOWED = 4
+EXIT_CONFLICT = 5
+EXIT_UNREACHABLE = 6
+
+STATUS_EXIT = {
+    UNREACHABLE: EXIT_UNREACHABLE,
+    400: EXIT_BAD_INPUT,
+    401: EXIT_NOT_ALLOWED,
+    403: EXIT_NOT_ALLOWED,
+    404: EXIT_NOT_FOUND,
+    409: EXIT_CONFLICT,
+    422: EXIT_BAD_INPUT,
+}
+
+# Every server command takes these two.
+SERVER = typer.Option(
+    None,
+    "--server",
+    metavar="URL",
+    help="The toposched server (default: $TOPOSCHED_URL, else http://127.0.0.1:8080).",
+)
+JSON = typer.Option(False, "--json", help="Print JSON (the server's answer) instead of text.")
+
+STATE_STYLE = {
+    "pending": "yellow",
+    "running": "green",
+    "stopping": "yellow",
+    "succeeded": "bold green",
+    "failed": "bold red",
+    "cancelled": "dim",
+    "rejected": "red",
+}
+
+
+def exit_code(err: ApiError) -> int:
+    return STATUS_EXIT.get(err.status, EXIT_SERVER_ERROR)
+
+
+def die(message: str, code: int) -> NoReturn:
+    """`error: ...` on stderr, one such line per line of `message`, and exit `code`."""
+    *first, last = message.splitlines() or [message]
+    for line in first:
+        sys.stderr.write(f"error: {line}\n")
+    fail(last, code)
+
+
+@contextmanager
+def api(server: str | None) -> Iterator[Client]:
+    """A client of the server named by --server / $TOPOSCHED_URL; its errors end the command
+    with the documented exit code."""
+    try:
+        client = Client.from_env(server)
+    except ConfigError as err:
+        fail(str(err), EXIT_BAD_INPUT)
+    try:
+        yield client
+    except ApiError as err:
+        die(err.message, exit_code(err))
+    except ConfigError as err:
+        fail(str(err), EXIT_BAD_INPUT)
+    finally:
+        client.close()
+
+
+# ---------------------------------------------------------------------- formatting
+
+
+def state_text(state: str) -> str:
+    style = STATE_STYLE.get(state)
+    return f"[{style}]{state}[/]" if style else state
+
+
+def placement_text(job: dict[str, Any]) -> str:
+    """`node-a:0,1 node-a:2,3`: each worker's node and GPUs, in rank order."""
+    return " ".join(
+        f"{slot['node']}:{','.join(str(g) for g in slot['gpus'])}" for slot in job["placement"]
+    )
+
+
+def duration(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    if seconds < 86400:
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    return f"{seconds // 86400}d{seconds % 86400 // 3600:02d}h"
+
+
+def when(stamp: float | None) -> str:
+    if stamp is None:
+        return "-"
+    clock = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(stamp))
+    return f"{clock} ({duration(time.time() - stamp)} ago)"
+
+
+def shape(job: dict[str, Any]) -> str:
+    """`4x2`: workers x GPUs each; an elastic job's running size, then its range."""
+    workers = len(job["placement"]) or job["workers"]
+    text = f"{workers}x{job['gpus_per_worker']}"
+    elastic = (job.get("spec") or {}).get("elastic")
+    return f"{text} ({elastic['min']}-{elastic['max']})" if elastic else text
+
+
+def print_job(job: dict[str, Any]) -> None:
+    spec = job.get("spec") or {}
+    rows = [
+        ("name", escape(job["name"])),
+        ("state", state_text(job["state"])),
+        ("reason", escape(job["reason"])),
+        ("queue", f"{escape(job['queue'])} (owner {escape(job['owner'])})"),
+        ("priority", str(job["priority"])),
+        (
+            "workers",
+            f"{job['workers']} x {job['gpus_per_worker']} GPU(s), "
+            f"locality {spec.get('locality', '-')}",
+        ),
+        ("command", escape(" ".join(job["command"]))),
+    ]
+    if spec.get("elastic"):
+        rows.append(("elastic", f"{spec['elastic']['min']}:{spec['elastic']['max']} workers"))
+    if spec.get("checkpoint"):
+        cp = spec["checkpoint"]
+        rows.append(("checkpoint", f"{cp['signal']}, {cp['grace_s']:g} s grace"))
+    if spec.get("workdir"):
+        rows.append(("workdir", escape(spec["workdir"])))
+    rows += [
+        ("submitted", when(job["submitted_at"])),
+        ("started", when(job["started_at"])),
+        ("ended", when(job["ended_at"])),
+        ("attempt", f"{job['attempt']} ({job['restarts']} restart(s))"),
+    ]
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold")
+    grid.add_column()
+    for key, value in rows:
+        grid.add_row(key, value)
+    console.print(grid)
+    if job["placement"]:
+        table = Table(title="placement", title_justify="left")
+        for column in ("worker", "node", "GPUs"):
+            table.add_column(column)
+        for slot in job["placement"]:
+            gpus = ",".join(str(g) for g in slot["gpus"])
+            table.add_row(str(slot["worker"]), escape(slot["node"]), gpus)
+        console.print(table)
+    if job.get("history"):
+        console.print("[bold]history[/]")
+        for h in job["history"]:
+            clock = time.strftime("%H:%M:%S", time.localtime(h["time"]))
+            console.print(f"  {clock}  {h['old'] or '-'} -> {h['new']}: {escape(h['reason'])}")
+
+
+def jobs_table(jobs: list[dict[str, Any]], title: str | None = None) -> Table:
+    table = Table(title=title, title_justify="left")
+    for column in ("NAME", "QUEUE", "OWNER", "STATE", "SHAPE", "GPUS", "AGE", "REASON"):
+        table.add_column(column, overflow="fold")
+    now = time.time()
+    for job in jobs:
+        table.add_row(
+            escape(job["name"]),
+            escape(job["queue"]),
+            escape(job["owner"]),
+            state_text(job["state"]),
+            shape(job),
+            placement_text(job) or "-",
+            duration(now - job["submitted_at"]),
+            escape(job["reason"]),
+        )
+    return table
+
+
+# ---------------------------------------------------------------------- submit
+
+
+class Restart(StrEnum):
+    NEVER = "never"
+    ON_FAILURE = "on-failure"
+
+
+def _workdir(spec: dict[str, Any], url: str) -> None:
+    """A job on this machine's server runs where it was submitted from, as with sbatch;
+    relative directories are taken from here. A remote server gets what was given."""
+    if not is_local(url):
+        return
+    workdir = spec.get("workdir")
+    spec["workdir"] = os.path.abspath(workdir) if workdir else os.getcwd()
+
+
+def _refusal(err: ApiError, jobfile: JobFile | None, overridden: set[str]) -> str:
+    """A 422's fields, each with the job file's line when the file gave that field."""
+    if err.status != 422 or jobfile is None or not err.fields:
+        return err.message
+    lines = []
+    for loc, msg in err.fields:
+        top = loc.removeprefix("body.").split(".")[0]
+        line = None if top in overridden else jobfile.line_of(loc)
+        where = f" ({jobfile.path}:{line})" if line is not None else ""
+        lines.append(f"{loc}: {msg}{where}" if loc else msg)
+    return "\n".join(lines)
+
+
+def submit(
+    command: list[str] = typer.Argument(
+        None,
+        metavar="-- COMMAND",
+        help="What each worker runs (after `--`, or after the last option); overrides the "
+        "file's command.",
+        show_default=False,
+    ),
+    file: Path = typer.Option(
+        None, "--file", "-f", metavar="JOB.yaml", help="Job spec file; flags override its fields."
+    ),
+    name: str = typer.Option(None, "--name", help="Job name (default: made up by the server)."),
+    queue: str = typer.Option(None, "--queue", help="Queue (default: your team)."),
+    priority: int = typer.Option(None, "--priority", help="-1000..1000 (default 0)."),
+    workers: int = typer.Option(None, "--workers", help="Workers in the gang (default 1)."),
+    gpus: int = typer.Option(None, "--gpus", help="GPUs per worker (default 1)."),
+    locality: str = typer.Option(
+        None, "--locality", help="node, rack, pod, any, or PREFER,ACCEPT@SECONDS (default node)."
+    ),
+    elastic: str = typer.Option(
+        None, "--elastic", metavar="MIN:MAX", help="Run with any worker count in MIN..MAX."
+    ),
+    checkpoint_signal: str = typer.Option(
+        None,
+        "--checkpoint-signal",
+        metavar="SIGNAL",
+        help="The job checkpoints on this signal, so it may be preempted (e.g. SIGUSR1).",
+    ),
+    checkpoint_grace: float = typer.Option(
+        None,
+        "--checkpoint-grace",
+        metavar="SECONDS",
+        help="Time from the checkpoint signal to SIGKILL (default 30).",
+    ),
+    restart: Restart = typer.Option(None, "--restart", help="never (default) or on-failure."),
+    max_restarts: int = typer.Option(None, "--max-restarts", help="Default 3."),
+    limit: float = typer.Option(None, "--limit", metavar="SECONDS", help="Wall-clock limit."),
+    env: list[str] = typer.Option(
+        None, "--env", "-e", metavar="KEY=VALUE", help="An environment variable; repeatable."
+    ),
+    workdir: str = typer.Option(
+        None,
+        "--workdir",
+        metavar="DIR",
+        help="Working directory of the workers (default, for this machine's server: here).",
+    ),
+    server: str = SERVER,
+    as_json: bool = JSON,
+) -> None:
+    """Submit a job: a gang of WORKERS processes with GPUS GPUs each.
+
+    Example: toposched submit --workers 2 --gpus 4 -- python train.py --epochs 3
+    """
+    jobfile: JobFile | None = None
+    base: dict[str, Any] = {}
+    if file is not None:
+        try:
+            jobfile = load_job_file(file)
+        except JobFileError as err:
+            fail(str(err), EXIT_BAD_INPUT)
+        base = jobfile.spec
+    overrides: dict[str, Any] = {}
+    given = {
+        "name": name,
+        "queue": queue,
+        "priority": priority,
+        "workers": workers,
+        "gpus": gpus,
+        "locality": locality,
+        "restart": restart.value if restart is not None else None,
+        "max_restarts": max_restarts,
+        "limit_s": limit,
+        "workdir": workdir,
+        "command": list(command) if command else None,
+    }
+    overrides.update({key: value for key, value in given.items() if value is not None})
+    if elastic is not None:
+        try:
+            overrides["elastic"] = parse_elastic(elastic)
+        except ValueError as err:
+            fail(f"--elastic: {err}", EXIT_BAD_INPUT)
+    if env:
+        try:
+            overrides["env"] = parse_env_pairs(env)
+        except ValueError as err:
+            fail(f"--env: {err}", EXIT_BAD_INPUT)
+    checkpoint: dict[str, Any] = {}
+    if checkpoint_signal is not None:
+        checkpoint["signal"] = checkpoint_signal
+    if checkpoint_grace is not None:
+        checkpoint["grace_s"] = checkpoint_grace
+    if checkpoint:
+        overrides["checkpoint"] = checkpoint
+    spec = merge_spec(base, overrides)
+    if not spec.get("command"):
+        where = f" or as `command:` in {file}" if file is not None else " (or -f JOB.yaml)"
+        fail(f"no command to run: give it after `--`{where}", EXIT_BAD_INPUT)
+    with api(server) as client:
+        _workdir(spec, client.url)
+        try:
+            job = client.submit(spec)
+        except ApiError as err:
+            die(_refusal(err, jobfile, set(overrides)), exit_code(err))
+    if as_json:
+        emit_json(job)
+        return
+    console.print(
+        f"submitted [bold]{escape(job['name'])}[/] to queue {escape(job['queue'])}: "
+        f"{state_text(job['state'])} ({escape(job['reason'])})"
+    )
+
+
+# ---------------------------------------------------------------------- the others
+
+
+def get(
+    name: str = typer.Argument(..., help="Job name."),
+    server: str = SERVER,
+    as_json: bool = JSON,
+) -> None:
+    """Show a job: state and why, placement (worker, node, GPUs), history."""
+    with api(server) as client:
+        job = client.job(name)
+    if as_json:
+        emit_json(job)
+    else:
+        print_job(job)
+
+
+def list_jobs(
+    all_jobs: bool = typer.Option(False, "--all", "-a", help="Include ended jobs."),
+    state: list[str] = typer.Option(
+        None, "--state", help="Only jobs in this state; repeatable (pending, running, ...)."
+    ),
+    queue: str = typer.Option(None, "--queue", help="Only jobs of this queue."),
+    owner: str = typer.Option(None, "--owner", help="Only jobs of this user."),
+    limit: int = typer.Option(None, "--limit", help="At most this many jobs."),
+    server: str = SERVER,
+    as_json: bool = JSON,
+) -> None:
+    """List jobs: the live ones (pending, running, stopping) unless --all or --state."""
+    with api(server) as client:
+        jobs = client.jobs(states=state, queue=queue, owner=owner, all=all_jobs, limit=limit)
+    if as_json:
+        emit_json({"jobs": jobs})
+        return
+    if not jobs:
+        hint = "" if all_jobs or state else " (--all shows ended ones too)"
+        console.print(f"no jobs{hint}")
+        return
+    console.print(jobs_table(jobs))
+
+
+def logs(
+    name: str = typer.Argument(..., help="Job name."),
+    follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing until the job ends."),
+    worker: int = typer.Option(0, "--worker", "-w", min=0, help="Worker rank (default 0)."),
+    server: str = SERVER,
+    as_json: bool = typer.Option(
+        False, "--json", help='One JSON object per line: {"job", "worker", "line"}.'
+    ),
+) -> None:
+    """Print a worker's output (stdout and stderr) of the job's latest attempt."""
+    with api(server) as client:
+        chunks = client.logs(name, worker=worker, follow=follow)
+        try:
+            if as_json:
+                _json_lines(name, worker, chunks)
+            else:
+                out = sys.stdout.buffer
+                for chunk in chunks:
+                    out.write(chunk)
+                    out.flush()
+        except BrokenPipeError:
+            # The reader went away (| head): not an error; keep Python from complaining at exit.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except KeyboardInterrupt:
+            raise typer.Exit(130) from None
+
+
+def _json_lines(name: str, worker: int, chunks: Iterator[bytes]) -> None:
+    pending = b""
+    for chunk in chunks:
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        for line in lines:
+            text = line.decode("utf-8", errors="replace")
+            sys.stdout.write(json.dumps({"job": name, "worker": worker, "line": text}) + "\n")
+        sys.stdout.flush()
+    if pending:
+        text = pending.decode("utf-8", errors="replace")
+        sys.stdout.write(json.dumps({"job": name, "worker": worker, "line": text}) + "\n")
+
+
+def delete(
+    name: str = typer.Argument(..., help="Job name."),
+    server: str = SERVER,
+    as_json: bool = JSON,
+) -> None:
+    """Cancel a job.
+
+    A waiting job ends at once; a running one gets its stop signal (its checkpoint signal, else
+    SIGTERM), then SIGKILL after its grace time."""
+    with api(server) as client:
+        job = client.cancel(name)
+    if as_json:
+        emit_json(job)
+        return
+    name = escape(job["name"])
+    if job["state"] == "stopping":
+        console.print(f"cancelling [bold]{name}[/]: {state_text('stopping')} its workers")
+    elif job["state"] == "cancelled":
+        console.print(f"cancelled [bold]{name}[/]")
+    else:
+        console.print(f"{name}: {state_text(job['state'])} ({escape(job['reason'])})")
+
+
+def explain(
+    name: str = typer.Argument(..., help="Job name."),
+    server: str = SERVER,
+    as_json: bool = JSON,
+) -> None:
+    """Why a job waits, or why it runs where it runs."""
+    with api(server) as client:
+        found = client.explain(name)
+    if as_json:
+        emit_json(found)
+    else:
+        console.print(escape(found["text"]))
+
+
+def register(app: typer.Typer) -> None:
+    # No interspersed options: everything after the command's first word is the command's own
+    # (`toposched submit python train.py --lr 0.1`), as if after `--`.
+    app.command("submit", context_settings={"allow_interspersed_args": False})(submit)
+    app.command("get")(get)
+    app.command("list")(list_jobs)
+    app.command("logs")(logs)
+    app.command("delete")(delete)
+    app.command("explain")(explain)

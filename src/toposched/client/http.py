@@ -1,0 +1,333 @@
+"""A small client of the toposched REST API (/api/v1): one method per route.
+
+Every failure is an `ApiError` with a message a person can act on: a 422 lists each bad field
+on its own line (`body.gpus: ...`), a server that does not answer says how to start one.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote, urlsplit
+
+from toposched.server.paths import ADMIN_TOKEN_FILE, default_data_dir
+
+if TYPE_CHECKING:
+    import httpx
+
+DEFAULT_URL = "http://127.0.0.1:8080"
+URL_ENV = "TOPOSCHED_URL"
+TOKEN_ENV = "TOPOSCHED_TOKEN"
+API = "/api/v1"
+
+UNREACHABLE = 0  # ApiError.status when no HTTP answer came back
+TIMEOUT_S = 30.0
+LOOPBACK_NAMES = {"localhost", "localhost.localdomain", "ip6-localhost"}
+
+
+class ConfigError(ValueError):
+    """The client cannot be set up as asked (a malformed server URL); nothing was sent."""
+
+
+class ApiError(Exception):
+    """A request that failed: `status` is the HTTP status, or UNREACHABLE (0) when the server
+    gave no answer; `details` is the decoded error body; `fields` holds (location, message)
+    per bad field of a 422."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        details: Any = None,
+        fields: list[tuple[str, str]] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.details = details
+        self.fields = fields or []
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def server_url(flag: str | None = None) -> str:
+    """The server to talk to: `--server`, else $TOPOSCHED_URL, else the default."""
+    url = (flag or os.environ.get(URL_ENV) or DEFAULT_URL).strip().rstrip("/")
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        source = "--server" if flag else URL_ENV if os.environ.get(URL_ENV) else "default"
+        raise ConfigError(
+            f"server URL {url!r} (from {source}) is not valid: expected http://HOST:PORT"
+        )
+    return url
+
+
+def is_local(url: str) -> bool:
+    """Whether `url` names this machine: a loopback address, or this host's own name."""
+    host = (urlsplit(url).hostname or "").lower()
+    if host in LOOPBACK_NAMES or host.startswith("127.") or host in ("::1", "0:0:0:0:0:0:0:1"):
+        return True
+    me = socket.gethostname().lower()
+    return host == me or host == me.split(".")[0]
+
+
+@dataclass(frozen=True)
+class Token:
+    value: str | None
+    source: str  # where it came from, for error messages
+
+
+def find_token(url: str) -> Token:
+    """$TOPOSCHED_TOKEN, else the admin token file of the local data directory when readable
+    (a CLI on the server's machine, run by its user). The file's token goes to this machine's
+    servers only, never to another host."""
+    env = os.environ.get(TOKEN_ENV, "").strip()
+    if env:
+        return Token(env, TOKEN_ENV)
+    path = default_data_dir() / ADMIN_TOKEN_FILE
+    if not is_local(url):
+        return Token(None, f"{TOKEN_ENV} is unset ({path} is used for this machine's server only)")
+    try:
+        value = path.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as err:
+        why = err.strerror if isinstance(err, OSError) and err.strerror else "not readable"
+        return Token(None, f"{TOKEN_ENV} is unset and {path} cannot be read ({why.lower()})")
+    if not value:
+        return Token(None, f"{TOKEN_ENV} is unset and {path} is empty")
+    return Token(value, str(path))
+
+
+def _segment(value: str) -> str:
+    """One URL path segment: slashes and dot segments cannot change the route."""
+    if value in (".", ".."):
+        return "%2E" * len(value)
+    return quote(value, safe="")
+
+
+def _field_lines(detail: list[Any]) -> list[tuple[str, str]]:
+    out = []
+    for item in detail:
+        if not isinstance(item, dict):
+            out.append(("", str(item)))
+            continue
+        loc = ".".join(str(part) for part in item.get("loc") or [])
+        msg = str(item.get("msg", item))
+        msg = msg.removeprefix("Value error, ")
+        out.append((loc, msg))
+    return out
+
+
+def _text(resp: httpx.Response, limit: int = 300) -> str:
+    text = resp.text.strip()
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _httpx() -> Any:
+    # Imported on first use: every `toposched` command imports this module, and the commands
+    # that never talk to a server (place, sim, ...) need not pay for httpx.
+    import httpx
+
+    return httpx
+
+
+class Client:
+    """Talks to one server with one token (None: requests go without one)."""
+
+    def __init__(
+        self,
+        url: str,
+        token: str | None = None,
+        *,
+        token_source: str = "",
+        timeout: float = TIMEOUT_S,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.url = url.rstrip("/")
+        self.token = token
+        self.token_source = token_source
+        self.timeout = timeout
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http: httpx.Client = _httpx().Client(
+            base_url=self.url + API, headers=headers, timeout=timeout, transport=transport
+        )
+
+    @classmethod
+    def from_env(cls, server: str | None = None) -> Client:
+        """The server from `server` or $TOPOSCHED_URL; the token as `find_token` finds it."""
+        url = server_url(server)
+        token = find_token(url)
+        return cls(url, token.value, token_source=token.source)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _unreachable(self, err: httpx.TransportError) -> ApiError:
+        hx = _httpx()
+        if isinstance(err, hx.UnsupportedProtocol | hx.InvalidURL):
+            raise ConfigError(f"server URL {self.url!r} is not valid: {err}") from None
+        if isinstance(err, hx.ConnectError | hx.ConnectTimeout):
+            reason = str(err) or type(err).__name__
+            return ApiError(
+                UNREACHABLE,
+                f"the server at {self.url} is not reachable ({reason}); start one with "
+                f"`toposched serve`, or point --server / ${URL_ENV} at a running one",
+            )
+        if isinstance(err, hx.TimeoutException):
+            return ApiError(
+                UNREACHABLE, f"the server at {self.url} did not answer within {self.timeout:g} s"
+            )
+        return ApiError(
+            UNREACHABLE, f"lost the connection to the server at {self.url}: {err or type(err)}"
+        )
+
+    def _error(self, resp: httpx.Response) -> ApiError:
+        try:
+            body = resp.json()
+        except ValueError:
+            body = None
+        detail = body.get("detail") if isinstance(body, dict) else None
+        fields: list[tuple[str, str]] = []
+        if isinstance(detail, list):
+            fields = _field_lines(detail)
+            message = "\n".join(f"{loc}: {msg}" if loc else msg for loc, msg in fields)
+        elif isinstance(detail, str):
+            message = detail
+        else:
+            message = (
+                f"HTTP {resp.status_code} from {self.url}: {_text(resp) or resp.reason_phrase}"
+            )
+        if resp.status_code == 401:
+            if self.token is None:
+                message += f"; no token was sent: {self.token_source or TOKEN_ENV + ' is unset'}"
+            elif self.token_source:
+                message += f" (the token from {self.token_source})"
+        return ApiError(resp.status_code, message or f"HTTP {resp.status_code}", body, fields)
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        params: dict[str, Any] | None = None,
+    ) -> Any:
+        try:
+            resp = self._http.request(method, path, json=json, params=params)
+        except _httpx().TransportError as err:
+            raise self._unreachable(err) from None
+        if resp.status_code >= 400:
+            raise self._error(resp)
+        try:
+            return resp.json()
+        except ValueError:
+            raise ApiError(
+                resp.status_code,
+                f"unexpected answer from {self.url}{API}{path} (not JSON): {_text(resp)!r}; "
+                "is it a toposched server?",
+            ) from None
+
+    # ------------------------------------------------------------------ routes
+
+    def health(self) -> dict[str, Any]:
+        result: dict[str, Any] = self._request("GET", "/health")
+        return result
+
+    def whoami(self) -> dict[str, Any]:
+        result: dict[str, Any] = self._request("GET", "/whoami")
+        return result
+
+    def submit(self, spec: dict[str, Any]) -> dict[str, Any]:
+        """POST /jobs with a JobSubmit body; returns the JobOut."""
+        result: dict[str, Any] = self._request("POST", "/jobs", json=spec)
+        return result
+
+    def jobs(
+        self,
+        *,
+        states: list[str] | None = None,
+        queue: str | None = None,
+        owner: str | None = None,
+        all: bool = False,
+        limit: int | None = None,
+    ) -> list[dict[str, Any]]:
+        params: dict[str, Any] = {}
+        if states:
+            params["state"] = states
+        if queue:
+            params["queue"] = queue
+        if owner:
+            params["owner"] = owner
+        if all:
+            params["all"] = "true"
+        if limit is not None:
+            params["limit"] = limit
+        result: list[dict[str, Any]] = self._request("GET", "/jobs", params=params)["jobs"]
+        return result
+
+    def job(self, name: str) -> dict[str, Any]:
+        """The JobOut with its history."""
+        result: dict[str, Any] = self._request("GET", f"/jobs/{_segment(name)}")
+        return result
+
+    def cancel(self, name: str) -> dict[str, Any]:
+        result: dict[str, Any] = self._request("DELETE", f"/jobs/{_segment(name)}")
+        return result
+
+    def explain(self, name: str) -> dict[str, Any]:
+        result: dict[str, Any] = self._request("GET", f"/jobs/{_segment(name)}/explain")
+        return result
+
+    def logs(self, name: str, worker: int = 0, follow: bool = False) -> Iterator[bytes]:
+        """One worker's output as it arrives; with `follow`, until the job ends. The request is
+        made (and may fail) at the first `next()`."""
+        params = {"worker": worker, "follow": "true" if follow else "false"}
+        hx = _httpx()
+        # Following waits as long as the job runs: no read timeout then.
+        timeout = hx.Timeout(self.timeout, read=None if follow else self.timeout)
+        path = f"/jobs/{_segment(name)}/logs"
+        try:
+            with self._http.stream("GET", path, params=params, timeout=timeout) as resp:
+                if resp.status_code >= 400:
+                    resp.read()
+                    raise self._error(resp)
+                yield from resp.iter_bytes()
+        except hx.TransportError as err:
+            raise self._unreachable(err) from None
+
+    def nodes(self) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self._request("GET", "/nodes")["nodes"]
+        return result
+
+    def label(self, node: str, key: str, value: str | None) -> list[dict[str, Any]]:
+        """Set (or, with None, remove) a node label; returns the nodes."""
+        body = {"key": key, "value": value}
+        path = f"/nodes/{_segment(node)}/labels"
+        result: list[dict[str, Any]] = self._request("PUT", path, json=body)["nodes"]
+        return result
+
+    def queues(self) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self._request("GET", "/queues")["queues"]
+        return result
+
+    def set_queue(self, name: str, guaranteed_gpus: int) -> list[dict[str, Any]]:
+        body = {"guaranteed_gpus": guaranteed_gpus}
+        path = f"/queues/{_segment(name)}"
+        result: list[dict[str, Any]] = self._request("PUT", path, json=body)["queues"]
+        return result
+
+    def create_token(self, user: str, team: str, admin: bool = False) -> dict[str, Any]:
+        body = {"user": user, "team": team, "admin": admin}
+        result: dict[str, Any] = self._request("POST", "/tokens", json=body)
+        return result

@@ -1,0 +1,394 @@
+"""The job and cluster commands as a user types them, against a real `toposched serve`.
+
+Each command runs as `python -m toposched ...` in a subprocess with the environment a user on
+the server's machine has (TOPOSCHED_URL, TOPOSCHED_DATA_DIR; no TOPOSCHED_TOKEN, so the admin
+token file is used). One server (an emulated dgx1-v100: 8 GPUs) serves the whole module; each
+test cancels what it left running. Waiting is done by polling the API with a deadline.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.server import REPO, ServerProcess, free_port, running_server
+from toposched.client.http import (
+    ApiError,
+    Client,
+    ConfigError,
+    Token,
+    find_token,
+    server_url,
+)
+
+WAIT_S = 30.0
+TERMINAL = ("succeeded", "failed", "cancelled", "rejected")
+
+# Worker 0..N-1 says hello, then waits for a gate file, so a test sees the job running.
+GATED = """\
+import os, pathlib, sys, time
+rank, world = os.environ["RANK"], os.environ["WORLD_SIZE"]
+print(f"hello from rank {rank} of {world} on GPU {os.environ['CUDA_VISIBLE_DEVICES']}", flush=True)
+gate, deadline = pathlib.Path(sys.argv[1]), time.monotonic() + 60
+while not gate.exists():
+    if time.monotonic() > deadline:
+        sys.exit(3)
+    time.sleep(0.05)
+print(f"rank {rank} done", flush=True)
+"""
+
+
+@dataclass
+class Result:
+    code: int
+    out: str
+    err: str
+
+    def json(self) -> Any:
+        return json.loads(self.out)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    with pytest.MonkeyPatch.context() as patch:
+        # The example jobs run `python ...`: let that be this interpreter for the workers.
+        path = os.environ.get("PATH", "")
+        patch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{path}")
+        with running_server(tmp_path_factory.mktemp("cli")) as started:
+            yield started
+
+
+def user_env(server: ServerProcess, token: str | None = None) -> dict[str, str]:
+    env = server.env()
+    env.pop("COLUMNS", None)  # pytest exports COLUMNS=80; a user's pipe has no such limit
+    env.pop("TOPOSCHED_TOKEN", None)
+    if token is not None:
+        env["TOPOSCHED_TOKEN"] = token
+    return env
+
+
+def run(env: dict[str, str], *args: str) -> Result:
+    proc = subprocess.run(
+        [sys.executable, "-m", "toposched", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        cwd=REPO,
+    )
+    return Result(proc.returncode, proc.stdout, proc.stderr)
+
+
+@pytest.fixture
+def cli(server: ServerProcess) -> Callable[..., Result]:
+    """`toposched ARGS...` as the admin on the server's machine."""
+    env = user_env(server)
+    return lambda *args: run(env, *args)
+
+
+def run_all(env: dict[str, str], *commands: tuple[str, ...]) -> list[Result]:
+    """Independent commands at once: each is a whole Python start-up."""
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        return list(pool.map(lambda args: run(env, *args), commands))
+
+
+def job(server: ServerProcess, name: str) -> dict[str, Any]:
+    with server.client() as http:
+        found: dict[str, Any] = http.get(f"/api/v1/jobs/{name}").raise_for_status().json()
+        return found
+
+
+def wait_for(server: ServerProcess, name: str, *states: str) -> dict[str, Any]:
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        found = job(server, name)
+        if found["state"] in states:
+            return found
+        if found["state"] in TERMINAL or time.monotonic() > deadline:
+            pytest.fail(f"job {name} is {found['state']}, not {states}: {found['reason']}")
+        time.sleep(0.1)
+
+
+@pytest.fixture(autouse=True)
+def _cancel_leftovers(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Each test starts on an idle node: what a test left running is cancelled after it."""
+    yield
+    if "server" not in request.fixturenames:
+        return
+    server: ServerProcess = request.getfixturevalue("server")
+    with server.client() as http:
+        for row in http.get("/api/v1/jobs").json()["jobs"]:
+            if row["state"] != "stopping":
+                http.delete(f"/api/v1/jobs/{row['name']}")
+        deadline = time.monotonic() + WAIT_S
+        while http.get("/api/v1/jobs").json()["jobs"]:
+            assert time.monotonic() < deadline, "jobs still live after being cancelled"
+            time.sleep(0.1)
+
+
+# ---------------------------------------------------------------------- jobs
+
+
+def test_submit_get_logs_of_a_two_worker_job(
+    server: ServerProcess, cli: Callable[..., Result], tmp_path: Path
+) -> None:
+    script, gate = tmp_path / "gated.py", tmp_path / "gate"
+    script.write_text(GATED)
+    submitted = cli(
+        "submit", "--name", "hello", "--workers", "2", "--", sys.executable, str(script), str(gate)
+    )
+    assert submitted.code == 0, submitted.err
+    assert "hello" in submitted.out and "running" in submitted.out
+
+    running = cli("get", "hello", "--json")
+    assert running.code == 0, running.err
+    shown = running.json()
+    assert shown["state"] == "running"
+    assert [w["worker"] for w in shown["placement"]] == [0, 1]
+    assert all(w["node"] == "node-a" and len(w["gpus"]) == 1 for w in shown["placement"])
+    assert shown["reason"]
+
+    gate.touch()
+    wait_for(server, "hello", "succeeded")
+    ended, text, logs = run_all(
+        user_env(server),
+        ("get", "hello", "--json"),
+        ("get", "hello"),
+        ("logs", "--worker", "1", "hello"),
+    )
+    assert ended.json()["state"] == "succeeded"
+    assert [h["new"] for h in ended.json()["history"]] == ["pending", "running", "succeeded"]
+    assert "succeeded" in text.out and "placement" in text.out and "node-a" in text.out
+    assert logs.code == 0, logs.err
+    gpu = shown["placement"][1]["gpus"][0]
+    assert f"hello from rank 1 of 2 on GPU {gpu}" in logs.out
+    assert "rank 1 done" in logs.out and "rank 0" not in logs.out
+
+
+def test_gang_of_two_by_two_is_listed_and_cancelled(
+    server: ServerProcess, cli: Callable[..., Result]
+) -> None:
+    submitted = cli("submit", "--name", "pairs", "--workers", "2", "--gpus", "2", "--json",
+                    "--", "sleep", "60")  # fmt: skip
+    assert submitted.code == 0, submitted.err
+    pairs = submitted.json()
+    assert pairs["state"] == "running"
+    gpus = [tuple(w["gpus"]) for w in pairs["placement"]]
+    assert len(gpus) == 2 and all(len(g) == 2 for g in gpus)
+    assert not set(gpus[0]) & set(gpus[1])
+
+    table = cli("list")
+    assert "pairs" in table.out and "running" in table.out and "2x2" in table.out
+
+    cancelled = cli("delete", "pairs")
+    assert cancelled.code == 0, cancelled.err
+    assert "pairs" in cancelled.out and "stopping" in cancelled.out
+    wait_for(server, "pairs", "cancelled")
+
+
+def test_example_vgg16_job_file(server: ServerProcess, cli: Callable[..., Result]) -> None:
+    submitted = cli("submit", "-f", "examples/jobs/vgg16-4gpu.yaml", "--json")
+    assert submitted.code == 0, submitted.err
+    spec = submitted.json()
+    assert spec["name"] == "vgg16-4gpu" and len(spec["placement"]) == 4
+    assert spec["spec"]["workdir"] == str(REPO)  # runs where it was submitted from
+    wait_for(server, "vgg16-4gpu", "succeeded")
+    logs = cli("logs", "vgg16-4gpu", "--worker", "3")
+    assert logs.code == 0, logs.err
+    # No torch (or no GPU) here: the script says so and shows what toposched gave it.
+    assert "not training" in logs.out
+    assert "RANK=3" in logs.out and "WORLD_SIZE=4" in logs.out and "MASTER_PORT=" in logs.out
+
+
+def test_refusals_and_bad_input(server: ServerProcess, tmp_path: Path) -> None:
+    bad_type = tmp_path / "bad.yaml"
+    bad_type.write_text("name: typo\ngpus: two\ncommand: [true]\n")
+    too_big = tmp_path / "big.yaml"
+    too_big.write_text("name: big\ngpus: 9\ncommand: [true]\n")
+    nine, restart, name, typed, big, get = run_all(
+        user_env(server),
+        ("submit", "--gpus", "9", "--", "true"),
+        ("submit", "--restart", "sometimes", "--", "true"),
+        ("submit", "--name", "Bad_Name", "--priority", "5000", "--", "true"),
+        ("submit", "-f", str(bad_type), "--name", "other"),
+        ("submit", "-f", str(too_big), "--name", "other"),
+        ("get", "nosuch"),
+    )
+    assert nine.code == 2
+    assert nine.err == "error: body.gpus: rejected: a worker needs 9 GPUs; the largest node has 8\n"
+    assert restart.code == 2 and "sometimes" in restart.err
+    # A 422 gives one line per bad field.
+    assert name.code == 2
+    assert name.err.splitlines() == [
+        "error: body.name: job name 'Bad_Name': use lower-case letters, digits, '.', '_' and "
+        "'-', 1-64 long, starting and ending alphanumeric",
+        "error: body.priority: Input should be less than or equal to 1000",
+    ]
+    # A job file's mistake names the file, the line and the field.
+    assert typed.code == 2
+    assert typed.err == f"error: {bad_type}:2: gpus: expected a whole number, got the text 'two'\n"
+    # The server's refusal of a field the file gave points at the file's line.
+    assert big.code == 2
+    assert f"the largest node has 8 ({too_big}:2)" in big.err
+    assert get.code == 3 and get.err == "error: no job named 'nosuch'\n"
+    assert all(not r.out for r in (nine, restart, name, typed, big, get))
+
+
+def test_explain_pending_job_and_gpu_map(server: ServerProcess, cli: Callable[..., Result]) -> None:
+    filler = cli("submit", "--name", "filler", "--workers", "4", "--gpus", "2", "--", "sleep", "60")
+    assert filler.code == 0, filler.err
+    waiter = cli("submit", "--name", "waiter", "--gpus", "2", "--json", "--", "true")
+    assert waiter.json()["state"] == "pending"
+    why, gpu_map, gpu_json, jobs_table = run_all(
+        user_env(server),
+        ("explain", "waiter"),
+        ("top", "node"),
+        ("top", "node", "--json"),
+        ("top", "job"),
+    )
+    assert why.code == 0, why.err
+    assert "job waiter: pending" in why.out
+    assert "needs 2 GPUs; 0 are free" in why.out
+    node = gpu_json.json()["nodes"][0]
+    assert node["name"] == "node-a" and node["topology"] == "dgx1-v100"
+    assert [g["job"] for g in node["gpus"]] == ["filler"] * 8
+    assert [node["links"][i][i] for i in range(8)] == ["X"] * 8
+    assert node["links"][0][3] == "NV2" and node["links"][0][5] == "SYS"
+    assert "filler" in gpu_map.out and "NV2" in gpu_map.out and "GPU7" in gpu_map.out
+    assert "filler" in jobs_table.out and "4x2" in jobs_table.out and "node-a:" in jobs_table.out
+
+
+def test_node_labels(server: ServerProcess, cli: Callable[..., Result]) -> None:
+    labelled = cli("node", "label", "node-a", "zone=z1", "--json")
+    assert labelled.code == 0, labelled.err
+    assert labelled.json()["nodes"][0]["labels"]["zone"] == "z1"
+    removed = cli("node", "label", "node-a", "zone-")
+    assert removed.code == 0 and "node-a: labels (none)" in removed.out
+
+
+def test_queues(server: ServerProcess, cli: Callable[..., Result]) -> None:
+    assert cli("queue", "set", "team-q", "4").code == 0
+    listed = cli("queue", "list", "--json")
+    queues = {q["name"]: q for q in listed.json()["queues"]}
+    assert queues["team-q"]["guaranteed_gpus"] == 4
+    assert queues["team-q"]["used_gpus"] == 0
+
+
+def test_tokens_and_team_rules(server: ServerProcess, cli: Callable[..., Result]) -> None:
+    made = cli("token", "create", "--user", "alice", "--team", "a")
+    assert made.code == 0, made.err
+    token = made.out.strip()
+    assert token.startswith("tsk_") and "\n" not in token
+    assert "alice" in made.err  # the note goes to stderr: stdout is the token alone
+    guarded = cli("submit", "--name", "guarded", "--", "sleep", "60")
+    assert guarded.code == 0, guarded.err
+
+    alice = user_env(server, token)
+    me, queue_b, cancel, logs, share = run_all(
+        alice,
+        ("whoami", "--json"),
+        ("submit", "--queue", "b", "--", "true"),
+        ("delete", "guarded"),
+        ("logs", "guarded"),
+        ("queue", "set", "a", "1"),
+    )
+    assert me.json() == {"user": "alice", "team": "a", "role": "user"}
+    assert queue_b.code == 4 and "may not submit to queue 'b'" in queue_b.err
+    assert cancel.code == 4 and "may not cancel it" in cancel.err
+    assert logs.code == 4 and "may not read the logs" in logs.err
+    assert share.code == 4 and "not an admin" in share.err
+    assert job(server, "guarded")["state"] == "running"
+
+    admin = cli("whoami")
+    assert admin.code == 0 and "admin (team default, admin)" in admin.out
+
+
+def test_no_token_at_all(server: ServerProcess, tmp_path: Path) -> None:
+    env = {**user_env(server), "TOPOSCHED_DATA_DIR": str(tmp_path)}
+    result = run(env, "list")
+    assert result.code == 4
+    assert "missing bearer token" in result.err
+    assert f"{tmp_path / 'admin.token'} cannot be read" in result.err
+
+
+def test_server_not_running(tmp_path: Path) -> None:
+    env = {key: value for key, value in os.environ.items() if key != "TOPOSCHED_TOKEN"}
+    env["TOPOSCHED_DATA_DIR"] = str(tmp_path)
+    url, other = (f"http://127.0.0.1:{free_port()}" for _ in range(2))
+    by_env, by_flag = run_all(
+        {**env, "TOPOSCHED_URL": url}, ("list",), ("get", "x", "--server", other)
+    )
+    for result, where in ((by_env, url), (by_flag, other)):
+        assert result.code == 6, result.err
+        assert f"error: the server at {where} is not reachable" in result.err
+        assert "start one with `toposched serve`" in result.err
+
+
+def mock_client(answer: Callable[[httpx.Request], httpx.Response]) -> Client:
+    return Client("http://127.0.0.1:9", "tok", transport=httpx.MockTransport(answer))
+
+
+def test_client_errors_are_readable() -> None:
+    detail = [
+        {"loc": ["body", "gpus"], "msg": "Input should be a valid integer", "type": "x"},
+        {"loc": ["body"], "msg": "Value error, workers (3) must lie in 1:2", "type": "x"},
+    ]
+    client = mock_client(lambda r: httpx.Response(422, json={"detail": detail}))
+    with pytest.raises(ApiError) as caught:
+        client.submit({"command": ["true"]})
+    assert caught.value.status == 422
+    assert str(caught.value) == (
+        "body.gpus: Input should be a valid integer\nbody: workers (3) must lie in 1:2"
+    )
+    assert caught.value.fields[0] == ("body.gpus", "Input should be a valid integer")
+
+    client = mock_client(lambda r: httpx.Response(502, text="<html>bad gateway</html>"))
+    with pytest.raises(ApiError, match=r"^HTTP 502 from http://127.0.0.1:9: <html>bad gateway"):
+        client.nodes()
+    client = mock_client(lambda r: httpx.Response(200, text="hello"))
+    with pytest.raises(ApiError, match=r"not JSON.*is it a toposched server"):
+        client.whoami()
+
+
+def test_client_keeps_names_inside_one_path_segment() -> None:
+    seen: list[str] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request.url.raw_path.decode())
+        return httpx.Response(200, json={"name": "x"})
+
+    client = mock_client(answer)
+    for name in ("a/b", "..", "x?y"):
+        client.job(name)
+    assert seen == ["/api/v1/jobs/a%2Fb", "/api/v1/jobs/%2E%2E", "/api/v1/jobs/x%3Fy"]
+
+
+def test_token_and_server_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    (tmp_path / "admin.token").write_text("tsk_file\n")
+    monkeypatch.setenv("TOPOSCHED_DATA_DIR", str(tmp_path))
+    monkeypatch.delenv("TOPOSCHED_TOKEN", raising=False)
+    monkeypatch.delenv("TOPOSCHED_URL", raising=False)
+    assert server_url() == "http://127.0.0.1:8080"
+    assert server_url("http://h:1/") == "http://h:1"
+    assert find_token("http://127.0.0.1:8080").value == "tsk_file"
+    assert find_token("http://localhost:8080").value == "tsk_file"
+    # The local admin token never goes to another machine.
+    assert find_token("http://gpu-box.example.com:8080").value is None
+    monkeypatch.setenv("TOPOSCHED_TOKEN", "tsk_env")
+    assert find_token("http://gpu-box.example.com:8080") == Token("tsk_env", "TOPOSCHED_TOKEN")
+    monkeypatch.setenv("TOPOSCHED_URL", "localhost:8080")
+    with pytest.raises(ConfigError, match=r"from TOPOSCHED_URL.*expected http://HOST:PORT"):
+        server_url()

@@ -1,0 +1,316 @@
+"""The YAML job spec of `toposched submit -f`: parsing, flag overrides, and every error."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from toposched.client.jobfile import (
+    FIELDS,
+    JobFileError,
+    load_job_file,
+    merge_spec,
+    parse_elastic,
+    parse_env_pairs,
+    parse_job_text,
+    split_command,
+)
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "jobs"
+
+FULL = """\
+# every field
+name: resnet50-4gpu
+queue: vision
+priority: 10
+workers: 4
+gpus: 2
+locality: node,rack@600
+elastic: {min: 2, max: 4}
+checkpoint:
+  signal: SIGUSR1
+  grace_s: 60
+restart: on-failure
+max_restarts: 5
+limit_s: 3600
+command: python train.py --model resnet50 --note 'two words'
+env:
+  NCCL_DEBUG: WARN
+  PORT: 8080
+workdir: /data/runs
+"""
+
+
+def test_every_field_is_read_with_its_type() -> None:
+    job = parse_job_text(FULL, "job.yaml")
+    assert job.spec == {
+        "name": "resnet50-4gpu",
+        "queue": "vision",
+        "priority": 10,
+        "workers": 4,
+        "gpus": 2,
+        "locality": "node,rack@600",
+        "elastic": {"min": 2, "max": 4},
+        "checkpoint": {"signal": "SIGUSR1", "grace_s": 60.0},
+        "restart": "on-failure",
+        "max_restarts": 5,
+        "limit_s": 3600.0,
+        "command": ["python", "train.py", "--model", "resnet50", "--note", "two words"],
+        "env": {"NCCL_DEBUG": "WARN", "PORT": "8080"},
+        "workdir": "/data/runs",
+    }
+    assert set(job.spec) == set(FIELDS)
+    assert job.path == "job.yaml"
+
+
+def test_lines_of_fields_and_nested_fields() -> None:
+    job = parse_job_text(FULL, "job.yaml")
+    assert job.lines["name"] == 2
+    assert job.lines["gpus"] == 6
+    assert job.lines["checkpoint"] == 10  # a block mapping starts on the line after its key
+    assert job.lines["checkpoint.grace_s"] == 11
+    assert job.lines["env.PORT"] == 18
+    # An API error location maps to the line, or to its nearest parent's.
+    assert job.line_of("body.gpus") == 6
+    assert job.line_of("body.checkpoint.signal") == 10
+    assert job.line_of("body.elastic.min") == 8
+    assert job.line_of("body.env.PORT") == 18
+    assert job.line_of("body") is None
+    assert job.line_of("query.worker") is None
+
+
+def test_command_as_a_list_keeps_each_word_as_written() -> None:
+    text = "command: [python, train.py, --lr, 0.10, --epochs, 010, --flag, yes, '']\n"
+    assert parse_job_text(text).spec["command"] == [
+        "python",
+        "train.py",
+        "--lr",
+        "0.10",
+        "--epochs",
+        "010",
+        "--flag",
+        "yes",
+        "",
+    ]
+
+
+def test_command_as_a_string_is_split_like_a_shell() -> None:
+    text = """command: python -c "print('a b')" --x='1 2'\n"""
+    assert parse_job_text(text).spec["command"] == ["python", "-c", "print('a b')", "--x=1 2"]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("elastic: 2:4", {"min": 2, "max": 4}),  # YAML 1.1 would read a base-60 number
+        ("elastic: '1:8'", {"min": 1, "max": 8}),
+        ("elastic: {min: 1, max: 3}", {"min": 1, "max": 3}),
+        ("elastic:\n  min: 2\n  max: 2", {"min": 2, "max": 2}),
+    ],
+)
+def test_elastic_forms(text: str, expected: dict[str, int]) -> None:
+    assert parse_job_text(text).spec["elastic"] == expected
+
+
+def test_scalars_as_text_and_numbers() -> None:
+    job = parse_job_text(
+        "name: 2024\nqueue: yes\nenv: {A: true, B: 1.50, C: ''}\nlimit_s: 1e3\n"
+        "checkpoint: {grace_s: 5}\n"
+    )
+    assert job.spec["name"] == "2024"
+    assert job.spec["queue"] == "yes"
+    assert job.spec["env"] == {"A": "true", "B": "1.50", "C": ""}
+    assert job.spec["limit_s"] == 1000.0
+    assert job.spec["checkpoint"] == {"grace_s": 5.0}
+
+
+def test_null_leaves_an_optional_field_out() -> None:
+    job = parse_job_text(
+        "name: ~\nqueue:\nelastic: null\ncheckpoint:\nlimit_s:\nworkdir:\ngpus: 2\n"
+    )
+    assert job.spec == {"gpus": 2}
+
+
+def test_a_file_without_command_is_fine_here() -> None:
+    # The command may come from the command line; the CLI checks that one of them gives it.
+    assert parse_job_text("gpus: 2\n").spec == {"gpus": 2}
+
+
+# ---------------------------------------------------------------------- errors
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "field", "problem"),
+    [
+        ("gpus: two\n", 1, "gpus", "expected a whole number, got the text 'two'"),
+        ("gpus: 2.0\n", 1, "gpus", "expected a whole number, got a number (2.0)"),
+        ("workers: true\n", 1, "workers", "expected a whole number, got a boolean (true)"),
+        ("name: x\npriority: [1]\n", 2, "priority", "expected a whole number, got a list"),
+        ("priority:\n", 1, "priority", "needs a value"),
+        ("name: x\n\ngpu: 2\n", 3, "gpu", "unknown field; did you mean 'gpus'?"),
+        ("image: x\n", 1, "image", "unknown field; known fields: name, queue"),
+        ("gpus: 1\nname: a\ngpus: 2\n", 3, "gpus", "given twice (first on line 1)"),
+        ("name: {a: 1}\n", 1, "name", "expected text, got a mapping"),
+        ("restart: always\n", 1, "restart", "expected one of never, on-failure, got 'always'"),
+        ("limit_s: soon\n", 1, "limit_s", "expected a number, got the text 'soon'"),
+        ("limit_s: '60'\n", 1, "limit_s", "expected a number, got the text '60'"),
+        ("limit_s: .inf\n", 1, "limit_s", "expected a finite number, got .inf"),
+        ("command: []\n", 1, "command", "the command is empty"),
+        ("command: ''\n", 1, "command", "the command is empty"),
+        ("command: {a: b}\n", 1, "command", "expected a list of words or a string, got a mapping"),
+        ("command: python 'x\n", 1, "command", "No closing quotation"),
+        ("command:\n  - python\n  - [a]\n", 3, "command[1]", "expected text, got a list"),
+        ("command:\n  - python\n  - ~\n", 3, "command[1]", "expected text, got nothing (null)"),
+        ("env: [A=1]\n", 1, "env", "expected a mapping of NAME: value, got a list"),
+        ("env:\n  A: 1\n  B:\n", 3, "env.B", "needs a value (write '' for an empty one)"),
+        ("env:\n  A: [1]\n", 2, "env.A", "expected text, got a list"),
+        ("env:\n  A: 1\n  A: 2\n", 3, "env.A", "given twice (first on line 2)"),
+        ("elastic: 3\n", 1, "elastic", "expected MIN:MAX workers, such as 2:8, got '3'"),
+        ("elastic: [1, 2]\n", 1, "elastic", "expected {min: N, max: M} or 'MIN:MAX', got a list"),
+        ("elastic: {min: 1}\n", 1, "elastic", "needs both min and max (missing max)"),
+        ("elastic:\n  min: 1\n  max: x\n", 3, "elastic.max", "expected a whole number"),
+        ("elastic: {min: 1, max: 2, step: 1}\n", 1, "elastic.step", "known fields: min, max"),
+        ("checkpoint: SIGUSR1\n", 1, "checkpoint", "expected {signal: SIGUSR1, grace_s: 30}"),
+        ("checkpoint:\n  signal: [x]\n", 2, "checkpoint.signal", "expected text, got a list"),
+        ("checkpoint:\n  grace: 5\n", 2, "checkpoint.grace", "did you mean 'grace_s'?"),
+        ("checkpoint:\n  grace_s: x\n", 2, "checkpoint.grace_s", "expected a number"),
+        ("[a, b]: 1\n", 1, None, "a field name must be text, not a list"),
+    ],
+)
+def test_errors_name_file_line_and_field(
+    text: str, line: int, field: str | None, problem: str
+) -> None:
+    with pytest.raises(JobFileError) as caught:
+        parse_job_text(text, "job.yaml")
+    err = caught.value
+    assert (err.path, err.line, err.field) == ("job.yaml", line, field)
+    assert problem in err.problem
+    prefix = f"job.yaml:{line}: {field}: " if field else f"job.yaml:{line}: "
+    assert str(err).startswith(prefix)
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "problem"),
+    [
+        (
+            "- gpus: 1\n",
+            1,
+            "a job file is a mapping of fields (command: ..., gpus: ...), not a list",
+        ),
+        ("just text\n", 1, "not the text 'just text'"),
+        ("name: x\ngpus: [1\n", 3, "not valid YAML:"),
+        ("name: x\n  gpus: 1\n", 2, "not valid YAML: mapping values are not allowed here"),
+        ("a: 1\n---\nb: 2\n", 2, "not valid YAML: expected a single document"),
+        ("name: *nowhere\n", 1, "not valid YAML: found undefined alias 'nowhere'"),
+    ],
+)
+def test_errors_of_the_whole_file(text: str, line: int, problem: str) -> None:
+    with pytest.raises(JobFileError) as caught:
+        parse_job_text(text, "job.yaml")
+    assert caught.value.line == line
+    assert caught.value.field is None
+    assert problem in str(caught.value)
+    assert str(caught.value).startswith(f"job.yaml:{line}: ")
+
+
+@pytest.mark.parametrize("text", ["", "# only a comment\n", "---\n"])
+def test_an_empty_file(text: str) -> None:
+    with pytest.raises(JobFileError, match=r"^job\.yaml: is empty"):
+        parse_job_text(text, "job.yaml")
+
+
+def test_files_that_cannot_be_read(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.yaml"
+    with pytest.raises(JobFileError, match=r"nope\.yaml: cannot read: No such file"):
+        load_job_file(missing)
+    with pytest.raises(JobFileError, match=r"cannot read: Is a directory"):
+        load_job_file(tmp_path)
+    binary = tmp_path / "job.yaml"
+    binary.write_bytes(b"name: \xff\xfe\n")
+    with pytest.raises(JobFileError, match=r"job\.yaml: not UTF-8 text"):
+        load_job_file(binary)
+
+
+def test_load_names_the_file_as_given(tmp_path: Path) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text("gpus: 2\ncommand: [true]\nworkers: x\n")
+    with pytest.raises(JobFileError) as caught:
+        load_job_file(path)
+    assert str(caught.value) == f"{path}:3: workers: expected a whole number, got the text 'x'"
+
+
+# ---------------------------------------------------------------------- flags and overrides
+
+
+def test_flags_override_the_file() -> None:
+    base = parse_job_text(FULL).spec
+    merged = merge_spec(
+        base,
+        {
+            "gpus": 1,
+            "name": "other",
+            "command": ["sleep", "1"],
+            "env": {"PORT": "9090", "EXTRA": "1"},
+            "checkpoint": {"grace_s": 5.0},
+            "elastic": {"min": 1, "max": 8},
+        },
+    )
+    assert merged["gpus"] == 1
+    assert merged["name"] == "other"
+    assert merged["command"] == ["sleep", "1"]
+    assert merged["env"] == {"NCCL_DEBUG": "WARN", "PORT": "9090", "EXTRA": "1"}
+    assert merged["checkpoint"] == {"signal": "SIGUSR1", "grace_s": 5.0}
+    assert merged["elastic"] == {"min": 1, "max": 8}
+    assert merged["workers"] == 4  # untouched fields stay
+    assert base["gpus"] == 2 and base["env"] == {"NCCL_DEBUG": "WARN", "PORT": "8080"}
+
+
+def test_overrides_without_a_file() -> None:
+    assert merge_spec({}, {"env": {"A": "1"}, "checkpoint": {"signal": "SIGUSR2"}}) == {
+        "env": {"A": "1"},
+        "checkpoint": {"signal": "SIGUSR2"},
+    }
+
+
+def test_parse_elastic() -> None:
+    assert parse_elastic("2:8") == {"min": 2, "max": 8}
+    # Ranges are the server's to check: 8:2 reaches it and comes back as a 422.
+    assert parse_elastic("8:2") == {"min": 8, "max": 2}
+    for bad in ("3", "a:b", "2:", ":4", "1:2:3", ""):
+        with pytest.raises(ValueError, match="expected MIN:MAX workers, such as 2:8"):
+            parse_elastic(bad)
+
+
+def test_parse_env_pairs() -> None:
+    assert parse_env_pairs(["A=1", "B=x=y", "C=", "A=2"]) == {"A": "2", "B": "x=y", "C": ""}
+    for bad in ("A", "=1"):
+        with pytest.raises(ValueError, match=f"expected KEY=VALUE, got {bad!r}"):
+            parse_env_pairs([bad])
+
+
+def test_split_command() -> None:
+    assert split_command("a 'b c'") == ["a", "b c"]
+    with pytest.raises(ValueError, match="the command is empty"):
+        split_command("   ")
+    with pytest.raises(ValueError, match="No closing quotation"):
+        split_command("a 'b")
+
+
+# ---------------------------------------------------------------------- the examples
+
+
+@pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.yaml")), ids=lambda p: p.name)
+def test_example_job_files_parse(path: Path) -> None:
+    job = load_job_file(path)
+    assert job.spec["command"][0] == "python"
+    script = EXAMPLES.parent.parent / job.spec["command"][1]
+    assert script.is_file(), f"{path.name} runs {script}, which is missing"
+    assert path.read_text().startswith("#"), f"{path.name} has no comment header"
+
+
+def test_the_seed_four_worker_jobs() -> None:
+    for model in ("vgg16", "resnet50"):
+        spec = load_job_file(EXAMPLES / f"{model}-4gpu.yaml").spec
+        assert (spec["workers"], spec["gpus"], spec["locality"]) == (4, 1, "node")
+        assert spec["command"][1:4] == ["examples/jobs/ddp_train.py", "--model", model]
