@@ -34,8 +34,8 @@ from toposched.core.events import (
     Event,
     GpuHealth,
     JobCancelled,
-    JobRestored,
     JobFinished,
+    JobRestored,
     JobStopped,
     JobSubmitted,
     NodeAdded,
@@ -201,8 +201,9 @@ class Scheduler:
             tuple(rec.log),
         )
 
-    def explain(self, name: str) -> str:
-        """Why a job waits, or why it runs where it runs, in plain words."""
+    def explain(self, name: str, when: Callable[[float], str] | None = None) -> str:
+        """Why a job waits, or why it runs where it runs, in plain words; `when` shows an event
+        time (a driver on a wall clock prints a date, the default `t=<seconds>`)."""
         rec = self._job(name)
         spec = rec.spec
         lines = [
@@ -218,7 +219,8 @@ class Scheduler:
         if rec.placement is not None:
             lines.append(f"placement: {rec.placement.describe()}")
         lines.append(f"now: {self._reason(rec)}")
-        lines.extend(f"  t={t:g}: {text}" for t, text in rec.log)
+        show = when or (lambda t: f"t={t:g}")
+        lines.extend(f"  {show(t)}: {text}" for t, text in rec.log)
         return "\n".join(lines)
 
     def partial_holds(self) -> dict[str, int]:

@@ -48,6 +48,11 @@ LIVE = ("pending", "running", "stopping")
 TICK_S = 5.0
 
 
+def clock_time(t: float) -> str:
+    """An event time as the server's local date and time, to the millisecond."""
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) + f".{int(t % 1 * 1000):03d}"
+
+
 class SubmitRefused(ValueError):
     """A submission the cluster can never run; nothing was stored."""
 
@@ -255,10 +260,10 @@ class Runtime:
             if row is None:
                 raise NotFound(f"no job named {name!r}")
             if row.name in self.scheduler.jobs:
-                return row, self.scheduler.explain(name)
+                return row, self.scheduler.explain(name, clock_time)
         lines = [f"job {name}: {row.state}; queue {row.queue}, priority {row.priority}"]
         lines.extend(
-            f"  t={h.time:.3f}: {h.old or '-'} -> {h.new}: {h.reason}"
+            f"  {clock_time(h.time)}: {h.old or '-'} -> {h.new}: {h.reason}"
             for h in self.store.history(name)
         )
         return row, "\n".join(lines)
