@@ -78,8 +78,11 @@ def _refused(loc: list[str], message: str) -> HTTPException:
 
 
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=JobOut)
-def submit(body: JobSubmit, server: Server, who: Caller) -> JobOut:
+async def submit(body: JobSubmit, server: Server, who: Caller) -> JobOut:
     """Submit a job. It is refused (422) if it could never run on this cluster."""
+    # On the event loop, not in a worker thread: submissions take turns on the runtime's lock
+    # anyway, and the hop to a thread cost more than the work (a store write and a decision,
+    # under a millisecond; starting processes is left to the runtime's thread).
     queue = body.queue or who.team
     if not who.may_touch(queue):
         raise HTTPException(
@@ -126,7 +129,7 @@ def get_job(name: str, server: Server, _who: Caller) -> JobOut:
 
 
 @router.delete("/{name}", response_model=JobOut, status_code=status.HTTP_202_ACCEPTED)
-def cancel(name: str, server: Server, who: Caller) -> JobOut:
+async def cancel(name: str, server: Server, who: Caller) -> JobOut:
     """Cancel a job: a waiting one ends now, a running one is stopped (signal, grace, kill)."""
     _owned(who, _row(server.runtime, name), "cancel")
     try:

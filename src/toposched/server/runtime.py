@@ -3,7 +3,10 @@
 Every API call and every executor report becomes core events under one lock; the actions that
 come back are persisted (one transaction per job state change) and then carried out. Persisting
 before acting means a crash can only leave a job the store calls running whose workers never
-started, and recovery tells that case apart (no pid files) and requeues it.
+started, and recovery tells that case apart (no pid or exit files) and requeues it.
+
+Starting and stopping processes is left to the runtime's own thread, in the order decided: an
+API call returns once the decision is stored, without waiting for supervisors to come up.
 """
 
 from __future__ import annotations
@@ -95,6 +98,9 @@ class Runtime:
         self.attempts: dict[str, int] = {}
         self.exits: dict[tuple[str, int], dict[int, WorkerExit]] = {}
         self._events: deque[Event] = deque()
+        # Executor operations decided under the lock, carried out in order by the loop thread.
+        self._ops: deque[Callable[[], None]] = deque()
+        self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._last_tick = 0.0
@@ -175,18 +181,24 @@ class Runtime:
     def stop(self) -> None:
         """Stop the loop; running workers keep running and are adopted on the next start."""
         self._stop.set()
+        self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
 
     def _loop(self, interval_s: float) -> None:
-        while not self._stop.wait(interval_s):
+        while not self._stop.is_set():
+            self._wake.wait(interval_s)
+            self._wake.clear()
             try:
                 self.step()
             except Exception:
                 log.exception("runtime step failed; retrying")
 
     def step(self) -> None:
-        """One pass: collect worker exits, feed them, and tick now and then."""
+        """One pass: start and stop what was decided, collect worker exits, feed them, and
+        tick now and then."""
+        while self._ops:
+            self._ops.popleft()()
         exits = self.executor.poll()
         with self.lock:
             now = self.clock()
@@ -320,8 +332,7 @@ class Runtime:
         elif new is JobState.STOPPING:
             stop = stops.pop(t.job)
             self.store.transition(t.job, old, new.value, t.reason, now, stop_kind=stop.kind.value)
-            attempt = self.attempts[t.job]
-            self.executor.stop(t.job, attempt, stop.signal, stop.grace_s)
+            self._later(self._stop_run, t.job, self.attempts[t.job], stop.signal, stop.grace_s)
         elif new is JobState.PENDING:
             if old is None:
                 return  # the submission is already stored
@@ -369,11 +380,27 @@ class Runtime:
             workers=tuple((slot.node, slot.gpus) for slot in start.placement.workers),
             restart_count=row.restarts,
         )
+        self._later(self._start_run, run)
+
+    def _later(self, op: Callable[..., None], *args: Any) -> None:
+        self._ops.append(lambda: op(*args))
+        self._wake.set()
+
+    def _start_run(self, run: RunSpec) -> None:
         try:
             self.executor.start(run)
         except ExecutorError as err:
-            log.warning("job %s: could not start: %s", t.job, err)
-            self._events.append(JobFinished(now, t.job, False, f"could not start: {err}"))
+            log.warning("job %s: could not start: %s", run.job, err)
+            with self.lock:
+                if self.attempts.get(run.job) == run.attempt:
+                    self._feed(JobFinished(self.clock(), run.job, False, f"could not start: {err}"))
+
+    def _stop_run(self, job: str, attempt: int, signal: str, grace_s: float) -> None:
+        try:
+            self.executor.stop(job, attempt, signal, grace_s)
+        except ExecutorError as err:
+            # The run never started, or all its workers ended and were reported already.
+            log.info("job %s: nothing to stop: %s", job, err)
 
     def _worker_ended(self, ended: WorkerExit, now: float) -> None:
         if self.attempts.get(ended.job) != ended.attempt:
