@@ -5,7 +5,6 @@ from __future__ import annotations
 import fcntl
 import ipaddress
 import logging
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,10 +87,6 @@ def serve(options: ServeOptions, say: Callable[[str], None] = print) -> None:
         say("auth is off: every caller on this machine acts as admin")
     say(f"listening on http://{options.host}:{options.port} (API docs at /docs)")
     app = create_app(runtime, metrics, auth=options.auth)
-    # Request threads take turns on the runtime's lock, and each turn does a few database calls
-    # that release the GIL; with the default 5 ms switch interval, getting it back behind the
-    # event loop's thread cost more than the work itself (measured by benchmarks/api_load.py).
-    sys.setswitchinterval(0.0005)
     runtime.start()
     try:
         uvicorn.run(app, host=options.host, port=options.port, log_level="warning")
