@@ -272,7 +272,12 @@ def submit(
     ),
     restart: Restart = typer.Option(None, "--restart", help="never (default) or on-failure."),
     max_restarts: int = typer.Option(None, "--max-restarts", help="Default 3."),
-    limit: float = typer.Option(None, "--limit", metavar="SECONDS", help="Wall-clock limit."),
+    limit: float = typer.Option(
+        None,
+        "--limit",
+        metavar="SECONDS",
+        help="Expected run time: the reservation plans backfill with it (not enforced).",
+    ),
     env: list[str] = typer.Option(
         None, "--env", "-e", metavar="KEY=VALUE", help="An environment variable; repeatable."
     ),
