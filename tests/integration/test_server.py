@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import stat
 import subprocess
 import sys
 import time
@@ -14,6 +16,8 @@ import httpx
 import pytest
 
 from tests.server import TOPOSCHED, ServerProcess, running_server
+from toposched.server.auth import Principal, ensure_admin_token, lookup
+from toposched.store import Store, sqlite_url
 
 # A worker that writes its environment to $OUT/env-<rank>-<restarts>-<pid>.json, then waits for
 # $OUT/$WAIT_<rank> or $OUT/$WAIT (if set) and exits with $EXIT_<rank> (default 0). It saves a
@@ -245,6 +249,27 @@ def test_checkpointable_job_is_preempted_by_its_signal_and_resumes(
         admin.put("/api/v1/queues/owners", json={"guaranteed_gpus": 0})
 
 
+def test_following_a_preempted_jobs_logs_ends_with_its_workers(api: Api, out: Path) -> None:
+    # Requeued, it may wait for hours: nothing more comes to the log of the attempt followed.
+    assert api.http.put("/api/v1/queues/owners", json={"guaranteed_gpus": 8}).status_code == 200
+    try:
+        checkpoint = {"signal": "SIGUSR1", "grace_s": 10}
+        job = worker(out, wait="never")
+        api.submit(name="bumped", queue="guests", gpus=8, checkpoint=checkpoint, **job)
+        wait_for(lambda: envs(out, 0), "the worker")
+        follow = {"worker": 0, "follow": True}
+        with api.http.stream("GET", "/api/v1/jobs/bumped/logs", params=follow, timeout=10) as log:
+            chunks = log.iter_bytes()
+            assert b"hello from rank 0" in next(chunks)
+            api.submit(name="bumper", queue="owners", gpus=8, **worker(out, wait="go"))
+            b"".join(chunks)
+        assert api.state("bumped") == "pending"
+        (out / "go").write_text("")
+        api.until("bumper", "succeeded")
+    finally:
+        api.http.put("/api/v1/queues/owners", json={"guaranteed_gpus": 0})
+
+
 def test_bad_submissions_get_422_with_every_bad_field_and_change_nothing(api: Api) -> None:
     before = api.get(
         "/api/v1/jobs",
@@ -278,6 +303,15 @@ def test_bad_submissions_get_422_with_every_bad_field_and_change_nothing(api: Ap
     )
 
 
+def test_an_unknown_checkpoint_signal_is_refused(api: Api) -> None:
+    # Accepted, it made every stop of the job fail: cancelled, it stayed stopping for ever.
+    body = {"checkpoint": {"signal": "SIGFOO"}, "command": ["true"]}
+    reply = api.http.post("/api/v1/jobs", json={"name": "unsignalled", **body})
+    assert reply.status_code == 422, reply.text
+    assert [d["loc"] for d in reply.json()["detail"]] == [["body", "checkpoint", "signal"]]
+    assert api.http.get("/api/v1/jobs/unsignalled").status_code == 404
+
+
 def test_duplicate_name_is_a_conflict(api: Api, out: Path) -> None:
     api.submit(name="once", **worker(out))
     reply = api.http.post("/api/v1/jobs", json={"name": "once", "command": ["true"]})
@@ -308,6 +342,19 @@ def test_auth_boundaries(api: Api, server: ServerProcess, out: Path) -> None:
     api.until("ann-job", "succeeded")
 
 
+def test_a_kept_admin_token_file_is_made_owner_only(tmp_path: Path) -> None:
+    kept = tmp_path / "admin.token"
+    kept.write_text("tsk_kept\n")
+    kept.chmod(0o644)
+    store = Store(sqlite_url(tmp_path / "toposched.db"))
+    try:
+        assert ensure_admin_token(store, tmp_path) == (kept, False)
+        assert stat.S_IMODE(kept.stat().st_mode) == 0o600
+        assert lookup(store, "tsk_kept") == Principal("admin", "default", "admin")
+    finally:
+        store.close()
+
+
 def test_metrics_count_jobs_gpus_and_decisions(api: Api, server: ServerProcess, out: Path) -> None:
     api.submit(name="metered", gpus=2, **worker(out, wait="go"))
     text = httpx.get(f"{server.url}/metrics").text
@@ -317,6 +364,30 @@ def test_metrics_count_jobs_gpus_and_decisions(api: Api, server: ServerProcess, 
     assert "toposched_scheduling_seconds_count" in text
     (out / "go").write_text("")
     api.until("metered", "succeeded")
+
+
+def test_followed_logs_hold_no_thread_while_waiting(tmp_path: Path, out: Path) -> None:
+    # Each quiet `logs -f` used to park a worker thread until its job wrote again: the 40 of
+    # the pool's, and every route but submit and cancel hung.
+    with running_server(tmp_path) as server, contextlib.ExitStack() as streams:
+        api = Api(server)
+        api.submit(name="quiet", **worker(out, wait="never"))
+        wait_for(lambda: envs(out, 0), "the worker")
+        follow = {"worker": 0, "follow": True}
+        limits = httpx.Limits(max_connections=None)
+        http = streams.enter_context(httpx.Client(headers=api.http.headers, limits=limits))
+        followers = []
+        for _ in range(45):
+            reply = streams.enter_context(
+                http.stream("GET", f"{server.url}/api/v1/jobs/quiet/logs", params=follow)
+            )
+            followers.append(reply.iter_bytes())
+            assert b"hello from rank 0" in next(followers[-1])
+        assert api.state("quiet") == "running"
+        assert api.http.delete("/api/v1/jobs/quiet").status_code == 202
+        # Each follower ends with the job, with what its supervisor wrote last.
+        assert all(b"killed by SIGTERM" in b"".join(rest) for rest in followers)
+        api.until("quiet", "cancelled")
 
 
 def test_refuses_a_public_address_without_auth(tmp_path: Path) -> None:

@@ -124,6 +124,18 @@ def _signal_group(pids: PidRecord, sig: Signals) -> None:
         os.killpg(pids.pgid, sig)
 
 
+def _supervises(pid: int, run_dir: bytes) -> bool:
+    """Whether process `pid` is the supervisor of a worker in `run_dir` (see `_spawn`)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = f.read().split(b"\0")
+    except OSError:
+        return False
+    module = b"toposched.executors.supervisor"
+    at = argv.index(module) + 1 if module in argv else len(argv)
+    return argv[at : at + 1] == [run_dir]
+
+
 def _kill_session(sid: int) -> None:
     """SIGKILL every process left in a dead supervisor's session (its worker and their children)."""
     for entry in os.listdir("/proc"):
@@ -244,6 +256,25 @@ class LocalExecutor:
                 )
             workers = [_Worker(rank, None, read_pids(run_dir, rank)) for rank in range(ranks)]
             self._runs[(job, attempt)] = _Run(job, attempt, run_dir, workers)
+
+    def abandon(self, job: str, attempt: int) -> None:
+        """Kill what a start cut short (by the server's death) left of a run no executor tracks.
+
+        A supervisor that had not recorded its worker's pids yet goes on to start it unwatched,
+        on GPUs that are given to others: it is found by its command line.
+        """
+        with self._lock:
+            run_dir = self.run_dir(job, attempt)
+            if (job, attempt) in self._runs:
+                raise ExecutorError(f"job {job!r} attempt {attempt} is tracked: stop it instead")
+            wanted = os.fsencode(run_dir)
+            for entry in os.listdir("/proc"):
+                if entry.isdigit() and _supervises(int(entry), wanted):
+                    _kill_session(int(entry))  # a supervisor leads a session of its own
+            for path in run_dir.glob("worker-*.pid"):
+                rank = path.stem.removeprefix("worker-")
+                if rank.isdigit() and (pids := read_pids(run_dir, int(rank))) is not None:
+                    _signal_group(pids, SIGKILL)  # a worker whose supervisor is gone
 
     def running(self, job: str, attempt: int) -> set[int]:
         """Ranks whose end `poll` has not reported yet."""

@@ -56,6 +56,10 @@ def ensure_admin_token(store: Store, data_dir: Path) -> tuple[Path, bool]:
     kept from an earlier store is registered again. Returns (path, created)."""
     path = data_dir / ADMIN_TOKEN_FILE
     if path.exists():
+        # A kept file (restored from a backup, copied in) may be readable by others: it makes
+        # its reader an admin, so it is made owner-only before it is trusted.
+        if path.stat().st_mode & 0o077:
+            path.chmod(0o600)
         token = path.read_text(encoding="utf-8").strip()
         if token and lookup(store, token) is None:
             store.add_token(token_hash(token), "admin", "default", "admin", time.time())

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import secrets
-import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query, status
 from fastapi.responses import StreamingResponse
+from starlette.concurrency import run_in_threadpool
 
 from toposched.server.auth import Principal
 from toposched.server.deps import Caller, Server
@@ -160,7 +161,7 @@ def logs(
     follow: bool = False,
 ) -> StreamingResponse:
     """One worker's stdout and stderr, of the job's latest attempt; `follow` streams until the
-    job ends."""
+    attempt's workers have ended."""
     runtime = server.runtime
     row = _row(runtime, name)
     _owned(who, row, "read the logs of")
@@ -176,28 +177,34 @@ def logs(
     )
 
 
-def _stream(runtime: Runtime, name: str, attempt: int, path: Path, follow: bool) -> Iterator[bytes]:
+async def _stream(
+    runtime: Runtime, name: str, attempt: int, path: Path, follow: bool
+) -> AsyncIterator[bytes]:
+    # A coroutine, not a generator run in worker threads: one waiting for output held a thread
+    # of the pool (40) until the job wrote again, even after its client left, and with the pool
+    # used up every route that runs in a thread hung.
     offset = 0
     while True:
-        try:
-            with path.open("rb") as src:
-                src.seek(offset)
-                chunk = src.read(1 << 16)
-        except FileNotFoundError:
-            chunk = b""
+        chunk = _read(path, offset)
         if chunk:
             offset += len(chunk)
             yield chunk
             continue
         if not follow:
             return
-        row = runtime.store.job(name)
-        if row is None or row.state not in LIVE or row.attempt != attempt:
-            # One last read: the worker may have written just before it ended.
-            with path.open("rb") as src:
-                src.seek(offset)
-                rest = src.read()
-            if rest:
-                yield rest
-            return
-        time.sleep(0.2)
+        row = await run_in_threadpool(runtime.store.job, name)
+        # The attempt's workers are over once it is not running or stopping: a requeued job
+        # (preempted, or restarted after a failure) may wait for hours before its next one.
+        if row is None or row.state not in ("running", "stopping") or row.attempt != attempt:
+            follow = False  # read on to the end: the worker may have written just before it ended
+            continue
+        await asyncio.sleep(0.2)
+
+
+def _read(path: Path, offset: int) -> bytes:
+    try:
+        with path.open("rb") as src:
+            src.seek(offset)
+            return src.read(1 << 16)
+    except FileNotFoundError:
+        return b""  # not written yet (or the start failed before it was)

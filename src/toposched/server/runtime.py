@@ -40,6 +40,7 @@ from toposched.core import (
     WorkerFailed,
 )
 from toposched.executors.local import ExecutorError, LocalExecutor, RunSpec, WorkerExit
+from toposched.executors.supervisor import read_exit, read_pids
 from toposched.server.jobspec import core_spec, placement_from_json, placement_json
 from toposched.server.localnode import LocalNode
 from toposched.store import JobRow, Store
@@ -128,16 +129,37 @@ class Runtime:
         now = self.clock()
         spec = core_spec(row.name, row.owner, row.queue, row.spec)
         run_dir = self.executor.run_dir(row.name, row.attempt)
+        ranks = range(len(row.placement or []))
         # A supervisor leaves a pid file once its worker runs, or only an exit file when the
-        # command could not be started at all; with neither, nothing was launched.
-        launched = row.attempt >= 0 and any(
-            path.suffix in (".pid", ".exit") for path in run_dir.glob("worker-*")
+        # command could not be started at all. A rank with neither means the start was cut
+        # short: what it did start is killed (a slow supervisor would start its worker later,
+        # unwatched, on GPUs given to others), and the job counts as never started.
+        launched = bool(ranks) and all(
+            read_pids(run_dir, rank) is not None or read_exit(run_dir, rank) is not None
+            for rank in ranks
         )
-        if not launched or not row.placement:
+        if not launched:
+            self.executor.abandon(row.name, row.attempt)
+            if row.stop_kind == "cancel":  # cancelled before its workers started: not requeued
+                why = "cancelled before its workers started"
+                self.store.transition(
+                    row.name, row.state, "cancelled", why, now, stop_kind=None, ended_at=now
+                )
+                return [f"{row.name}: cancelled (its workers had not started)"]
             self._requeue_row(row, now, "requeued: the server stopped before its workers started")
             waiting.append(self.store.job(row.name) or row)
             return [f"{row.name}: requeued (its workers had not started)"]
-        placement = placement_from_json(row.placement)
+        placement = placement_from_json(row.placement or [])
+        if row.stop_kind in ("preempt", "migrate", "resize") and all(
+            read_exit(run_dir, rank) is not None for rank in ranks
+        ):
+            # Its stop was over before the server came back. Restored as running, its workers'
+            # ends would be taken for the job's own (a checkpoint's exit 0 for success); it goes
+            # back to the queue, as a preempted job does (a move's new GPUs were not stored).
+            why = f"requeued: its {row.stop_kind} stopped it while the server was down"
+            self._requeue_row(row, now, why)
+            waiting.append(self.store.job(row.name) or row)
+            return [f"{row.name}: requeued (stopped for a {row.stop_kind})"]
         try:
             self._feed(JobRestored(now, spec, row.submitted_at, placement, row.restarts))
         except SchedulingError as err:
@@ -199,11 +221,16 @@ class Runtime:
         tick now and then."""
         while self._ops:
             self._ops.popleft()()
-        exits = self.executor.poll()
+        # One poll may report several workers of a gang: they are taken together, since the
+        # first one taken alone would look like the gang's last (the executor has already
+        # marked the others reported) and decide the job's fate without them.
+        runs: dict[tuple[str, int], list[WorkerExit]] = {}
+        for ended in self.executor.poll():
+            runs.setdefault((ended.job, ended.attempt), []).append(ended)
         with self.lock:
             now = self.clock()
-            for ended in exits:
-                self._worker_ended(ended, now)
+            for (job, attempt), ends in runs.items():
+                self._workers_ended(job, attempt, ends, now)
             if now - self._last_tick >= TICK_S:
                 self._last_tick = now
                 self._feed(Tick(now))
@@ -236,6 +263,10 @@ class Runtime:
             if row.state not in LIVE:
                 raise Conflict(f"job {name!r} has already ended ({row.state})")
             self._feed(JobCancelled(self.clock(), name))
+            if row.state == "stopping":
+                # The core cancels it once the stop under way is over, with no transition to
+                # store now: a restart meanwhile must still know that it was cancelled.
+                self.store.set_stop_kind(name, "cancel")
             return self.store.job(name) or row
 
     def configure_queue(self, name: str, guaranteed_gpus: int) -> None:
@@ -402,23 +433,29 @@ class Runtime:
             # The run never started, or all its workers ended and were reported already.
             log.info("job %s: nothing to stop: %s", job, err)
 
-    def _worker_ended(self, ended: WorkerExit, now: float) -> None:
-        if self.attempts.get(ended.job) != ended.attempt:
-            return  # an attempt the core has moved past (it was stopped and replaced)
-        key = (ended.job, ended.attempt)
+    def _workers_ended(self, job: str, attempt: int, ends: list[WorkerExit], now: float) -> None:
+        """Workers of one run that ended, all those one poll reported."""
+        if self.attempts.get(job) != attempt:
+            # An attempt the core has moved past (killed at recovery): no news for the core,
+            # but the executor would watch it for ever.
+            if not self.executor.running(job, attempt):
+                self.executor.forget(job, attempt)
+            return
+        key = (job, attempt)
         seen = self.exits.setdefault(key, {})
-        seen[ended.rank] = ended
-        if self.executor.running(ended.job, ended.attempt):
+        seen.update((ended.rank, ended) for ended in ends)
+        if self.executor.running(job, attempt):
             # The rest of a gang whose worker failed must stop; the job ends once they have.
-            state = self.scheduler.job(ended.job).state
-            if ended.returncode != 0 and state is JobState.RUNNING:
-                self._feed(WorkerFailed(now, ended.job, ended.rank, ended.reason))
+            state = self.scheduler.job(job).state
+            failed = [ended for ended in ends if ended.returncode != 0]
+            if failed and state is JobState.RUNNING:
+                self._feed(WorkerFailed(now, job, failed[0].rank, failed[0].reason))
             return
         del self.exits[key]
-        self.executor.forget(ended.job, ended.attempt)
-        state = self.scheduler.job(ended.job).state
+        self.executor.forget(job, attempt)
+        state = self.scheduler.job(job).state
         if state is JobState.STOPPING:
-            self._feed(JobStopped(now, ended.job))
+            self._feed(JobStopped(now, job))
         elif state is JobState.RUNNING:
             ok = all(e.returncode == 0 for e in seen.values())
             why = (
@@ -428,4 +465,4 @@ class Runtime:
                     f"worker {r}: {e.reason}" for r, e in sorted(seen.items()) if e.returncode != 0
                 )
             )
-            self._feed(JobFinished(now, ended.job, ok, why))
+            self._feed(JobFinished(now, job, ok, why))

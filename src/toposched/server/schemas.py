@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from signal import Signals
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -48,6 +49,10 @@ class CheckpointIn(Strict):
             Checkpoint(value, 0)
         except JobError as err:
             raise ValueError(str(err)) from None
+        # The executor sends it by name: one it does not know (SIGFOO) would make every stop
+        # of the job fail, leaving it stopping for ever with its GPUs held.
+        if value.upper() not in Signals.__members__:
+            raise ValueError(f"checkpoint signal {value!r} is not a signal of this system")
         return value
 
 
