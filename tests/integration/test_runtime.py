@@ -218,7 +218,8 @@ def test_a_resize_that_ended_while_the_server_was_down_requeues_the_job(
     # The server died before it took the end in (its SIGTERM is not the job failing), and the
     # next one does not grow jobs at once: the job starts again at its first size.
     second = Rig(data)
-    assert second.runtime.recover() == ["grower: requeued (stopped for a resize)"]
+    assert second.runtime.recover() == ["grower: adopted attempt 0, still stopping (resize)"]
+    second.steps_until("grower", "running")
     row = second.store.job("grower")
     assert row is not None and (row.state, row.attempt, len(row.placement or [])) == (
         "running",
@@ -231,12 +232,6 @@ def test_a_resize_that_ended_while_the_server_was_down_requeues_the_job(
     second.steps_until("grower", "cancelled")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the core cannot restore a job as stopping (JobRestored has no stop kind): a "
-    "preemption, migration or resize still under way when the server comes back is decided "
-    "again, and if the core does not decide it again the workers' ends are taken for the job's",
-)
 def test_a_resize_still_stopping_at_recovery_does_not_end_the_job(data: Path, out: Path) -> None:
     first = Rig(data, grow_after_s=0)
     elastic, checkpoint = {"min": 1, "max": 2}, {"signal": "SIGUSR1", "grace_s": 10}

@@ -334,7 +334,10 @@ def test_auth_boundaries(api: Api, server: ServerProcess, out: Path) -> None:
     api.submit(name="admins", **worker(out, wait="go"))
     assert ann.http.delete("/api/v1/jobs/admins").status_code == 403
     assert ann.http.get("/api/v1/jobs/admins/logs").status_code == 403
-    assert ann.job("admins")["state"] == "running"  # reading its status is allowed
+    seen = ann.job("admins")  # reading its status is allowed, its environment's values not
+    assert seen["state"] == "running"
+    assert seen["spec"]["env"] == dict.fromkeys(api.job("admins")["spec"]["env"], "(hidden)")
+    assert api.job("admins")["spec"]["env"]["OUT"] == str(out)
     assert ann.http.put("/api/v1/queues/alpha", json={"guaranteed_gpus": 8}).status_code == 403
     assert ann.http.post("/api/v1/tokens", json={"user": "x", "team": "y"}).status_code == 403
     (out / "go").write_text("")

@@ -5,7 +5,16 @@ from __future__ import annotations
 import pytest
 
 from tests.builders import DGX1, job, moved, project, scheduler, snapshot, started, submit
-from toposched.core import JobFinished, JobRestored, JobState, SchedulingError, WorkerSlot
+from toposched.core import (
+    Checkpoint,
+    JobFinished,
+    JobRestored,
+    JobState,
+    JobStopped,
+    SchedulingError,
+    StopKind,
+    WorkerSlot,
+)
 from toposched.placement.gang import Placement
 from toposched.topology.cluster import Tier
 
@@ -90,4 +99,38 @@ def test_never_fits_is_answerable_without_submitting() -> None:
     s = scheduler(DGX1)
     assert s.never_fits(job("ok", 8)) is None
     assert s.never_fits(job("wide", 9)) == "rejected: a worker needs 9 GPUs; the largest node has 8"
+    assert s.jobs == {}
+
+
+@pytest.mark.parametrize(
+    ("kind", "then"),
+    [
+        pytest.param(StopKind.CANCEL, "cancelled", id="cancel"),
+        pytest.param(StopKind.FAILURE, "failed", id="failure"),
+        pytest.param(StopKind.PREEMPT, "pending", id="preempt"),
+        pytest.param(StopKind.MIGRATE, "pending", id="migrate"),
+        pytest.param(StopKind.RESIZE, "pending", id="resize"),
+    ],
+)
+def test_a_stop_under_way_is_carried_on(kind: StopKind, then: str) -> None:
+    s = scheduler(DGX1)
+    spec = job("mid", 4, checkpoint=Checkpoint("SIGUSR1", 5))
+    assert s.handle(JobRestored(9, spec, 1, placed("n0", (0, 1, 2, 3)), stopping=kind)) == []
+    assert s.job("mid").state is JobState.STOPPING
+    assert s.owner[(0, 0)] == "mid"  # its GPUs stay held until its workers are gone
+    got = project(s.handle(JobStopped(10, "mid")))
+    if then == "pending":
+        # Requeued (a move's new GPUs died with the old driver); the node is free, so it
+        # starts again at once.
+        assert got == [moved("mid", "stopping", "pending"), *started("mid", {"n0": (0, 1, 2, 3)})]
+        assert s.job("mid").restarts == 0
+    else:
+        assert got == [moved("mid", "stopping", then)]
+        assert (0, 0) not in s.owner
+
+
+def test_a_stopping_job_needs_its_placement() -> None:
+    s = scheduler(DGX1)
+    with pytest.raises(SchedulingError, match="needs its placement"):
+        s.handle(JobRestored(1, job("x"), 0, None, stopping=StopKind.CANCEL))
     assert s.jobs == {}

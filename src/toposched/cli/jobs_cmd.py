@@ -396,7 +396,9 @@ def list_jobs(
 
 def logs(
     name: str = typer.Argument(..., help="Job name."),
-    follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing until the job ends."),
+    follow: bool = typer.Option(
+        False, "--follow", "-f", help="Keep printing until the workers of this attempt end."
+    ),
     worker: int = typer.Option(0, "--worker", "-w", min=0, help="Worker rank (default 0)."),
     server: str = SERVER,
     as_json: bool = typer.Option(

@@ -290,8 +290,8 @@ class Client:
         return result
 
     def logs(self, name: str, worker: int = 0, follow: bool = False) -> Iterator[bytes]:
-        """One worker's output as it arrives; with `follow`, until the job ends. The request is
-        made (and may fail) at the first `next()`."""
+        """One worker's output as it arrives; with `follow`, until the attempt's workers end.
+        The request is made (and may fail) at the first `next()`."""
         params = {"worker": worker, "follow": "true" if follow else "false"}
         hx = _httpx()
         # Following waits as long as the job runs: no read timeout then.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from toposched.core.actions import StopKind
 from toposched.core.job import JobSpec
 from toposched.placement.gang import Placement
 from toposched.topology.cluster import Node
@@ -24,12 +25,14 @@ class JobSubmitted(Event):
 @dataclass(frozen=True)
 class JobRestored(Event):
     """A driver that restarted hands back a job it had persisted: waiting since `submitted`
-    when `placement` is None, else running there already (its workers were adopted)."""
+    when `placement` is None, else running there already (its workers were adopted), or being
+    stopped there when `stopping` names the stop under way (answer it with JobStopped)."""
 
     spec: JobSpec
     submitted: float
     placement: Placement | None = None
     restarts: int = 0
+    stopping: StopKind | None = None
 
 
 @dataclass(frozen=True)

@@ -162,7 +162,7 @@ class Scheduler:
                 ):
                     only = spec.name
             case JobRestored(spec=spec, submitted=submitted, placement=placement, restarts=n):
-                out += self._restore(spec, submitted, placement, n)
+                out += self._restore(spec, submitted, placement, n, event.stopping)
             case JobCancelled(job=name):
                 out += self._cancel(self._job(name))
             case JobFinished(job=name, succeeded=ok, reason=why):
@@ -268,10 +268,17 @@ class Scheduler:
         return rec
 
     def _restore(
-        self, spec: JobSpec, submitted: float, placement: Placement | None, restarts: int
+        self,
+        spec: JobSpec,
+        submitted: float,
+        placement: Placement | None,
+        restarts: int,
+        stopping: StopKind | None,
     ) -> list[Action]:
         if spec.name in self.jobs:
             raise SchedulingError(f"a job named {spec.name!r} already exists")
+        if placement is None and stopping is not None:
+            raise SchedulingError(f"job {spec.name!r}: a job being stopped needs its placement")
         if placement is None:
             rec = self._register(spec, submitted, restarts)
             never = self._never_fits(spec)
@@ -286,7 +293,17 @@ class Scheduler:
         rec.placement = placement
         rec.state = JobState.RUNNING
         rec.started = rec.last_restart = self.now
-        rec.note(self.now, f"restored: running on {placement.describe()}")
+        if stopping is None:
+            rec.note(self.now, f"restored: running on {placement.describe()}")
+            return []
+        # A move or resize restarts on GPUs that only the old core knew: once stopped, such a
+        # job waits again as a preempted one does, keeping its place in submission order.
+        moving = stopping in (StopKind.MIGRATE, StopKind.RESIZE)
+        rec.state = JobState.STOPPING
+        rec.stop_kind = StopKind.PREEMPT if moving else stopping
+        rec.cancel_requested = stopping is StopKind.CANCEL
+        rec.stop_why = f"{stopping.value} under way when the driver restarted"
+        rec.note(self.now, f"restored: stopping ({stopping.value}) on {placement.describe()}")
         return []
 
     def _check_restorable(self, spec: JobSpec, placement: Placement) -> None:

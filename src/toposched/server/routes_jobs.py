@@ -30,7 +30,15 @@ router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
 STATES = ("pending", "running", "stopping", "succeeded", "failed", "cancelled", "rejected")
 
 
-def job_out(runtime: Runtime, row: JobRow, *, history: bool = False) -> JobOut:
+HIDDEN = "(hidden)"
+
+
+def job_out(runtime: Runtime, row: JobRow, viewer: Principal, *, history: bool = False) -> JobOut:
+    """The job as `viewer` may see it: another team's environment values are hidden (they
+    often hold keys); its state, placement and command are not."""
+    spec = row.spec
+    if not viewer.may_touch(row.queue) and spec.get("env"):
+        spec = {**spec, "env": dict.fromkeys(spec["env"], HIDDEN)}
     return JobOut(
         name=row.name,
         owner=row.owner,
@@ -50,7 +58,7 @@ def job_out(runtime: Runtime, row: JobRow, *, history: bool = False) -> JobOut:
         started_at=row.started_at,
         ended_at=row.ended_at,
         command=row.spec["command"],
-        spec=row.spec,
+        spec=spec,
         history=[HistoryOut(**vars(h)) for h in runtime.store.history(row.name)]
         if history
         else None,
@@ -98,13 +106,13 @@ async def submit(body: JobSubmit, server: Server, who: Caller) -> JobOut:
         raise _refused(["body", "gpus"], str(err)) from None
     except (DuplicateJob, Conflict) as err:
         raise HTTPException(status.HTTP_409_CONFLICT, str(err)) from None
-    return job_out(server.runtime, row)
+    return job_out(server.runtime, row, who)
 
 
 @router.get("", response_model=JobList)
 def list_jobs(
     server: Server,
-    _who: Caller,
+    who: Caller,
     state: Annotated[list[str] | None, Query(description="Repeat for several.")] = None,
     queue: str | None = None,
     owner: str | None = None,
@@ -121,12 +129,12 @@ def list_jobs(
     )
     if all and not state:
         rows.reverse()
-    return JobList(jobs=[job_out(server.runtime, row) for row in rows])
+    return JobList(jobs=[job_out(server.runtime, row, who) for row in rows])
 
 
 @router.get("/{name}", response_model=JobOut)
-def get_job(name: str, server: Server, _who: Caller) -> JobOut:
-    return job_out(server.runtime, _row(server.runtime, name), history=True)
+def get_job(name: str, server: Server, who: Caller) -> JobOut:
+    return job_out(server.runtime, _row(server.runtime, name), who, history=True)
 
 
 @router.delete("/{name}", response_model=JobOut, status_code=status.HTTP_202_ACCEPTED)
@@ -139,7 +147,7 @@ async def cancel(name: str, server: Server, who: Caller) -> JobOut:
         raise HTTPException(status.HTTP_404_NOT_FOUND, str(err)) from None
     except Conflict as err:
         raise HTTPException(status.HTTP_409_CONFLICT, str(err)) from None
-    return job_out(server.runtime, row)
+    return job_out(server.runtime, row, who)
 
 
 @router.get("/{name}/explain", response_model=Explanation)

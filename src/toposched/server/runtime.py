@@ -35,6 +35,7 @@ from toposched.core import (
     SchedulingError,
     StartJob,
     StopJob,
+    StopKind,
     Tick,
     Transition,
     WorkerFailed,
@@ -150,18 +151,11 @@ class Runtime:
             waiting.append(self.store.job(row.name) or row)
             return [f"{row.name}: requeued (its workers had not started)"]
         placement = placement_from_json(row.placement or [])
-        if row.stop_kind in ("preempt", "migrate", "resize") and all(
-            read_exit(run_dir, rank) is not None for rank in ranks
-        ):
-            # Its stop was over before the server came back. Restored as running, its workers'
-            # ends would be taken for the job's own (a checkpoint's exit 0 for success); it goes
-            # back to the queue, as a preempted job does (a move's new GPUs were not stored).
-            why = f"requeued: its {row.stop_kind} stopped it while the server was down"
-            self._requeue_row(row, now, why)
-            waiting.append(self.store.job(row.name) or row)
-            return [f"{row.name}: requeued (stopped for a {row.stop_kind})"]
+        # A stop under way (cancel, failure, preemption, move) is carried on: the core holds the
+        # job as stopping until its workers are gone, however long ago they went.
+        stopping = StopKind(row.stop_kind or "preempt") if row.state == "stopping" else None
         try:
-            self._feed(JobRestored(now, spec, row.submitted_at, placement, row.restarts))
+            self._feed(JobRestored(now, spec, row.submitted_at, placement, row.restarts, stopping))
         except SchedulingError as err:
             self.executor.adopt(row.name, row.attempt, len(placement.workers))
             self.executor.stop(row.name, row.attempt, "SIGKILL", 0)
@@ -170,21 +164,12 @@ class Runtime:
             return [f"{row.name}: stopped and requeued ({err})"]
         self.executor.adopt(row.name, row.attempt, len(placement.workers))
         self.attempts[row.name] = row.attempt
-        if row.state == "stopping":
-            if row.stop_kind == "cancel":
-                self.store.transition(
-                    row.name, "stopping", "running", "restored; carrying on its cancel", now
-                )
-                self._feed(JobCancelled(now, row.name))
-            else:
-                self.store.transition(
-                    row.name,
-                    "stopping",
-                    "running",
-                    f"restored after a server restart; the {row.stop_kind} is decided again",
-                    now,
-                    stop_kind=None,
-                )
+        if stopping is not None:
+            checkpoint = spec.checkpoint
+            signal = checkpoint.signal if checkpoint else "SIGTERM"
+            grace = checkpoint.grace_s if checkpoint else self.scheduler.policy.stop_grace_s
+            self._later(self._stop_run, row.name, row.attempt, signal, grace)
+            return [f"{row.name}: adopted attempt {row.attempt}, still stopping ({stopping})"]
         return [f"{row.name}: adopted attempt {row.attempt} on {placement.describe()}"]
 
     def _requeue_row(self, row: JobRow, now: float, why: str) -> None:
