@@ -624,13 +624,22 @@ def test_within_guarantee_goes_before_priority(guarantee: int, order: list[str])
 
 
 @pytest.mark.parametrize(
-    ("single_gpu", "where"),
-    [("spread", {"n1": (0,)}), ("pack", {"n0": (4,)}), ("adaptive", {"n1": (0,)})],
+    ("busy", "single_gpu", "where"),
+    [
+        # n0 has 0-2 busy (switches 0 and 1, socket 0). Spread: socket 1 of n0 has no busy
+        # neighbour, so the empty n1 is kept whole for a gang. Pack: next to the busy ones.
+        (3, "spread", {"n0": (4,)}),
+        (3, "pack", {"n0": (3,)}),
+        (3, "adaptive", {"n0": (4,)}),
+        # n0 has 0-5 busy: its free GPUs share socket 1 with busy ones, so spread opens n1.
+        (6, "spread", {"n1": (0,)}),
+        (6, "pack", {"n0": (6,)}),
+        (6, "adaptive", {"n1": (0,)}),
+    ],
 )
-def test_one_gpu_mode(single_gpu: str, where: dict[str, tuple[int, ...]]) -> None:
-    # n0 has 0-3 busy. Spread: the emptiest node, no busy neighbour. Pack: the fullest node.
+def test_one_gpu_mode(busy: int, single_gpu: str, where: dict[str, tuple[int, ...]]) -> None:
     s = scheduler(PCIE8, 2, single_gpu=single_gpu)
-    s.handle(*submit(job("w", 4)))
+    s.handle(*submit(job("w", busy)))
     assert project(s.handle(*submit(job("one", 1), t=1))) == two_steps("one", where)
 
 
