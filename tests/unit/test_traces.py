@@ -177,16 +177,23 @@ def test_tiresias_reads_exactly_with_its_own_models() -> None:
     assert other == trace
 
 
-def test_tiresias_model_aliases_map_foreign_names() -> None:
+def test_tiresias_model_aliases_map_foreign_names(tmp_path: Path) -> None:
     path = FIXTURES / "tiresias" / "aliases.csv"
-    trace = read_trace(path, model_aliases={"Transformer": "gpt2", "resnet-50": "ResNet50"})
+    # `transformer` and `resnet-50` are aliases of the performance catalog itself.
+    trace = read_trace(path)
     assert [(j.name, j.model) for j in trace.jobs] == [("10", "gpt2"), ("11", "resnet50")]
-    err = raised(path, model_aliases={"transformer": "gpt2"})
+    # The user's aliases come on top, and win.
+    mine = read_trace(path, model_aliases={"Transformer": "bert-large"})
+    assert [(j.name, j.model) for j in mine.jobs] == [("10", "bert-large"), ("11", "resnet50")]
+    odd = tmp_path / "odd.csv"
+    odd.write_text(path.read_text().replace("resnet-50", "mystery-net"))
+    err = raised(odd)
     assert str(err) == (
-        f"{path}:3: unknown model 'resnet-50'; known: {', '.join(MODEL_NAMES)}; "
+        f"{odd}:3: unknown model 'mystery-net'; known: {', '.join(MODEL_NAMES)}; "
         "map other names with model_aliases (column model_name)"
     )
     assert (err.line, err.column) == (3, "model_name")
+    assert read_trace(odd, model_aliases={"mystery-net": "alexnet"}).jobs[1].model == "alexnet"
 
 
 def test_an_alias_to_a_name_outside_the_catalog_is_refused() -> None:
@@ -366,7 +373,7 @@ ROW_ERRORS = [
     ("helios", 6, "empty value", "vc"),
     ("helios", 8, "found 8 fields, the header has 12 (no value for start_time, end_time, "
      "duration, queue)", None),
-    ("tiresias", 3, f"unknown model 'transformer'; known: {', '.join(MODEL_NAMES)}; map other "
+    ("tiresias", 3, f"unknown model 'mystery-net'; known: {', '.join(MODEL_NAMES)}; map other "
      "names with model_aliases", "model_name"),
     ("tiresias", 4, "'1.5' is not a whole number", "num_gpu"),
     ("tiresias", 6, "'soon' is not a number", "submit_time"),
@@ -395,7 +402,7 @@ def test_each_bad_row_is_named_by_path_line_and_column(
         ("openb", 3, "1460 is over 1000 (one whole GPU) (column gpu_milli)"),
         ("helios", 3, "'yesterday' is neither seconds nor a date-time like 2020-06-09 18:41:01 "
          "(column submit_time)"),
-        ("tiresias", 3, f"unknown model 'transformer'; known: {', '.join(MODEL_NAMES)}; "
+        ("tiresias", 3, f"unknown model 'mystery-net'; known: {', '.join(MODEL_NAMES)}; "
          "map other names with model_aliases (column model_name)"),
     ],
 )  # fmt: skip

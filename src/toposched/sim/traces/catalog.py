@@ -5,9 +5,11 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Mapping
+from functools import cache
 from itertools import accumulate
 from types import MappingProxyType
 
+from toposched.perf.registry import Catalog
 from toposched.sim.traces.job import TraceError
 from toposched.sim.traces.rows import UNKNOWN_MODEL, RowError
 
@@ -38,6 +40,11 @@ _KNOWN = frozenset(MODEL_NAMES)
 
 def _known_list() -> str:
     return ", ".join(MODEL_NAMES)
+
+
+@cache
+def _catalog_aliases() -> Mapping[str, str]:
+    return Catalog.load().aliases
 
 
 class ModelMix:
@@ -73,6 +80,11 @@ class ModelNames:
 
     def __init__(self, aliases: Mapping[str, str] | None = None) -> None:
         table = {name: name for name in MODEL_NAMES}
+        # The performance catalog's own aliases (`resnet-50`, `transformer`) hold here too, so
+        # a name `toposched perf` accepts is one a trace may carry.
+        table.update(
+            (alias, target) for alias, target in _catalog_aliases().items() if target in _KNOWN
+        )
         for alias, target in (aliases or {}).items():
             canonical = target.strip().lower()
             if canonical not in _KNOWN:
