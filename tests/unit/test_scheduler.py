@@ -1088,6 +1088,20 @@ def test_reclaim_from_many_small_jobs() -> None:
     assert {step[1] for step in got if step[0] == "stop"} == {f"b{i}" for i in range(8)}
 
 
+def test_gpus_reserved_by_a_reclaim_stay_free_while_its_victims_stop() -> None:
+    # a holds 0-2; b (4 GPUs) waits and c (1 GPU) waits behind b's reservation of 0-3.
+    # o is within its queue's guarantee: it preempts a and reserves 0-3 in the same cycle.
+    # c ranks behind o, so it must not take GPU 3 while a stops (found by hypothesis:
+    # it did, and o then waited on a reservation that could never be met).
+    s = scheduler(PCIE4, 1, queues={"own": 4, "lender": 0})
+    s.handle(*submit(job("a", 3, queue="lender"), job("b", 4, queue="lender")))
+    s.handle(*submit(job("c", 1, queue="lender")))
+    got = project(s.handle(*submit(job("o", 4, queue="own"), t=1)))
+    assert got == [queued("o"), *stopping("a", "preempt")]
+    got = project(s.handle(JobStopped(2, "a")))
+    assert got == [moved("a", "stopping", "pending"), *started("o", {"n0": (0, 1, 2, 3)})]
+
+
 def test_victim_that_finishes_is_no_longer_awaited() -> None:
     s = scheduler(PCIE8, queues={"A": 4})
     s.handle(*submit(*B_JOBS))

@@ -792,6 +792,10 @@ class Scheduler:
             if head:
                 first_blocked = True
                 out += self._blocked_head(rec, request, result)
+                if self.reservation is not None and self.reservation.job == rec.name:
+                    # Every job after the head ranks behind it, so none of them may take the
+                    # GPUs just reserved (those already free above all, while victims stop).
+                    behind_holder = True
                 if not self.policy.backfill:
                     break
             # What later jobs of this shape are told (the head's own note says more).
