@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy.exc import OperationalError
 
 from tests.integration.test_server import WORKER, wait_for
 from tests.server import kill_leftover_workers
@@ -21,7 +22,7 @@ from toposched.core import SchedulerPolicy
 from toposched.discovery.files import load_topology
 from toposched.executors.local import ExecutorError, LocalExecutor
 from toposched.server.localnode import LocalNode
-from toposched.server.runtime import Runtime
+from toposched.server.runtime import Runtime, RuntimeBroken
 from toposched.server.schemas import JobSubmit
 from toposched.store import Store, sqlite_url
 from toposched.topology.cluster import Node
@@ -252,3 +253,35 @@ def test_a_resize_still_stopping_at_recovery_does_not_end_the_job(data: Path, ou
     assert second.state("grower") in ("pending", "running")
     second.runtime.cancel("grower")
     second.steps_until("grower", "cancelled")
+
+
+def test_a_database_failure_mid_decision_stops_the_runtime_and_a_restart_agrees(
+    data: Path, out: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = Rig(data)
+
+    def disk_error(*_args: Any, **_kwargs: Any) -> None:
+        raise OperationalError("UPDATE jobs", {}, Exception("disk I/O error"))
+
+    # The submission is stored; storing the core's decision to start it fails.
+    monkeypatch.setattr(first.store, "transition", disk_error)
+    with pytest.raises(RuntimeBroken, match="disk I/O error"):
+        first.submit("started", out, env={"WAIT": "never"})
+    assert first.runtime.broken is not None
+    # Nothing else is taken, stored or started by this runtime any more.
+    with pytest.raises(RuntimeBroken):
+        first.submit("later", out)
+    with pytest.raises(RuntimeBroken):
+        first.runtime.cancel("started")
+    first.runtime.step()
+    assert first.store.job("later") is None
+    assert not (data / "runs" / "started").exists()
+    monkeypatch.undo()
+    # The next server believes the database: the job waits, and starts.
+    second = Rig(data)
+    assert second.runtime.recover() == []
+    second.steps_until("started", "running")
+    history = [h.new for h in second.store.history("started")]
+    assert history == ["pending", "running"]
+    second.runtime.cancel("started")
+    second.steps_until("started", "cancelled")

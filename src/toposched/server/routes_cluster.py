@@ -28,10 +28,13 @@ router = APIRouter()
 
 
 @router.get("/api/v1/health", response_model=Health, tags=["cluster"])
-def health(server: Server) -> Health:
+def health(server: Server, response: Response) -> Health:
+    """`ok`, or 503 with `broken: ...` once the database failed mid-decision."""
     runtime = server.runtime
+    if runtime.broken is not None:
+        response.status_code = status.HTTP_503_SERVICE_UNAVAILABLE
     return Health(
-        status="ok",
+        status="ok" if runtime.broken is None else f"broken: {runtime.broken}",
         version=server.version,
         node=runtime.node.name,
         gpus=runtime.node.size,

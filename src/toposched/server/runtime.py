@@ -16,7 +16,9 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, NoReturn
+
+from sqlalchemy.exc import SQLAlchemyError
 
 from toposched.core import (
     Action,
@@ -44,7 +46,7 @@ from toposched.executors.local import ExecutorError, LocalExecutor, RunSpec, Wor
 from toposched.executors.supervisor import read_exit, read_pids
 from toposched.server.jobspec import core_spec, placement_from_json, placement_json
 from toposched.server.localnode import LocalNode
-from toposched.store import JobRow, Store
+from toposched.store import JobRow, Store, StoreError
 from toposched.topology.cluster import Cluster, ClusterError, Node
 
 log = logging.getLogger("toposched.server")
@@ -56,6 +58,11 @@ TICK_S = 5.0
 def clock_time(t: float) -> str:
     """An event time as the server's local date and time, to the millisecond."""
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) + f".{int(t % 1 * 1000):03d}"
+
+
+class RuntimeBroken(RuntimeError):
+    """The database failed after the core had decided, so the two no longer agree: the runtime
+    takes no more calls, and a restart reloads its state from the database (crash-only)."""
 
 
 class SubmitRefused(ValueError):
@@ -105,6 +112,7 @@ class Runtime:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self.broken: str | None = None
         self._last_tick = 0.0
 
     # ------------------------------------------------------------------ start and stop
@@ -204,6 +212,8 @@ class Runtime:
     def step(self) -> None:
         """One pass: start and stop what was decided, collect worker exits, feed them, and
         tick now and then."""
+        if self.broken is not None:
+            return
         while self._ops:
             self._ops.popleft()()
         # One poll may report several workers of a gang: they are taken together, since the
@@ -225,6 +235,7 @@ class Runtime:
     def submit(self, owner: str, queue: str, spec: dict[str, Any], name: str) -> JobRow:
         """Store a submission, then hand it to the core (it may start at once)."""
         with self.lock:
+            self._usable()
             core = core_spec(name, owner, queue, spec)
             never = self.scheduler.never_fits(core)
             if never:
@@ -242,6 +253,7 @@ class Runtime:
 
     def cancel(self, name: str) -> JobRow:
         with self.lock:
+            self._usable()
             row = self.store.job(name)
             if row is None:
                 raise NotFound(f"no job named {name!r}")
@@ -251,23 +263,25 @@ class Runtime:
             if row.state == "stopping":
                 # The core cancels it once the stop under way is over, with no transition to
                 # store now: a restart meanwhile must still know that it was cancelled.
-                self.store.set_stop_kind(name, "cancel")
+                self._after_decision(self.store.set_stop_kind, name, "cancel")
             return self.store.job(name) or row
 
     def configure_queue(self, name: str, guaranteed_gpus: int) -> None:
         with self.lock:
+            self._usable()
             self.store.set_queue(name, guaranteed_gpus)
             self._feed(QueueConfigured(self.clock(), name, guaranteed_gpus))
 
     def label(self, node: str, key: str, value: str | None) -> None:
         with self.lock:
+            self._usable()
             if node != self.node.name:
                 raise NotFound(f"no node named {node!r} (this server has {self.node.name!r})")
             try:
                 self._feed(NodeLabelled(self.clock(), node, key, value))
             except (SchedulingError, ClusterError) as err:
                 raise Conflict(str(err)) from None
-            self.store.set_label(node, key, value)
+            self._after_decision(self.store.set_label, node, key, value)
 
     def gpu_health(self, gpu: int, healthy: bool) -> None:
         with self.lock:
@@ -315,6 +329,7 @@ class Runtime:
     def _feed(self, *events: Event) -> None:
         """Hand events to the core and carry out what it asks, including the events that
         carrying out produces (a start that failed), until nothing is left."""
+        self._usable()
         self._events.extend(events)
         while self._events:
             event = self._events.popleft()
@@ -322,7 +337,32 @@ class Runtime:
             actions = self.scheduler.handle(event)
             if self.observe is not None:
                 self.observe(time.perf_counter() - began)
-            self._carry_out(actions, event.time)
+            try:
+                self._carry_out(actions, event.time)
+            except (StoreError, SQLAlchemyError) as err:
+                self._break(err)
+
+    def _usable(self) -> None:
+        if self.broken is not None:
+            raise RuntimeBroken(self.broken)
+
+    def _after_decision(self, write: Callable[..., None], *args: Any) -> None:
+        """A store write the core's state already reflects: if it fails, the two disagree."""
+        try:
+            write(*args)
+        except (StoreError, SQLAlchemyError) as err:
+            self._break(err)
+
+    def _break(self, err: Exception) -> NoReturn:
+        self.broken = (
+            f"the database failed while a decision was being stored ({err}); restart the "
+            "server: it reloads its state from the database"
+        )
+        log.critical("%s", self.broken)
+        # Nothing decided from here on may happen: the next server decides again.
+        self._events.clear()
+        self._ops.clear()
+        raise RuntimeBroken(self.broken) from err
 
     def _carry_out(self, actions: Iterable[Action], now: float) -> None:
         starts: dict[str, StartJob] = {}

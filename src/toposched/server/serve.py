@@ -5,6 +5,8 @@ from __future__ import annotations
 import fcntl
 import ipaddress
 import logging
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -87,12 +89,29 @@ def serve(options: ServeOptions, say: Callable[[str], None] = print) -> None:
         say("auth is off: every caller on this machine acts as admin")
     say(f"listening on http://{options.host}:{options.port} (API docs at /docs)")
     app = create_app(runtime, metrics, auth=options.auth)
+    server = uvicorn.Server(
+        uvicorn.Config(app, host=options.host, port=options.port, log_level="warning")
+    )
     runtime.start()
+    watch = threading.Thread(target=_stop_when_broken, args=(runtime, server), daemon=True)
+    watch.start()
     try:
-        uvicorn.run(app, host=options.host, port=options.port, log_level="warning")
+        server.run()
     finally:
         runtime.stop()
         store.close()
         lock.close()
         say("toposched stopped; running jobs keep running and are adopted at the next start")
     logging.shutdown()
+    if runtime.broken is not None:
+        raise ServeError(runtime.broken)
+
+
+def _stop_when_broken(runtime: Runtime, server: uvicorn.Server) -> None:
+    """A runtime whose database failed mid-decision cannot go on: exit, so that the service
+    manager starts a new server, which reloads the state from the database."""
+    while not server.should_exit:
+        if runtime.broken is not None:
+            server.should_exit = True
+            return
+        time.sleep(0.5)
