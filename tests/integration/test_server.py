@@ -473,3 +473,18 @@ def test_kill_9_and_restart_adopts_workers_and_loses_nothing(
             "first-waiter",
             "second-waiter",
         ]
+
+
+def test_a_taken_port_is_refused_before_anything_is_written(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    data = tmp_path / "other"
+    proc = subprocess.run(
+        [*TOPOSCHED, "serve", "--port", str(server.port), "--data-dir", str(data)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert f"cannot listen on 127.0.0.1:{server.port}: Address already in use" in proc.stderr
+    assert not data.exists()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import fcntl
 import ipaddress
 import logging
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -49,6 +50,23 @@ def loopback(host: str) -> bool:
         return False
 
 
+def _check_port(host: str, port: int) -> None:
+    """Refuse a taken address before anything is opened or written, with a clear message."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as err:
+        raise ServeError(f"cannot listen on {host}: {err.strerror}") from None
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        try:
+            probe.bind(address)
+        except OSError as err:
+            raise ServeError(
+                f"cannot listen on {host}:{port}: {err.strerror} (is another server there? "
+                "choose another --port)"
+            ) from None
+
+
 def _lock(data_dir: Path) -> IO[str]:
     """One server per data directory: two would both adopt the same workers."""
     handle = (data_dir / "server.lock").open("a+")
@@ -65,6 +83,7 @@ def serve(options: ServeOptions, say: Callable[[str], None] = print) -> None:
         raise ServeError(
             f"refusing to listen on {options.host} without auth: drop --no-auth, or bind 127.0.0.1"
         )
+    _check_port(options.host, options.port)
     policy = make_scheduler_policy(options.policy, {})
     local = local_node(options.emulate, options.node_name)
     data_dir = options.data_dir
