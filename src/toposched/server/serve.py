@@ -58,6 +58,9 @@ def _check_port(host: str, port: int) -> None:
         raise ServeError(f"cannot listen on {host}: {err.strerror}") from None
     family, kind, proto, _, address = infos[0]
     with socket.socket(family, kind, proto) as probe:
+        # As uvicorn binds: connections of a server that just died (TIME_WAIT) do not count,
+        # a socket still listening does.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind(address)
         except OSError as err:
