@@ -49,7 +49,6 @@ class SimJob:
     """One trace job as the simulated cluster sees it."""
 
     trace: TraceJob
-    gpus: int
     remaining: float  # seconds of work at the ideal speed
     rate: float = 0.0  # fraction of the ideal speed now (0 while not running)
     since: float = 0.0  # when `remaining` was last brought up to date
@@ -61,6 +60,8 @@ class SimJob:
     state: JobState | None = None
     run_s: float = 0.0
     speed_s: float = 0.0  # integral of rate over running time
+    gpu_s: float = 0.0  # integral of the GPUs held over running time (a resize changes them)
+    gpu_speed_s: float = 0.0  # the same, weighted by rate
     alone: float = 0.0  # speed on its placement were it alone on its nodes
     alone_s: float = 0.0  # integral of that over running time
     preemptions: int = 0
@@ -141,7 +142,7 @@ class Simulation:
             self.guarantees,
             rng=random.Random(seed),
         )
-        self.jobs = {j.name: SimJob(j, j.gpus, j.duration_s) for j in trace.jobs}
+        self.jobs = {j.name: SimJob(j, j.duration_s) for j in trace.jobs}
         # Per node: each job's GPUs there (as a mask), and all busy GPUs (a mask).
         self.on_node: dict[str, dict[str, int]] = {n.name: {} for n in cluster.nodes}
         self.busy: dict[str, int] = {n.name: 0 for n in cluster.nodes}
@@ -295,9 +296,12 @@ class Simulation:
         """Bring the job's remaining work and its speed integrals up to now."""
         dt = self.now - job.since
         if dt > 0 and job.rate > 0:
+            gpus = job.placement.gpus if job.placement is not None else 0
             job.remaining = max(0.0, job.remaining - dt * job.rate)
             job.run_s += dt
             job.speed_s += dt * job.rate
+            job.gpu_s += dt * gpus
+            job.gpu_speed_s += dt * job.rate * gpus
             job.alone_s += dt * job.alone
         job.since = self.now
 

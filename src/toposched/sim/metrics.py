@@ -37,8 +37,8 @@ def summarise(result: SimResult) -> dict[str, float | int | bool]:
     last = max((j.finish for j in done if j.finish is not None), default=first)
     makespan = last - first
     capacity = result.cluster.gpus * makespan
-    allocated = sum(j.gpus * j.run_s for j in jobs)
-    effective = sum(j.gpus * j.speed_s for j in jobs)
+    allocated = sum(j.gpu_s for j in jobs)
+    effective = sum(j.gpu_speed_s for j in jobs)
     qualities = [q for j in jobs if (q := quality(j)) is not None]
     alone = [j.alone_s / j.run_s for j in jobs if j.run_s > 0]
     return {
@@ -76,7 +76,7 @@ def team_shares(result: SimResult) -> dict[str, dict[str, float]]:
     guarantees = result.guarantees
     per: dict[str, float] = dict.fromkeys(guarantees, 0.0)
     for job in result.jobs:
-        per[job.trace.queue] = per.get(job.trace.queue, 0.0) + job.gpus * job.run_s
+        per[job.trace.queue] = per.get(job.trace.queue, 0.0) + job.gpu_s
     total = sum(per.values())
     gpus = result.cluster.gpus
     return {

@@ -58,7 +58,7 @@ def write_jobs(result: SimResult, out: Path) -> Path:
                     t.name,
                     t.queue,
                     t.model,
-                    job.gpus,
+                    job.trace.gpus,
                     f"{t.submit_s:g}",
                     "" if job.first_start is None else f"{job.first_start:g}",
                     "" if job.finish is None else f"{job.finish:g}",
