@@ -66,6 +66,9 @@ class Trace:
     jobs: tuple[TraceJob, ...]
     format: str
     path: str
-    skipped: int = 0
     # A dict cannot be hashed; leaving it out of the hash keeps Trace hashable by its jobs.
     skip_reasons: dict[str, int] = field(default_factory=dict, hash=False)
+
+    @property
+    def skipped(self) -> int:
+        return sum(self.skip_reasons.values())

@@ -222,4 +222,4 @@ def _trace(
         for job, line in kept
     )
     reasons = dict(sorted(dropped.items()))
-    return Trace(jobs, format, path, sum(reasons.values()), reasons)
+    return Trace(jobs, format, path, reasons)
