@@ -342,6 +342,19 @@ def test_count_by_state(store: Store) -> None:
     assert store.count_by_state() == {"pending": 2, "running": 2, "failed": 1}
 
 
+def test_count_by_queue(store: Store) -> None:
+    assert store.count_by_queue(["pending"]) == {}
+    for name, queue in (("a", "ml"), ("b", "ml"), ("c", "ml"), ("d", "cv")):
+        add(store, name, queue=queue)
+    store.transition("a", "pending", "running", "placed", 1.0)
+    store.transition("c", "pending", "failed", "oops", 1.0)
+    assert store.count_by_queue(["pending", "running"]) == {
+        ("ml", "pending"): 1,
+        ("ml", "running"): 1,
+        ("cv", "pending"): 1,
+    }
+
+
 # ---------------------------------------------------------------------- atomicity
 
 
@@ -425,14 +438,14 @@ def test_labels_set_overwrite_and_remove(store: Store) -> None:
 
 
 def test_tokens(store: Store) -> None:
-    assert store.count_tokens() == 0
+    assert count_rows(store, schema.tokens) == 0
     assert store.token("0" * 64) is None
     store.add_token("a" * 64, "alice", "ml", "admin", 1.0)
     store.add_token("b" * 64, "bøb", "vision", "user", 2.0)
     assert store.token("a" * 64) == TokenRow("alice", "ml", "admin")
     assert store.token("b" * 64) == TokenRow("bøb", "vision", "user")
     assert store.token("c" * 64) is None
-    assert store.count_tokens() == 2
+    assert count_rows(store, schema.tokens) == 2
 
 
 # ---------------------------------------------------------------------- concurrency

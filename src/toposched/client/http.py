@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlsplit
 
-from toposched.server.paths import ADMIN_TOKEN_FILE, default_data_dir
+from toposched.server.paths import ADMIN_TOKEN_FILE, default_data_dir, loopback
 
 if TYPE_CHECKING:
     import httpx
@@ -25,7 +25,6 @@ API = "/api/v1"
 
 UNREACHABLE = 0  # ApiError.status when no HTTP answer came back
 TIMEOUT_S = 30.0
-LOOPBACK_NAMES = {"localhost", "localhost.localdomain", "ip6-localhost"}
 
 
 class ConfigError(ValueError):
@@ -69,7 +68,7 @@ def server_url(flag: str | None = None) -> str:
 def is_local(url: str) -> bool:
     """Whether `url` names this machine: a loopback address, or this host's own name."""
     host = (urlsplit(url).hostname or "").lower()
-    if host in LOOPBACK_NAMES or host.startswith("127.") or host in ("::1", "0:0:0:0:0:0:0:1"):
+    if loopback(host):
         return True
     me = socket.gethostname().lower()
     return host == me or host == me.split(".")[0]
@@ -239,10 +238,6 @@ class Client:
             ) from None
 
     # ------------------------------------------------------------------ routes
-
-    def health(self) -> dict[str, Any]:
-        result: dict[str, Any] = self._request("GET", "/health")
-        return result
 
     def whoami(self) -> dict[str, Any]:
         result: dict[str, Any] = self._request("GET", "/whoami")

@@ -18,10 +18,6 @@ class LocalNode:
     node: Node
     source: str  # "nvml", or "emulated (...)": what the GPU indices refer to
 
-    @property
-    def emulated(self) -> bool:
-        return self.source != "nvml"
-
 
 def local_node(emulate: str | None, name: str | None = None) -> LocalNode:
     """The node the server schedules. With `emulate` (a preset or topology file) the jobs still

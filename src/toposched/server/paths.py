@@ -1,7 +1,9 @@
-"""Where the server keeps its files; light on imports, so that the CLI can share the rules."""
+"""Where the server keeps its files, and which addresses are this machine's own; light on
+imports, so that the CLI shares these rules."""
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from pathlib import Path
 
@@ -16,3 +18,16 @@ def default_data_dir() -> Path:
         return Path(env)
     base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
     return Path(base) / "toposched"
+
+
+LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
+
+
+def loopback(host: str) -> bool:
+    """A loopback name or address (127.0.0.0/8, ::1)."""
+    if host.lower() in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

@@ -96,9 +96,7 @@ def label(name: str, body: LabelIn, server: Server, who: Admin) -> NodeList:
 @router.get("/api/v1/queues", response_model=QueueList, tags=["queues"])
 def queues(server: Server, _who: Caller) -> QueueList:
     runtime = server.runtime
-    counts: dict[tuple[str, str], int] = {}
-    for row in runtime.store.jobs(states=("pending", "running", "stopping")):
-        counts[(row.queue, row.state)] = counts.get((row.queue, row.state), 0) + 1
+    counts = runtime.store.count_by_queue(("pending", "running", "stopping"))
     usage = runtime.queue_usage()
     for name, gpus in runtime.store.queues().items():
         usage.setdefault(name, (gpus, 0))

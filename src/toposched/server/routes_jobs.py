@@ -12,6 +12,7 @@ from fastapi import APIRouter, HTTPException, Query, status
 from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
+from toposched.core import JobState
 from toposched.server.auth import Principal
 from toposched.server.deps import Caller, Server
 from toposched.server.runtime import LIVE, Conflict, NotFound, Runtime, SubmitRefused
@@ -27,7 +28,7 @@ from toposched.store import DuplicateJob, JobRow
 
 router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
 
-STATES = ("pending", "running", "stopping", "succeeded", "failed", "cancelled", "rejected")
+STATES = tuple(state.value for state in JobState)
 
 
 HIDDEN = "(hidden)"

@@ -23,7 +23,6 @@ from sqlalchemy.exc import SQLAlchemyError
 from toposched.core import (
     Action,
     Event,
-    GpuHealth,
     JobCancelled,
     JobFinished,
     JobRestored,
@@ -51,7 +50,7 @@ from toposched.topology.cluster import Cluster, ClusterError, Node
 
 log = logging.getLogger("toposched.server")
 
-LIVE = ("pending", "running", "stopping")
+LIVE = tuple(state.value for state in JobState if not state.terminal)
 TICK_S = 5.0
 
 
@@ -282,10 +281,6 @@ class Runtime:
             except (SchedulingError, ClusterError) as err:
                 raise Conflict(str(err)) from None
             self._after_decision(self.store.set_label, node, key, value)
-
-    def gpu_health(self, gpu: int, healthy: bool) -> None:
-        with self.lock:
-            self._feed(GpuHealth(self.clock(), self.node.name, gpu, healthy))
 
     # ------------------------------------------------------------------ queries
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import fcntl
-import ipaddress
 import logging
 import socket
 import threading
@@ -21,6 +20,7 @@ from toposched.server.app import create_app
 from toposched.server.auth import ensure_admin_token
 from toposched.server.localnode import local_node, topology_name
 from toposched.server.metrics import Metrics
+from toposched.server.paths import loopback
 from toposched.server.runtime import Runtime
 from toposched.store import Store, sqlite_url
 
@@ -39,15 +39,6 @@ class ServeOptions:
     policy: str = "toposched"
     auth: bool = True
     node_name: str | None = None
-
-
-def loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _check_port(host: str, port: int) -> None:

@@ -266,6 +266,17 @@ class Store:
         with self.engine.connect() as conn:
             return {state: int(n) for state, n in conn.execute(query)}
 
+    def count_by_queue(self, states: Iterable[str]) -> dict[tuple[str, str], int]:
+        """Jobs in `states`, counted by (queue, state)."""
+        j = schema.jobs
+        query = (
+            select(j.c.queue, j.c.state, func.count())
+            .where(j.c.state.in_(list(states)))
+            .group_by(j.c.queue, j.c.state)
+        )
+        with self.engine.connect() as conn:
+            return {(queue, state): int(n) for queue, state, n in conn.execute(query)}
+
     # ------------------------------------------------------------------ queues and labels
 
     def set_queue(self, name: str, guaranteed_gpus: int) -> None:
@@ -312,7 +323,3 @@ class Store:
         with self.engine.connect() as conn:
             row = conn.execute(_TOKEN, {"hash": token_hash}).first()
         return None if row is None else TokenRow(*row)
-
-    def count_tokens(self) -> int:
-        with self.engine.connect() as conn:
-            return int(conn.execute(select(func.count()).select_from(schema.tokens)).scalar() or 0)
