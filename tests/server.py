@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
+
+from toposched.executors.supervisor import proc_stat, read_pids
 
 REPO = Path(__file__).resolve().parent.parent
 TOPOSCHED = [sys.executable, "-m", "toposched"]
@@ -119,12 +123,55 @@ def running_server(
 
 
 def kill_leftover_workers(data_dir: Path) -> None:
-    """Workers outlive a killed server by design; a test must not leave any behind."""
-    import json
+    """Workers outlive a killed server by design; a test must not leave any behind. Only a
+    group whose leader is still the recorded worker is killed (its pid may have been reused)."""
+    for pid_file in (data_dir / "runs").glob("*/attempt-*/worker-*.pid"):
+        record = read_pids(pid_file.parent, int(pid_file.stem.removeprefix("worker-")))
+        stat = proc_stat(record.worker_pid) if record else None
+        if record and stat and stat.start == record.worker_start:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(record.pgid, signal.SIGKILL)
 
-    for pid_file in (data_dir / "runs").glob("*/*/worker-*.pid"):
-        try:
-            pgid = json.loads(pid_file.read_text())["pgid"]
-            os.killpg(pgid, signal.SIGKILL)
-        except (OSError, ValueError, KeyError):
-            pass
+
+# A worker that writes its environment to $OUT/env-<rank>-<restarts>-<pid>.json, then waits for
+# $OUT/$WAIT_<rank> or $OUT/$WAIT (if set) and exits with $EXIT_<rank> (default 0). It saves a
+# checkpoint marker and exits 0 on SIGUSR1.
+WORKER = r"""
+import json, os, pathlib, signal, sys, time
+out = pathlib.Path(os.environ["OUT"])
+rank = os.environ["RANK"]
+keys = ["CUDA_VISIBLE_DEVICES", "WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+        "MASTER_ADDR", "MASTER_PORT", "TOPOSCHED_JOB", "TOPOSCHED_QUEUE",
+        "TOPOSCHED_RESTART_COUNT"]
+env = {k: os.environ.get(k) for k in keys}
+env["pid"] = os.getpid()
+(out / f"env-{rank}-{os.environ['TOPOSCHED_RESTART_COUNT']}-{os.getpid()}.json").write_text(
+    json.dumps(env))
+def checkpoint(signum, frame):
+    (out / f"checkpointed-{rank}").write_text("yes")
+    sys.exit(0)
+signal.signal(signal.SIGUSR1, checkpoint)
+print(f"hello from rank {rank}", flush=True)
+print(f"warning from rank {rank}", file=sys.stderr, flush=True)
+wait = os.environ.get(f"WAIT_{rank}") or os.environ.get("WAIT")
+if wait:
+    while not (out / wait).exists():
+        time.sleep(0.05)
+sys.exit(int(os.environ.get(f"EXIT_{rank}", "0")))
+"""
+
+
+def wait_for(check: Callable[[], Any], what: str, timeout_s: float = 20.0) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def alive(pid: int) -> bool:
+    """A process that exists and is not a zombie."""
+    stat = proc_stat(pid)
+    return stat is not None and stat.alive

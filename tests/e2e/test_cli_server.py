@@ -8,20 +8,19 @@ test cancels what it left running. Waiting is done by polling the API with a dea
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from tests.e2e.conftest import Result
 from tests.server import REPO, ServerProcess, free_port, running_server
 from toposched.client.http import (
     ApiError,
@@ -47,16 +46,6 @@ while not gate.exists():
     time.sleep(0.05)
 print(f"rank {rank} done", flush=True)
 """
-
-
-@dataclass
-class Result:
-    code: int
-    out: str
-    err: str
-
-    def json(self) -> Any:
-        return json.loads(self.out)
 
 
 @pytest.fixture(scope="module")

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from tests.server import kill_leftover_workers
 from toposched.executors.local import ExecutorError, LocalExecutor, RunSpec, WorkerExit
 from toposched.executors.supervisor import proc_stat, read_pids
 
@@ -41,7 +42,7 @@ def make_executor(runs: Path) -> Iterator[Callable[..., LocalExecutor]]:
         return made[-1]
 
     yield make
-    _kill_leftovers(runs)
+    kill_leftover_workers(runs.parent)
 
     def no_children() -> bool:
         for executor in made:
@@ -61,15 +62,6 @@ def out(tmp_path: Path) -> Path:
     path = tmp_path / "out"
     path.mkdir()
     return path
-
-
-def _kill_leftovers(root: Path) -> None:
-    """A failed test must not leave sleeping workers behind."""
-    for pid_file in root.glob("*/attempt-*/worker-*.pid"):
-        record = read_pids(pid_file.parent, int(pid_file.stem.removeprefix("worker-")))
-        stat = proc_stat(record.worker_pid) if record else None
-        if record and stat and stat.start == record.worker_start:
-            os.killpg(record.pgid, signal.SIGKILL)
 
 
 def spec(

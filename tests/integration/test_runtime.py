@@ -6,7 +6,6 @@ executor returns is decided by the test (e.g. every worker of a gang ended befor
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -17,11 +16,11 @@ from typing import Any
 import pytest
 from sqlalchemy.exc import OperationalError
 
-from tests.integration.test_server import WORKER, alive, wait_for
-from tests.server import kill_leftover_workers
+from tests.server import WORKER, alive, kill_leftover_workers, wait_for
 from toposched.core import SchedulerPolicy
 from toposched.discovery.files import load_topology
 from toposched.executors.local import ExecutorError, LocalExecutor
+from toposched.executors.supervisor import read_pids
 from toposched.server.localnode import LocalNode
 from toposched.server.runtime import Runtime, RuntimeBroken
 from toposched.server.schemas import JobSubmit
@@ -193,7 +192,9 @@ def test_a_start_cut_short_by_a_crash_leaves_no_worker_behind(
         supervisors.append(subprocess.Popen([*argv, *command], env=env, start_new_session=True))
     try:
         wait_for(lambda: (run_dir / "worker-0.pid").exists(), "rank 0's worker")
-        worker0 = json.loads((run_dir / "worker-0.pid").read_text())["worker_pid"]
+        pids = read_pids(run_dir, 0)
+        assert pids is not None
+        worker0 = pids.worker_pid
         second = Rig(data)
         assert second.runtime.recover() == ["cut: requeued (its workers had not started)"]
         # Rank 1's supervisor is killed before it starts a worker unwatched. Rank 0's worker
