@@ -27,11 +27,11 @@ def serve_cmd(
     data_dir: Path = typer.Option(
         None,
         "--data-dir",
-        help="Database, logs and the admin token (default: $TOPOSCHED_DATA_DIR or "
-        "~/.local/share/toposched).",
+        help="Database, logs and the admin token (default: $TOPOSCHED_DATA_DIR, else "
+        "$XDG_DATA_HOME/toposched, else ~/.local/share/toposched).",
     ),
     no_auth: bool = typer.Option(
-        False, "--no-auth", help="No tokens: every caller is admin (127.0.0.1 only)."
+        False, "--no-auth", help="No tokens: every caller is admin (loopback addresses only)."
     ),
     node_name: str = typer.Option(None, "--node-name", help="Node name (default: hostname)."),
 ) -> None:
