@@ -64,6 +64,7 @@ from toposched.core import (
     Transition,
     WorkerFailed,
 )
+from toposched.core.policy import Order
 from toposched.placement.capacity import Capacity
 from toposched.placement.gang import GangRequest, place_gang
 from toposched.topology import preset
@@ -138,6 +139,12 @@ class Known:
     waiting_since: float = 0.0
     restarts: int = 0
     starts: int = 0
+    served: float = 0.0  # GPU-seconds of the runs that have ended
+    since: float = 0.0  # when its current run began
+
+    def service(self, now: float) -> float:
+        running = self.placement.gpus * (now - self.since) if self.placement else 0.0
+        return self.served + running
 
 
 @dataclass
@@ -197,6 +204,7 @@ class Driver:
         match event:
             case JobStopped(job=name) | JobFinished(job=name):
                 known = self.jobs[name]
+                known.served = known.service(event.time)
                 known.ran_on, known.placement = known.placement, None  # its processes are gone
                 known.ended_stop, known.stop = known.stop, None
             case JobCancelled(job=name):
@@ -338,6 +346,7 @@ class Driver:
                 f"{where}: migrated from {known.ran_on.describe()} to a slower ring",
             )
         known.placement = placement
+        known.since = self.now
         known.starts += 1
 
     def _stop(self, event: Event, known: Known, action: StopJob) -> None:
@@ -374,10 +383,20 @@ class Driver:
             outranked = any(
                 k.spec.queue == queue and k.spec.priority > spec.priority for k in self.waiting()
             )
+            # Least attained service: checkpointable work that has had the demotion threshold
+            # of service may go for a waiting job of no lower priority (a promotion forgives
+            # service, so the threshold is a lower bound on what the victim has had).
+            demote = self.policy.demote_after_gpu_h
+            served = (
+                demote is not None
+                and spec.checkpointable
+                and known.service(self.now) >= demote * 3600.0 * (1 - 1e-9)
+                and any(k.spec.priority >= spec.priority for k in self.waiting())
+            )
             self.expect(
-                used > self.queues.get(queue, 0) or outranked,
+                used > self.queues.get(queue, 0) or outranked or served,
                 f"{where}: queue {queue} uses {used} of its {self.queues.get(queue, 0)} "
-                "guaranteed GPUs and nobody of higher priority waits in it",
+                "guaranteed GPUs, nobody of higher priority waits in it, and it is not demoted",
             )
         elif kind is StopKind.MIGRATE:
             self.expect(spec.checkpointable, f"{where}: migrating a job with no checkpoint")
@@ -484,7 +503,16 @@ def setups(draw: st.DrawFn, policies: tuple[str, ...] | list[str] = GANG_POLICIE
     queues = {f"q{i}": draw(st.integers(0, total // 2)) for i in range(draw(st.integers(1, 2)))}
     policy = SCHEDULER_POLICIES[draw(st.sampled_from(sorted(policies)))].base
     runtime = draw(st.sampled_from([None, None, 50.0]))
-    policy = replace(policy, default_runtime_s=runtime, grow_after_s=draw(st.sampled_from([0, 60])))
+    policy = replace(
+        policy,
+        default_runtime_s=runtime,
+        grow_after_s=draw(st.sampled_from([0, 60])),
+        # Least attained service, with thresholds the random streams cross (7 and 36 GPU-s).
+        demote_after_gpu_h=(
+            draw(st.sampled_from([None, 0.002, 0.01])) if policy.order is Order.FAIR else None
+        ),
+        promote_after_s=draw(st.sampled_from([None, 300.0])),
+    )
     return Setup(Cluster(nodes), spare, queues, policy)
 
 

@@ -1290,3 +1290,102 @@ def test_gang_policies_do_not_deadlock(policy: str) -> None:
             break
         s.handle(JobFinished(t, running[0], True))
     assert {s.job(n).state for n in "ab"} == {JobState.SUCCEEDED}
+
+
+# ---------------------------------------------------------------- least attained service
+
+LAS = {"demote_after_gpu_h": 1.0}  # demoted after 3,600 GPU-seconds
+
+
+@cases(
+    Case(
+        # `long` has had 800 GPU-s when `new` arrives: not demoted, so `new` only reserves.
+        # At t=450 it has had 3,600 and is demoted: the waiting `new` preempts it.
+        "a demoted job is preempted for one that has had less service",
+        cluster(node("n0", DGX1)),
+        [
+            (submit(job("long", 8, checkpoint=CKPT)), two_steps("long", {"n0": ALL8})),
+            (submit(job("new", 4, checkpoint=CKPT), t=100), [queued("new")]),
+            ([Tick(449)], []),
+            ([Tick(450)], stopping("long", "preempt")),
+            (
+                [JobStopped(460, "long")],
+                [moved("long", "stopping", "pending"), *started("new", {"n0": LOW})],
+            ),
+        ],
+        policy=LAS,
+    ),
+    Case(
+        "a demoted job that cannot checkpoint is not preempted",
+        cluster(node("n0", DGX1)),
+        [
+            (submit(job("long", 8)), two_steps("long", {"n0": ALL8})),
+            (submit(job("new", 4, checkpoint=CKPT), t=100), [queued("new")]),
+            ([Tick(5000)], []),
+        ],
+        policy=LAS,
+    ),
+    Case(
+        "a demoted job of higher priority is not preempted",
+        cluster(node("n0", DGX1)),
+        [
+            (submit(job("long", 8, priority=1, checkpoint=CKPT)), two_steps("long", {"n0": ALL8})),
+            (submit(job("new", 4, checkpoint=CKPT), t=100), [queued("new")]),
+            ([Tick(5000)], []),
+        ],
+        policy=LAS,
+    ),
+    Case(
+        "without demotion nothing is preempted for service",
+        cluster(node("n0", DGX1)),
+        [
+            (submit(job("long", 8, checkpoint=CKPT)), two_steps("long", {"n0": ALL8})),
+            (submit(job("new", 4, checkpoint=CKPT), t=100), [queued("new")]),
+            ([Tick(5000)], []),
+        ],
+    ),
+)
+def test_least_attained_service(case: Case) -> None:
+    play(case)
+
+
+def test_a_demoted_job_waits_behind_fresh_ones_until_promoted() -> None:
+    s = scheduler(DGX1, **LAS, promote_after_s=300.0)
+    s.handle(*submit(job("a", 8, checkpoint=CKPT)))
+    # `a` has had 4,000 GPU-s when `b` comes: preempted for it, then waits demoted.
+    assert project(s.handle(*submit(job("b", 8, checkpoint=CKPT), t=500))) == [
+        queued("b"),
+        *stopping("a", "preempt"),
+    ]
+    s.handle(JobStopped(510, "a"))
+    assert s.job("b").state is JobState.RUNNING
+    s.handle(*submit(job("c", 8, checkpoint=CKPT), t=520))
+    assert [r.name for r in s.pending()] == ["c", "a"]
+    assert "(demoted: ranks after jobs that have had less)" in s.explain("a")
+    # Promoted at t=810 (300 s of waiting), `a` ranks by submission again; `b` is not demoted
+    # yet (2,400 GPU-s), so `a` waits for it, and preempts it once it is (t=960).
+    assert project(s.handle(Tick(809))) == []
+    assert project(s.handle(Tick(810))) == []
+    assert [r.name for r in s.pending()] == ["a", "c"]
+    assert "service: 1.13 GPU-hours\n" in s.explain("a")  # 8 GPUs x 510 s
+    assert project(s.handle(Tick(959))) == []
+    assert project(s.handle(Tick(960))) == stopping("b", "preempt")
+    assert project(s.handle(JobStopped(965, "b"))) == [
+        moved("b", "stopping", "pending"),
+        *started("a", {"n0": ALL8}),
+    ]
+    # Its old service forgiven, `a` runs 3,600 GPU-s before `c` may preempt it in turn.
+    assert project(s.handle(Tick(1414))) == []
+    assert project(s.handle(Tick(1415))) == stopping("a", "preempt")
+
+
+def test_service_counts_every_run_on_the_gpus_held() -> None:
+    s = scheduler(DGX1, **LAS)
+    s.handle(*submit(job("a", 4, checkpoint=CKPT)))
+    s.handle(Tick(100))
+    assert "service: 0.11 GPU-hours" in s.explain("a")  # 4 GPUs x 100 s
+    s.handle(*submit(job("b", 8, checkpoint=CKPT), t=1000))  # a: 4,000 GPU-s, demoted
+    s.handle(JobStopped(1010, "a"))  # stopping counts: 4,040 GPU-s
+    s.handle(JobFinished(2000, "b", True))  # a restarts
+    s.handle(Tick(2100))
+    assert "service: 1.23 GPU-hours (demoted" in s.explain("a")  # 4,440 GPU-s

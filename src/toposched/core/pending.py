@@ -2,7 +2,8 @@
 
 Jobs of one shape (minimum workers, GPUs per worker, the widest tier their locality allows now)
 place alike, so a cycle can judge a whole list by its first job. A job's tier widens while it
-waits (`node,rack@600`); it is filed again under its new shape when that happens.
+waits (`node,rack@600`), and a demoted job is promoted after a long wait: it is filed again
+when that happens.
 """
 
 from __future__ import annotations
@@ -28,25 +29,33 @@ def shape_now(rec: JobRecord, now: float) -> Shape:
 
 
 class PendingJobs:
-    """Per (queue, shape): the waiting jobs in (-priority, submission) order."""
+    """Per (queue, shape): the waiting jobs in (-priority, level, submission) order (the level
+    is 1 for a job demoted for the service it has had, else 0)."""
 
     def __init__(self) -> None:
-        self.lists: dict[Key, list[tuple[int, int, str]]] = {}
+        self.lists: dict[Key, list[tuple[int, int, int, str]]] = {}
         self.filed: dict[str, Key] = {}
+        self.level: dict[str, int] = {}
         self.shapes: dict[Shape, int] = {}  # waiting jobs per shape, over all queues
         # Jobs in each list that declare a run time: lists without any can be judged whole
         # against a reservation (none of their jobs ends before it).
         self.declared: dict[Key, int] = {}
-        self._relax: list[tuple[float, int, str]] = []  # (when its tier widens, seq, name)
+        # (when its tier widens or it is promoted, seq, name): then it may need filing again.
+        self._due: list[tuple[float, int, str]] = []
 
     def __bool__(self) -> bool:
         return bool(self.filed)
 
-    def add(self, rec: JobRecord, now: float) -> None:
+    def add(
+        self, rec: JobRecord, now: float, level: int = 0, promote_at: float | None = None
+    ) -> None:
         spec = rec.spec
         key = (spec.queue, shape_now(rec, now))
-        bisect.insort(self.lists.setdefault(key, []), (-spec.priority, rec.seq, rec.name))
+        bisect.insort(self.lists.setdefault(key, []), (-spec.priority, level, rec.seq, rec.name))
         self.filed[rec.name] = key
+        self.level[rec.name] = level
+        if promote_at is not None:
+            heapq.heappush(self._due, (promote_at, rec.seq, rec.name))
         self.shapes[key[1]] = self.shapes.get(key[1], 0) + 1
         if spec.limit_s is not None:
             self.declared[key] = self.declared.get(key, 0) + 1
@@ -54,14 +63,15 @@ class PendingJobs:
         widest = locality.allowed(float("inf")).tier
         if spec.min_workers > 1 and locality.relax_after_s is not None and key[1][2] < widest:
             heapq.heappush(
-                self._relax, (rec.waiting_since + locality.relax_after_s, rec.seq, rec.name)
+                self._due, (rec.waiting_since + locality.relax_after_s, rec.seq, rec.name)
             )
 
     def remove(self, rec: JobRecord) -> Shape | None:
         """Take the job out; returns its shape if it was the last waiting job of that shape."""
         key = self.filed.pop(rec.name)
+        level = self.level.pop(rec.name)
         entries = self.lists[key]
-        del entries[bisect.bisect_left(entries, (-rec.spec.priority, rec.seq, rec.name))]
+        del entries[bisect.bisect_left(entries, (-rec.spec.priority, level, rec.seq, rec.name))]
         if not entries:
             del self.lists[key]
         if rec.spec.limit_s is not None:
@@ -75,12 +85,12 @@ class PendingJobs:
         del self.shapes[shape]
         return shape
 
-    def relaxed(self, now: float) -> list[str]:
-        """Jobs whose locality widened by `now` (stale entries, of jobs that started or were
-        filed again since, are dropped)."""
+    def due(self, now: float) -> list[str]:
+        """Jobs whose locality widened or that were promoted by `now` (stale entries, of jobs
+        that started or were filed again since, are dropped)."""
         out = []
-        while self._relax and self._relax[0][0] <= now:
-            _, _, name = heapq.heappop(self._relax)
+        while self._due and self._due[0][0] <= now:
+            _, _, name = heapq.heappop(self._due)
             if name in self.filed:
                 out.append(name)
         return out
@@ -99,7 +109,7 @@ class PendingJobs:
         for key, entries in self.lists.items():
             pos[key] = 0
             by_queue.setdefault(key[0], []).append(key)
-            heap.append((rank(entries[0][2]), key, 0, 0))
+            heap.append((rank(entries[0][3]), key, 0, 0))
         heapq.heapify(heap)
         while heap:
             _, key, at, seen = heapq.heappop(heap)
@@ -113,13 +123,13 @@ class PendingJobs:
             if skip(key):
                 del pos[key]
                 continue
-            name = entries[at][2]
+            name = entries[at][3]
             yield name
             entries = self.lists.get(key, [])
-            if at < len(entries) and entries[at][2] == name:
+            if at < len(entries) and entries[at][3] == name:
                 pos[key] = at + 1  # still waiting: step past it
                 if at + 1 < len(entries):
-                    heapq.heappush(heap, (rank(entries[at + 1][2]), key, at + 1, seen))
+                    heapq.heappush(heap, (rank(entries[at + 1][3]), key, at + 1, seen))
                 else:
                     del pos[key]
                 continue
@@ -130,6 +140,6 @@ class PendingJobs:
                     continue
                 rest = self.lists.get(other, [])
                 if pos[other] < len(rest):
-                    heapq.heappush(heap, (rank(rest[pos[other]][2]), other, pos[other], seen))
+                    heapq.heappush(heap, (rank(rest[pos[other]][3]), other, pos[other], seen))
                 else:
                     del pos[other]

@@ -58,6 +58,11 @@ class SchedulerPolicy:
     reservation: the first blocked job keeps the GPUs that free up first (no starvation).
     backfill: later jobs may start while an earlier one is blocked (False: strict FIFO).
     grow_after_s: an elastic job runs this long at one size before it is grown again.
+    demote_after_gpu_h: least attained service (as Tiresias): a job that has run this many
+    GPU-hours ranks after jobs of its priority that have not, and a waiting job that has not
+    may preempt it if it can checkpoint (None: no demotion; order by submission alone).
+    promote_after_s: a demoted job that has waited this long ranks with the others again, so
+    it cannot starve (None: never promoted).
     """
 
     name: str = "toposched"
@@ -76,6 +81,8 @@ class SchedulerPolicy:
     default_runtime_s: float | None = None
     stop_grace_s: float = 10.0
     grow_after_s: float = 60.0
+    demote_after_gpu_h: float | None = None
+    promote_after_s: float | None = 86_400.0
     keep_finished: int = 10_000
 
     def __post_init__(self) -> None:
@@ -96,6 +103,12 @@ class SchedulerPolicy:
             raise PolicyError(f"stop_grace_s must be >= 0, got {self.stop_grace_s}")
         if self.grow_after_s < 0:
             raise PolicyError(f"grow_after_s must be >= 0, got {self.grow_after_s}")
+        if self.demote_after_gpu_h is not None and self.order is not Order.FAIR:
+            raise PolicyError("demote_after_gpu_h needs order 'fair' (fifo ignores service)")
+        for key in ("demote_after_gpu_h", "promote_after_s"):
+            value = getattr(self, key)
+            if value is not None and not value > 0:
+                raise PolicyError(f"{key} must be positive, got {value}")
         if self.keep_finished < 0:
             raise PolicyError(f"keep_finished must be >= 0, got {self.keep_finished}")
 

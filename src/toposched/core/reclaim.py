@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from toposched.core.job import JobState
 from toposched.core.records import JobRecord
 from toposched.placement.gang import GangRequest, Shortfall, node_gpus, place_gang, ring_gbps
+from toposched.placement.request import Mode
 from toposched.placement.tables import to_mask
 from toposched.topology.cluster import Tier
 
@@ -19,9 +20,10 @@ if TYPE_CHECKING:
 
 EXHAUSTIVE_VICTIMS = 8
 SMALL_VICTIM_SETS = 3
+MEMO_LIMIT = 4096  # per-node answers kept (cleared whole when full)
 
 
-def _victim_sets(jobs: list[JobRecord]) -> Iterator[tuple[JobRecord, ...]]:
+def _victim_sets(jobs: list[str]) -> Iterator[tuple[str, ...]]:
     """Sets of victims on one node to try: all of them when there are few, else every set of up
     to three and every prefix of the cheapest-first order (so a large node still finds room)."""
     if len(jobs) <= EXHAUSTIVE_VICTIMS:
@@ -36,48 +38,113 @@ def _victim_sets(jobs: list[JobRecord]) -> Iterator[tuple[JobRecord, ...]]:
 
 def victims_for(s: Scheduler, rec: JobRecord) -> list[JobRecord]:
     """Running jobs `rec` may preempt: work borrowed beyond another queue's guarantee (if
-    `rec` is within its own), and lower-priority work of its own queue."""
+    `rec` is within its own), lower-priority work of its own queue, and, under least attained
+    service, checkpointable demoted work that would rank after `rec` (if `rec` is not
+    demoted itself), of its own queue or borrowed by another."""
     spec = rec.spec
     within = s.queues[spec.queue].within_guarantee(spec.min_workers * spec.gpus_per_worker)
     lower = s.policy.preempt_lower_priority and s.lowest_priority[spec.queue] < spec.priority
-    if not (within or lower):
+    las = s.policy.demote_after_gpu_h is not None and s.waiting_level(rec) == 0
+    if not (within or lower or las):
         return []
-    # Other queues' jobs matter only if `rec` is within its guarantee; all of a queue's jobs
-    # then count, in order, to tell where its guarantee ends and borrowing begins.
-    running: dict[str, list[JobRecord]] = {}
-    # Jobs holding GPUs, found through the GPUs (far fewer than the jobs kept for answers).
-    for r in (s.jobs[name] for name in set(s.owner.values())):
-        if r.state is not JobState.RUNNING:
-            continue
-        if r.spec.queue == spec.queue:
-            if lower and r.spec.priority < spec.priority:
-                running.setdefault(r.spec.queue, []).append(r)
-        elif within:
-            running.setdefault(r.spec.queue, []).append(r)
+
+    def behind(r: JobRecord) -> bool:
+        """Once waiting again, `r` ranks after `rec` (else it would start again at once, and
+        be preempted again): outside its queue's guarantee where `rec` is not, or no higher
+        in priority; a demoted job ranks after a job of its priority that is not."""
+        q = s.queues[r.spec.queue]
+        need = r.spec.min_workers * r.spec.gpus_per_worker
+        mine = (q.used - r.gpus_held() + need > q.guaranteed, -r.spec.priority)
+        return mine >= (not within, -spec.priority)
+
+    borrowed: dict[str, set[str]] = {}
+
+    def beyond(queue: str) -> set[str]:
+        """Jobs of another queue past its guarantee, counted in (priority, start) order."""
+        if queue not in borrowed:
+            q = s.queues[queue]
+            jobs = sorted(
+                (r for r in s.holders.values() if r.spec.queue == queue),
+                key=lambda r: (-r.spec.priority, r.started or 0.0, r.seq),
+            )
+            held, past = 0, set()
+            for r in jobs:
+                held += r.gpus_held()
+                if held > q.guaranteed and r.state is JobState.RUNNING:
+                    past.add(r.name)
+            borrowed[queue] = past
+        return borrowed[queue]
+
     out: list[JobRecord] = []
-    for q in s.queues.values():
-        jobs = sorted(
-            running.get(q.name, ()), key=lambda r: (-r.spec.priority, r.started or 0.0, r.seq)
-        )
-        if q.name == spec.queue:
-            out += jobs
-            continue
-        held = 0
-        for r in jobs:
-            held += r.gpus_held()
-            if held > q.guaranteed:
+    if within or lower:
+        for r in sorted(
+            s.holders.values(), key=lambda r: (-r.spec.priority, r.started or 0.0, r.seq)
+        ):
+            if r.state is not JobState.RUNNING:
+                continue
+            if r.spec.queue == spec.queue:
+                if lower and r.spec.priority < spec.priority and behind(r):
+                    out.append(r)
+            elif within and r.name in beyond(r.spec.queue):
+                out.append(r)
+    if las:
+        chosen = {r.name for r in out}
+        for r in sorted(s.demotions.due(s.now).values(), key=lambda r: r.seq):
+            if r.name in chosen or r.state is not JobState.RUNNING or not behind(r):
+                continue
+            q = s.queues[r.spec.queue]
+            if r.spec.queue == spec.queue or not q.guaranteed or r.name in beyond(q.name):
                 out.append(r)
     return out
 
 
-def _cost(victims: tuple[JobRecord, ...]) -> tuple[int, int, int, int]:
-    """Checkpointable work first, then lower priority, then fewer jobs, then fewer GPUs."""
-    return (
-        sum(1 for v in victims if not v.spec.checkpointable),
-        max((v.spec.priority for v in victims), default=0),
-        len(victims),
-        sum(v.gpus_held() for v in victims),
-    )
+Cost = tuple[int, int, int]  # (cannot checkpoint, priority, GPUs held) of one victim
+NodeChoice = tuple[tuple[float, ...], tuple[str, ...], int]  # (cost, victims, GPUs chosen)
+
+
+def victim_cost(r: JobRecord) -> Cost:
+    return (0 if r.spec.checkpointable else 1, r.spec.priority, r.gpus_held())
+
+
+def _best_on_node(
+    s: Scheduler, i: int, per: dict[str, tuple[int, Cost]], k: int, mode: Mode
+) -> NodeChoice | None:
+    """The cheapest victims on node `i` whose GPUs, with the free ones, give `k` GPUs, and
+    the GPUs chosen: checkpointable work first, then the best ring, then lower priority,
+    fewer jobs, fewer GPUs. Kept while the node's free GPUs and victims stay the same (a
+    blocked job tries again at every event, and few nodes change between two)."""
+    cap = s.capacity
+    bad = s.unhealthy.get(i, 0)
+    memo_key = (i, k, mode, cap.aware[i], cap.free[i], bad, tuple(per.items()))
+    memo = s.reclaim_memo
+    if memo_key in memo:
+        return memo[memo_key]
+    topology = cap.nodes[i].topology
+    jobs = sorted(per, key=lambda name: (per[name][1], name))
+    best: NodeChoice | None = None
+    for subset in _victim_sets(jobs):
+        avail = cap.free[i]
+        for name in subset:
+            avail |= per[name][0]
+        avail &= ~bad
+        if avail.bit_count() < k:
+            continue
+        costs = [per[name][1] for name in subset]
+        gpus = node_gpus(topology, avail, k, cap.aware[i], mode)
+        ring = ring_gbps(topology, gpus) or 0.0
+        key = (
+            sum(c[0] for c in costs),
+            -ring,
+            max(c[1] for c in costs),
+            len(subset),
+            sum(c[2] for c in costs),
+        )
+        if best is None or key < best[0]:
+            best = (key, subset, to_mask(gpus))
+    if len(memo) >= MEMO_LIMIT:
+        memo.clear()
+    memo[memo_key] = best
+    return best
 
 
 def plan_reclaim(
@@ -86,44 +153,70 @@ def plan_reclaim(
     victims = victims_for(s, rec)
     if not victims:
         return None
-    cap = s.capacity
-    k = request.gpus
+    costs = {v.name: victim_cost(v) for v in victims}
+    if request.gpus == 1:
+        return plan_one_gpu(s, costs, request.mode)
     owned: dict[int, dict[str, int]] = {}
-    names = {v.name for v in victims}
-    for (i, gpu), job in s.owner.items():
-        if job in names:
-            per = owned.setdefault(i, {})
-            per[job] = per.get(job, 0) | 1 << gpu
-    best: tuple[tuple[float, ...], list[JobRecord], dict[int, int]] | None = None
-    for i, per in owned.items():
-        if not cap.present[i]:
-            continue
-        everything = cap.free[i]
-        for mask in per.values():
-            everything |= mask
-        everything &= ~s.unhealthy.get(i, 0)
-        if everything.bit_count() < k:
-            continue
-        topology = cap.nodes[i].topology
-        jobs = sorted((s.jobs[j] for j in per), key=lambda v: (_cost((v,)), v.name))
-        for subset in _victim_sets(jobs):
-            avail = cap.free[i]
-            for v in subset:
-                avail |= per[v.name]
-            avail &= ~s.unhealthy.get(i, 0)
-            if avail.bit_count() < k:
-                continue
-            gpus = node_gpus(topology, avail, k, cap.aware[i], request.mode)
-            ring = ring_gbps(topology, gpus) or 0.0
-            cost = _cost(subset)
-            key = (cost[0], -ring, *cost[1:], i)
-            if best is None or key < best[0]:
-                best = (key, list(subset), {i: to_mask(gpus)})
+    best = plan_on_nodes(s, costs, request, owned)
     if best is not None:
-        return best[1], best[2]
+        return best
     if request.widest == Tier.NODE or request.workers == 1:
         return None
     return plan_reclaim_nodes(s, request, victims, owned)
+
+
+Plan = tuple[list[JobRecord], dict[int, int]]  # victims, and the GPUs they give (by node)
+
+
+def plan_on_nodes(
+    s: Scheduler, costs: dict[str, Cost], request: GangRequest, owned: dict[int, dict[str, int]]
+) -> Plan | None:
+    """The cheapest victims on any one node (see `_best_on_node`); fills `owned` with each
+    node's victims and their GPUs."""
+    cap = s.capacity
+    best: tuple[tuple[float, ...], tuple[str, ...], dict[int, int]] | None = None
+    for i, on_node in s.node_jobs.items():
+        per = {job: (mask, costs[job]) for job, mask in on_node.items() if job in costs}
+        if not per:
+            continue
+        owned[i] = {job: mask for job, (mask, _) in per.items()}
+        if not cap.present[i]:
+            continue
+        everything = cap.free[i]
+        for mask, _ in per.values():
+            everything |= mask
+        if (everything & ~s.unhealthy.get(i, 0)).bit_count() < request.gpus:
+            continue
+        found = _best_on_node(s, i, per, request.gpus, request.mode)
+        if found is not None and (best is None or (*found[0], i) < best[0]):
+            best = ((*found[0], i), found[1], {i: found[2]})
+    if best is None:
+        return None
+    return [s.jobs[name] for name in best[1]], best[2]
+
+
+def plan_one_gpu(s: Scheduler, costs: dict[str, Cost], mode: Mode) -> Plan | None:
+    """`plan_on_nodes` for one GPU, without walking victim sets: one victim always does, and
+    no larger set is cheaper, so the answer is the cheapest victim (lowest node, then name,
+    among equals), as the general search finds it."""
+    cap = s.capacity
+    best: tuple[tuple[Cost, int, str], int] | None = None
+    for i, on_node in s.node_jobs.items():
+        if not cap.present[i]:
+            continue
+        bad = s.unhealthy.get(i, 0)
+        for job, mask in on_node.items():
+            cost = costs.get(job)
+            if cost is None:
+                continue
+            avail = (cap.free[i] | mask) & ~bad
+            if avail and (best is None or (cost, i, job) < best[0]):
+                best = ((cost, i, job), avail)
+    if best is None:
+        return None
+    (_, i, job), avail = best
+    gpus = node_gpus(cap.nodes[i].topology, avail, 1, cap.aware[i], mode)
+    return [s.jobs[job]], {i: to_mask(gpus)}
 
 
 def plan_reclaim_nodes(

@@ -33,6 +33,10 @@ class JobRecord:
     stop_why: str = ""
     cancel_requested: bool = False
     started: float | None = None
+    # GPU-seconds of service from runs that have ended (the current run counts on top).
+    banked_service: float = 0.0
+    # Service a promotion forgave (least attained service): demotion counts what came after.
+    forgiven: float = 0.0
     restarts: int = 0
     reason: str = ""
     tried: int = 0  # the last scheduling cycle that looked at this job
@@ -55,7 +59,21 @@ class JobRecord:
         return held
 
     def gpus_held(self) -> int:
-        return sum(p.gpus for p in self.held())
+        held = self.placement.gpus if self.placement is not None else 0
+        if self.target is not None:
+            held += self.target.gpus
+        return held + sum(len(slot.gpus) for slot in self.partial)
+
+    def service(self, now: float) -> float:
+        """GPU-seconds this job has run so far (least-attained-service ordering)."""
+        if self.placement is None:
+            return self.banked_service
+        return self.banked_service + self.placement.gpus * (now - self.last_restart)
+
+    def bank_service(self, now: float) -> None:
+        """Count the current run's service, before its placement changes or it stops."""
+        self.banked_service = self.service(now)
+        self.last_restart = now
 
     def expected_end(self, default_runtime_s: float | None) -> float:
         limit = self.spec.limit_s if self.spec.limit_s is not None else default_runtime_s

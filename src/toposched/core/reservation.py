@@ -45,14 +45,6 @@ class Reservation:
         return f"reserved {'; '.join(parts)} ({when})"
 
 
-def jobs_by_node(s: Scheduler) -> dict[int, dict[str, int]]:
-    out: dict[int, dict[str, int]] = {}
-    for (i, gpu), job in s.owner.items():
-        per = out.setdefault(i, {})
-        per[job] = per.get(job, 0) | 1 << gpu
-    return out
-
-
 def end_estimate(s: Scheduler, name: str) -> float:
     rec = s.jobs[name]
     if rec.state is JobState.STOPPING:
@@ -62,7 +54,7 @@ def end_estimate(s: Scheduler, name: str) -> float:
 
 def reserve(s: Scheduler, rec: JobRecord, request: GangRequest) -> Reservation | None:
     """The GPUs that free up first for `rec` (one node if it fits in one, else whole nodes)."""
-    by_node = jobs_by_node(s)
+    by_node = s.node_jobs
     cap = s.capacity
     k = request.gpus
     # First the nodes whose GPUs free up soonest (fewest GPUs to wait for among equals); only

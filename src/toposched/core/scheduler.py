@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from toposched.core.actions import Action, StartJob, StopJob, StopKind, Transition
+from toposched.core.demotion import Demotions
 from toposched.core.events import (
     Event,
     GpuHealth,
@@ -49,7 +50,7 @@ from toposched.core.job import JobSpec, JobState, RestartPolicy
 from toposched.core.moves import placement_of, plan_defrag, plan_growth
 from toposched.core.pending import Key, PendingJobs, Shape, shape_now
 from toposched.core.policy import Order, Placing, SchedulerPolicy, SingleGpu
-from toposched.core.reclaim import plan_reclaim
+from toposched.core.reclaim import NodeChoice, plan_reclaim
 from toposched.core.records import JobRecord, QueueRecord
 from toposched.core.reservation import Reservation, reserve
 from toposched.core.validate import check as check_books
@@ -110,6 +111,18 @@ class Scheduler:
         self.labels: dict[str, dict[str, str]] = {n.name: dict(n.labels) for n in cluster.nodes}
         self.unhealthy: dict[int, int] = {}
         self.owner: dict[tuple[int, int], str] = {}
+        # The same books by node, and the jobs holding any GPU: what reclaim and reservations
+        # walk, instead of every GPU.
+        self.node_jobs: dict[int, dict[str, int]] = {}
+        self.holders: dict[str, JobRecord] = {}
+        # Bumped whenever GPUs are freed, the cluster or a guarantee changes, or a job starts
+        # that another could preempt: a reclaim that found no victims is not tried again for
+        # the same request until then, or until a running job is demoted.
+        self._epoch = 0
+        self._no_victims: tuple[tuple[object, ...], float] | None = None  # (asked, until)
+        self._highest_priority: dict[str, int] = {}
+        demote = self.policy.demote_after_gpu_h
+        self.demotions = Demotions(None if demote is None else demote * 3600.0)
         self.jobs: dict[str, JobRecord] = {}
         self.queues: dict[str, QueueRecord] = {}
         self.reservation: Reservation | None = None
@@ -130,6 +143,8 @@ class Scheduler:
         self._ranks: dict[str, tuple[int, tuple[float, ...]]] = {}
         self._held_waiting: dict[str, int] = {}  # GPUs of partial gangs, by waiting job
         self.lowest_priority: dict[str, int] = {}
+        # Reclaim's answer per node state (core/reclaim.py), bounded there.
+        self.reclaim_memo: dict[tuple[object, ...], NodeChoice | None] = {}
 
     # ------------------------------------------------------------------ the entry point
 
@@ -154,6 +169,8 @@ class Scheduler:
     def _apply(self, event: Event) -> list[Action]:
         out: list[Action] = []
         only: str | None = None
+        if isinstance(event, NodeAdded | NodeRemoved | NodeLabelled | GpuHealth | QueueConfigured):
+            self._epoch += 1  # what reclaim found may have changed
         match event:
             case JobSubmitted(spec=spec):
                 out += self._submit(spec)
@@ -218,6 +235,15 @@ class Scheduler:
         ]
         if rec.placement is not None:
             lines.append(f"placement: {rec.placement.describe()}")
+        if self.policy.demote_after_gpu_h is not None:
+            served = rec.service(self.now)
+            demoted = (
+                self.waiting_level(rec) == 1 if rec.state is JobState.PENDING else self.demoted(rec)
+            )
+            lines.append(
+                f"service: {served / 3600:.2f} GPU-hours"
+                + (" (demoted: ranks after jobs that have had less)" if demoted else "")
+            )
         lines.append(f"now: {self._reason(rec)}")
         show = when or (lambda t: f"t={t:g}")
         lines.extend(f"  {show(t)}: {text}" for t, text in rec.log)
@@ -263,6 +289,8 @@ class Scheduler:
         # The lowest priority ever submitted to each queue: no lower one can be running.
         low = self.lowest_priority.get(spec.queue, spec.priority)
         self.lowest_priority[spec.queue] = min(low, spec.priority)
+        high = self._highest_priority.get(spec.queue, spec.priority)
+        self._highest_priority[spec.queue] = max(high, spec.priority)
         if spec.elastic is not None:
             self._elastic[spec.name] = rec
         return rec
@@ -293,6 +321,7 @@ class Scheduler:
         rec.placement = placement
         rec.state = JobState.RUNNING
         rec.started = rec.last_restart = self.now
+        self.demotions.started(rec, self.now)
         if stopping is None:
             rec.note(self.now, f"restored: running on {placement.describe()}")
             return []
@@ -425,9 +454,10 @@ class Scheduler:
         assert resume is not None
         keep = set(resume.pairs())
         self._release_pairs(rec, {pair for p in rec.held() for pair in p.pairs()} - keep)
+        rec.bank_service(self.now)
         rec.placement, rec.target, rec.resume = resume, None, None
         rec.state = JobState.RUNNING
-        rec.last_restart = self.now
+        self.demotions.started(rec, self.now)
         rec.note(self.now, f"restarted after {kind.value} on {resume.describe()}")
         return [
             StartJob(rec.name, rec.reason, resume),
@@ -552,7 +582,38 @@ class Scheduler:
     # ------------------------------------------------------------------ state changes
 
     def _enqueue(self, rec: JobRecord) -> None:
-        self._pending.add(rec, self.now)
+        level, promote_at = self._level(rec)
+        self._pending.add(rec, self.now, level, promote_at)
+
+    def _level(self, rec: JobRecord) -> tuple[int, float | None]:
+        """A waiting job's level (1: demoted for the service it has had) and when a demoted
+        job is promoted back for having waited long (least attained service, as Tiresias).
+        A promoted job is forgiven the service it had: it runs as long as a fresh one before
+        it can be demoted again, so that it is not preempted as soon as it starts."""
+        if not self.demoted(rec):
+            return 0, None
+        promote = self.policy.promote_after_s
+        if promote is None:
+            return 1, None
+        if self.now - rec.waiting_since >= promote:
+            rec.forgiven = rec.service(self.now)
+            return 0, None
+        return 1, rec.waiting_since + promote
+
+    def waiting_level(self, rec: JobRecord) -> int:
+        """The level a waiting job is filed at (0 unless demoted and not yet promoted)."""
+        return self._pending.level.get(rec.name, 0)
+
+    def demoted(self, rec: JobRecord) -> bool:
+        """The job has had at least the policy's demotion threshold of service (since it was
+        last promoted)."""
+        demote = self.policy.demote_after_gpu_h
+        if demote is None:
+            return False
+        tracked = self.demotions.is_demoted(rec.name, self.now)
+        if tracked is not None:
+            return tracked
+        return rec.service(self.now) - rec.forgiven >= demote * 3600.0
 
     def _dequeue(self, rec: JobRecord) -> None:
         gone = self._pending.remove(rec)
@@ -560,38 +621,58 @@ class Scheduler:
         if gone is not None:
             self._shape_notes.pop(gone, None)
 
-    def _refile_relaxed(self) -> None:
-        """Jobs whose locality widened since the last cycle move to their new shape's list."""
-        for name in self._pending.relaxed(self.now):
+    def _refile_due(self) -> None:
+        """Jobs whose locality widened or that were promoted since the last cycle move to
+        their new place."""
+        for name in self._pending.due(self.now):
             rec = self.jobs[name]
-            if shape_now(rec, self.now) != self._pending.filed[name][1]:
+            if (
+                shape_now(rec, self.now) != self._pending.filed[name][1]
+                or self._level(rec)[0] != self._pending.level[name]
+            ):
                 self._dequeue(rec)
                 self._enqueue(rec)
 
     def _allocate(self, rec: JobRecord, placement: Placement) -> None:
         for node, gpus in placement.gpus_by_node().items():
             i = self.capacity.index[node]
-            self.capacity.take(i, to_mask(gpus))
+            mask = to_mask(gpus)
+            self.capacity.take(i, mask)
             for gpu in gpus:
                 self.owner[(i, gpu)] = rec.name
+            on_node = self.node_jobs.setdefault(i, {})
+            on_node[rec.name] = on_node.get(rec.name, 0) | mask
+        self.holders[rec.name] = rec
         queue = self.queues[rec.spec.queue]
         queue.used += placement.gpus
         queue.version += 1
+        if self._starts_make_victims(rec):
+            self._epoch += 1
 
     def _release_pairs(self, rec: JobRecord, pairs: set[tuple[str, int]]) -> None:
         for node, gpu in pairs:
             i = self.capacity.index[node]
             del self.owner[(i, gpu)]
+            on_node = self.node_jobs[i]
+            left = on_node[rec.name] & ~(1 << gpu)
+            if left:
+                on_node[rec.name] = left
+            else:
+                del on_node[rec.name]
             if self.capacity.present[i] and not self.unhealthy.get(i, 0) >> gpu & 1:
                 self.capacity.give(i, 1 << gpu)
         queue = self.queues[rec.spec.queue]
         queue.used -= len(pairs)
         queue.version += 1
+        self._epoch += 1
 
     def _release_all(self, rec: JobRecord) -> None:
+        rec.bank_service(self.now)
         if self.reservation is not None:
             self.reservation.awaiting.discard(rec.name)
         self._release_pairs(rec, {pair for p in rec.held() for pair in p.pairs()})
+        self.holders.pop(rec.name, None)
+        self.demotions.stopped(rec)
         rec.placement = rec.target = rec.resume = None
         rec.partial = []
         self._held_waiting.pop(rec.name, None)
@@ -605,6 +686,7 @@ class Scheduler:
         rec.placement = placement
         rec.state = JobState.RUNNING
         rec.started = rec.last_restart = self.now
+        self.demotions.started(rec, self.now)
         rec.note(self.now, f"started on {placement.describe()}: {why}")
         if self.reservation is not None and self.reservation.job == rec.name:
             self.reservation = None
@@ -677,7 +759,8 @@ class Scheduler:
             return (rec.seq,)
         queue = self.queues[rec.spec.queue]
         inside = 0 if queue.within_guarantee(rec.spec.min_workers * rec.spec.gpus_per_worker) else 1
-        return (inside, -rec.spec.priority, queue.share(), rec.seq)
+        level = self.waiting_level(rec)
+        return (inside, -rec.spec.priority, level, queue.share(), rec.seq)
 
     def _behind_reservation(self, rec: JobRecord) -> bool:
         res = self.reservation
@@ -709,7 +792,7 @@ class Scheduler:
         return self.capacity.total_gpus - bad
 
     def _cycle(self, only: str | None) -> list[Action]:
-        self._refile_relaxed()
+        self._refile_due()
         if not self.policy.gang:
             return self._bind_workers()
         out: list[Action] = []
@@ -855,10 +938,13 @@ class Scheduler:
                     self.now,
                     f"{short.reason}; waiting for {', '.join(sorted(res.awaiting))} to stop",
                 )
-            else:
+                return []
+            # Running jobs are demoted as they run: one may have become preemptible since.
+            out = self._preempt_for(rec, request, short) if self._demotes() else []
+            if not out:
                 rec.note(self.now, f"{short.reason}; {res.describe(self.capacity)}")
-            return []
-        out: list[Action] = []
+            return out
+        out = []
         if self.policy.elastic:
             out += self._shrink_for(rec, request)
             if out:
@@ -867,22 +953,47 @@ class Scheduler:
             out += self._defragment_for(rec, request)
             if out:
                 return out
-        if self.policy.preemption:
-            plan = plan_reclaim(self, rec, request)
-            if plan is not None:
-                victims, gpus = plan
-                self.reservation = Reservation(rec.name, gpus, self.now, {v.name for v in victims})
-                names = ", ".join(v.name for v in victims)
-                rec.note(self.now, f"{short.reason}; preempting {names} for it")
-                for victim in victims:
-                    out += self._stop(victim, StopKind.PREEMPT, f"preempted for {rec.name}")
-                return out
+        out += self._preempt_for(rec, request, short)
+        if out:
+            return out
         if self.policy.reservation:
             self.reservation = reserve(self, rec, request)
         if self.reservation is not None and self.reservation.job == rec.name:
             rec.note(self.now, f"{short.reason}; {self.reservation.describe(self.capacity)}")
         else:
             rec.note(self.now, short.reason)
+        return out
+
+    def _starts_make_victims(self, rec: JobRecord) -> bool:
+        """Whether `rec` taking GPUs may give a waiting job someone to preempt (besides by
+        being demoted, which `Demotions` tells): a queue lends beyond a guarantee, or a job
+        of its queue outranks it."""
+        if any(q.guaranteed for q in self.queues.values()):
+            return True
+        return self._highest_priority.get(rec.spec.queue, rec.spec.priority) > rec.spec.priority
+
+    def _demotes(self) -> bool:
+        return self.policy.preemption and self.policy.demote_after_gpu_h is not None
+
+    def _preempt_for(self, rec: JobRecord, request: GangRequest, short: Shortfall) -> list[Action]:
+        """Stop the victims whose GPUs form the best placement for `rec`, and reserve those."""
+        if not self.policy.preemption:
+            return []
+        asked = (rec.name, self.waiting_level(rec), request, self._epoch)
+        known = self._no_victims
+        if known and known[0] == asked and self.now < min(known[1], self.demotions.next_at()):
+            return []
+        plan = plan_reclaim(self, rec, request)
+        if plan is None:
+            self._no_victims = (asked, self.demotions.next_at())
+            return []
+        victims, gpus = plan
+        self.reservation = Reservation(rec.name, gpus, self.now, {v.name for v in victims})
+        names = ", ".join(v.name for v in victims)
+        rec.note(self.now, f"{short.reason}; preempting {names} for it")
+        out: list[Action] = []
+        for victim in victims:
+            out += self._stop(victim, StopKind.PREEMPT, f"preempted for {rec.name}")
         return out
 
     def _shrink_for(self, rec: JobRecord, request: GangRequest) -> list[Action]:
@@ -944,7 +1055,7 @@ class Scheduler:
             return []
         movable: dict[int, list[tuple[JobRecord, int]]] = {}
         # Jobs holding GPUs, found through the GPUs, in submission order.
-        for r in sorted((self.jobs[n] for n in set(self.owner.values())), key=lambda r: r.seq):
+        for r in sorted(self.holders.values(), key=lambda r: r.seq):
             if r.state is not JobState.RUNNING or r.placement is None or not r.spec.checkpointable:
                 continue
             by_node = r.placement.gpus_by_node()

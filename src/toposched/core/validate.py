@@ -58,6 +58,16 @@ def check(s: Scheduler) -> None:
             used[spec.queue] = used.get(spec.queue, 0) + placement.gpus
     if owner != s.owner:
         raise InvariantViolation("the GPU owner map disagrees with the jobs' placements")
+    by_node: dict[int, dict[str, int]] = {}
+    for (i, gpu), name in owner.items():
+        on_node = by_node.setdefault(i, {})
+        on_node[name] = on_node.get(name, 0) | 1 << gpu
+    if by_node != {i: jobs for i, jobs in s.node_jobs.items() if jobs}:
+        raise InvariantViolation("the jobs by node disagree with the GPU owner map")
+    if set(s.holders) != set(owner.values()) or any(
+        s.jobs.get(name) is not rec for name, rec in s.holders.items()
+    ):
+        raise InvariantViolation("the jobs holding GPUs disagree with the GPU owner map")
     for q, queue in s.queues.items():
         if queue.used != used.get(q, 0):
             raise InvariantViolation(f"queue {q}: usage {queue.used} != {used.get(q, 0)}")
@@ -75,9 +85,11 @@ def check(s: Scheduler) -> None:
     if total != s.capacity.total_free:
         raise InvariantViolation("the free-GPU total disagrees with the nodes")
     for key, entries in s._pending.lists.items():
-        for _, _, name in entries:
+        for _, level, _, name in entries:
             if s.jobs[name].state is not JobState.PENDING:
                 raise InvariantViolation(f"{name} is queued in {key[0]} but not pending")
+            if s._pending.level.get(name) != level:
+                raise InvariantViolation(f"{name} is filed at the wrong level")
             if s._pending.filed.get(name) != key or s.jobs[name].spec.queue != key[0]:
                 raise InvariantViolation(f"{name} is filed under the wrong queue or shape")
     partial = {

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 
 from toposched.placement.capacity import Capacity
 from toposched.placement.request import Mode
@@ -52,7 +53,7 @@ class Placement:
             for gpu in slot.gpus:
                 yield slot.node, gpu
 
-    @property
+    @cached_property
     def gpus(self) -> int:
         return sum(len(slot.gpus) for slot in self.workers)
 

@@ -1,0 +1,65 @@
+"""Least attained service: which running jobs have had enough service to be demoted, and when."""
+
+from __future__ import annotations
+
+import heapq
+import math
+
+from toposched.core.records import JobRecord
+
+
+class Demotions:
+    """Running checkpointable jobs by the time they reach the demotion threshold.
+
+    A job's demotion time is fixed while it runs on one placement (its GPUs times the time it
+    runs), so it is computed when it starts and kept in a heap; `due(now)` moves the jobs whose
+    time has come into `demoted`, where reclaim looks for victims without walking every job.
+    """
+
+    def __init__(self, threshold_gpu_s: float | None) -> None:
+        self.threshold = threshold_gpu_s
+        self.demoted: dict[str, JobRecord] = {}
+        self._at: dict[str, float] = {}
+        self._heap: list[tuple[float, int, str]] = []
+        self._jobs: dict[str, JobRecord] = {}
+
+    def started(self, rec: JobRecord, now: float) -> None:
+        """`rec` runs on a new placement from `now`."""
+        self.stopped(rec)
+        if self.threshold is None or rec.placement is None or not rec.spec.checkpointable:
+            return
+        left = self.threshold - (rec.service(now) - rec.forgiven)
+        at = now + max(0.0, left) / rec.placement.gpus
+        self._at[rec.name] = at
+        self._jobs[rec.name] = rec
+        heapq.heappush(self._heap, (at, rec.seq, rec.name))
+
+    def stopped(self, rec: JobRecord) -> None:
+        """`rec` holds no GPUs any more (entries left in the heap are skipped as stale)."""
+        self._at.pop(rec.name, None)
+        self._jobs.pop(rec.name, None)
+        self.demoted.pop(rec.name, None)
+
+    def due(self, now: float) -> dict[str, JobRecord]:
+        """The running jobs demoted by `now`."""
+        heap = self._heap
+        while heap and heap[0][0] <= now:
+            at, _, name = heapq.heappop(heap)
+            if self._at.get(name) == at:
+                del self._at[name]
+                self.demoted[name] = self._jobs.pop(name)
+        return self.demoted
+
+    def next_at(self) -> float:
+        """When the next running job is demoted (inf: none will be)."""
+        heap = self._heap
+        while heap and self._at.get(heap[0][2]) != heap[0][0]:
+            heapq.heappop(heap)
+        return heap[0][0] if heap else math.inf
+
+    def is_demoted(self, name: str, now: float) -> bool | None:
+        """Whether a tracked running job is demoted by `now`; None if it is not tracked."""
+        if name in self.demoted:
+            return True
+        at = self._at.get(name)
+        return None if at is None else at <= now
