@@ -1343,6 +1343,7 @@ LAS = {"demote_after_gpu_h": 1.0}  # demoted after 3,600 GPU-seconds
             (submit(job("new", 4, checkpoint=CKPT), t=100), [queued("new")]),
             ([Tick(5000)], []),
         ],
+        policy={"demote_after_gpu_h": None},
     ),
 )
 def test_least_attained_service(case: Case) -> None:

@@ -81,7 +81,7 @@ class SchedulerPolicy:
     default_runtime_s: float | None = None
     stop_grace_s: float = 10.0
     grow_after_s: float = 60.0
-    demote_after_gpu_h: float | None = None
+    demote_after_gpu_h: float | None = 8.0
     promote_after_s: float | None = 86_400.0
     keep_finished: int = 10_000
 
@@ -126,8 +126,8 @@ SCHEDULER_POLICIES: dict[str, PolicyInfo] = {
         PolicyInfo(
             "toposched",
             "gang admission, exact topology placement, reservation and backfill, guaranteed "
-            "shares with borrowing and topology-aware reclaim, adaptive spread/pack, elastic "
-            "growth, defragmenting migration",
+            "shares with borrowing and topology-aware reclaim, least attained service with "
+            "checkpoint preemption, adaptive spread/pack, elastic growth, defragmenting migration",
             SchedulerPolicy(),
         ),
         PolicyInfo(
@@ -136,6 +136,7 @@ SCHEDULER_POLICIES: dict[str, PolicyInfo] = {
             "they free up, partial allocations held (can deadlock), no topology",
             SchedulerPolicy(
                 name="k8s-default",
+                demote_after_gpu_h=None,
                 gang=False,
                 order=Order.FIFO,
                 placement=Placing.RANDOM,
@@ -151,6 +152,7 @@ SCHEDULER_POLICIES: dict[str, PolicyInfo] = {
             "gang admission in strict FIFO order, topology-unaware first fit, no preemption",
             SchedulerPolicy(
                 name="fifo-gang-firstfit",
+                demote_after_gpu_h=None,
                 order=Order.FIFO,
                 placement=Placing.FIRST_FIT,
                 reservation=False,
@@ -167,6 +169,7 @@ SCHEDULER_POLICIES: dict[str, PolicyInfo] = {
             "with reclaim; no reservation, no adaptive spread, no elastic growth, no migration",
             SchedulerPolicy(
                 name="hived-like",
+                demote_after_gpu_h=None,
                 reservation=False,
                 elastic=False,
                 migration=False,
@@ -179,6 +182,7 @@ SCHEDULER_POLICIES: dict[str, PolicyInfo] = {
             "elastic jobs when idle; no reservation and no guaranteed shares (FIFO order)",
             SchedulerPolicy(
                 name="gandiva-like",
+                demote_after_gpu_h=None,
                 order=Order.FIFO,
                 reservation=False,
                 preemption=False,

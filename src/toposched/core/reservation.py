@@ -57,6 +57,7 @@ def reserve(s: Scheduler, rec: JobRecord, request: GangRequest) -> Reservation |
     by_node = s.node_jobs
     cap = s.capacity
     k = request.gpus
+    ends = {name: end_estimate(s, name) for name in s.holders}
     # First the nodes whose GPUs free up soonest (fewest GPUs to wait for among equals); only
     # those compete on the ring they would give.
     soonest: list[tuple[float, int, int, int]] = []
@@ -65,14 +66,13 @@ def reserve(s: Scheduler, rec: JobRecord, request: GangRequest) -> Reservation |
         if healthy.bit_count() < k:
             continue
         avail, until, released = cap.free[i], s.now, 0
-        for job, mask in sorted(
-            by_node.get(i, {}).items(), key=lambda jm: (end_estimate(s, jm[0]), jm[0])
-        ):
-            if avail.bit_count() >= k:
-                break
-            avail |= mask & healthy
-            until = max(until, end_estimate(s, job))
-            released += mask.bit_count()
+        if avail.bit_count() < k:
+            for end, job in sorted((ends[job], job) for job in by_node.get(i, ())):
+                avail |= by_node[i][job] & healthy
+                until = max(until, end)
+                released += by_node[i][job].bit_count()
+                if avail.bit_count() >= k:
+                    break
         if avail.bit_count() < k:
             continue
         if soonest and (until, released) > soonest[0][:2]:
