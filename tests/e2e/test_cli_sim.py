@@ -69,3 +69,35 @@ def test_sim_bad_input(cli: Callable[..., Result], tmp_path: Path) -> None:
     assert r.code == 2 and "bad.csv:2" in r.err, r.err
     r = cli("sim", "--trace", PHILLY, "--cluster", "2*nope", "--out", str(tmp_path))
     assert r.code == 2 and "nope" in r.err
+
+
+def test_sim_param_sets_one_policy_or_all(cli: Callable[..., Result], tmp_path: Path) -> None:
+    def run(*params: str) -> dict[str, dict[str, float]]:
+        r = cli(
+            "sim", "--trace", PHILLY, "--cluster", "4*dgx1-v100", "--limit", "300",
+            "--policy", "toposched,hived-like", "--out", str(tmp_path), "--no-plots", "--json",
+            *params,
+        )  # fmt: skip
+        assert r.code == 0, r.err
+        return dict(r.json()["policies"])
+
+    plain = run()
+    # Least attained service preempts on this overloaded slice; off, toposched preempts none.
+    assert plain["toposched"]["preemptions"] > 0
+    off = run("--param", "toposched.demote_after_gpu_h=null")
+    assert off["toposched"]["preemptions"] == 0
+    assert off["hived-like"] == {**plain["hived-like"], "wall_s": off["hived-like"]["wall_s"]}
+
+
+def test_sim_param_errors(cli: Callable[..., Result], tmp_path: Path) -> None:
+    base = ("sim", "--trace", PHILLY, "--cluster", "2*dgx1-v100", "--limit", "5",
+            "--policy", "toposched,gandiva-like", "--out", str(tmp_path), "--no-plots")  # fmt: skip
+    for param, message in (
+        ("bogus=1", "policy 'toposched' has no parameter 'bogus'; valid: gang,"),
+        ("hived-like.x=1", "'hived-like' is not one of the policies run (toposched, gandiva"),
+        ("toposched.pack_above=high", "must be a number, got 'high'"),
+        ("gandiva-like.demote_after_gpu_h=8", "demote_after_gpu_h needs order 'fair'"),
+        ("demote_after_gpu_h", "--param takes [POLICY.]KEY=VALUE"),
+    ):
+        r = cli(*base, "--param", param)
+        assert r.code == 2 and message in r.err, (param, r.err)

@@ -447,3 +447,16 @@ def test_a_taken_port_is_refused_before_anything_is_written(
     assert proc.returncode == 2
     assert f"cannot listen on 127.0.0.1:{server.port}: Address already in use" in proc.stderr
     assert not data.exists()
+
+
+def test_a_bad_policy_param_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    proc = subprocess.run(
+        [*TOPOSCHED, "serve", "--data-dir", str(data), "--param", "demote_after_gpu_h=-1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert "--param: demote_after_gpu_h must be positive, got -1" in proc.stderr
+    assert not data.exists()

@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from toposched.cli.output import fail
+from toposched.cli.params import policy_params
 from toposched.core import PolicyError
 from toposched.topology.errors import TopologyError
 
@@ -24,6 +25,11 @@ def serve_cmd(
         "(the default when NVML finds none: dgx1-v100).",
     ),
     policy: str = typer.Option("toposched", "--policy", help="Scheduling policy."),
+    param: list[str] = typer.Option(
+        [],
+        "--param",
+        help="KEY=VALUE: a parameter of the policy (repeatable), e.g. demote_after_gpu_h=null.",
+    ),
     data_dir: Path = typer.Option(
         None,
         "--data-dir",
@@ -43,6 +49,10 @@ def serve_cmd(
 
     if not 0 < port < 65536:
         fail(f"--port must be 1..65535, got {port}")
+    try:
+        params = policy_params(param, [policy])[policy]
+    except PolicyError as err:
+        fail(str(err))
     options = ServeOptions(
         data_dir=data_dir or default_data_dir(),
         db=db,
@@ -50,6 +60,7 @@ def serve_cmd(
         port=port,
         emulate=emulate,
         policy=policy,
+        policy_params=params,
         auth=not no_auth,
         node_name=node_name,
     )

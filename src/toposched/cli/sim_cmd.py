@@ -11,6 +11,7 @@ from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedCo
 from rich.table import Table
 
 from toposched.cli.output import console, emit_json, fail
+from toposched.cli.params import policy_params
 from toposched.core import SCHEDULER_POLICIES, PolicyError, make_scheduler_policy
 from toposched.discovery.files import load_cluster
 from toposched.perf import PerfError, PerfModel
@@ -76,6 +77,12 @@ def sim(
     guarantee: list[str] = typer.Option(
         [], "--guarantee", help="QUEUE=GPUS guaranteed to a queue (repeatable); others get none."
     ),
+    param: list[str] = typer.Option(
+        [],
+        "--param",
+        help="[POLICY.]KEY=VALUE: a policy parameter (repeatable; no POLICY: every policy), "
+        "e.g. toposched.demote_after_gpu_h=null.",
+    ),
     plots: bool = typer.Option(True, "--plots/--no-plots", help="Write PNG plots."),
     as_json: bool = typer.Option(False, "--json", help="Print the metrics as JSON."),
 ) -> None:
@@ -88,6 +95,10 @@ def sim(
             make_scheduler_policy(name)
         except PolicyError as err:
             fail(f"--policy: {err}")
+    try:
+        params = policy_params(param, names)
+    except PolicyError as err:
+        fail(str(err))
     guarantees: dict[str, int] = {}
     for item in guarantee:
         queue, _, gpus = item.partition("=")
@@ -134,6 +145,7 @@ def sim(
                 seed=seed,
                 network=network,
                 guarantees=guarantees,
+                policy_params=params[name],
             )
 
             def advance(done: int, _total: int, task: TaskID = task) -> None:

@@ -5,12 +5,13 @@ scheduling cycle runs in named phases:
 
 1. mode      - adaptive spread/pack for 1-GPU jobs from the allocated fraction, with hysteresis;
 2. heads     - pending jobs in order: jobs within their queue's guarantee first, then priority,
-               then the queue furthest below its share, then submission order;
+               then jobs not demoted for their attained service, then the queue furthest
+               below its share, then submission order;
 3. admit     - each in turn is placed whole (gang) or not at all; nothing is held while waiting;
 4. make room - for the first blocked job: shrink elastic jobs, only as far as needed; else
                migrate the fewest checkpointable jobs to open a node for it; else preempt
-               borrowed or lower-priority work, choosing victims whose GPUs form the best
-               placement for it, checkpointable work first;
+               borrowed, lower-priority or demoted work, choosing victims whose GPUs form the
+               best placement for it, checkpointable work first;
 5. reserve   - otherwise it gets a reservation on the GPUs that free up first; later jobs may
                backfill only off those GPUs, or if they are expected to end before them;
 6. grow      - with nobody waiting, elastic jobs grow into idle GPUs.

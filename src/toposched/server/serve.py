@@ -7,8 +7,8 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
@@ -37,6 +37,7 @@ class ServeOptions:
     port: int = 8080
     emulate: str | None = None
     policy: str = "toposched"
+    policy_params: Mapping[str, object] = field(default_factory=dict)
     auth: bool = True
     node_name: str | None = None
 
@@ -78,7 +79,7 @@ def serve(options: ServeOptions, say: Callable[[str], None] = print) -> None:
             f"refusing to listen on {options.host} without auth: drop --no-auth, or bind 127.0.0.1"
         )
     _check_port(options.host, options.port)
-    policy = make_scheduler_policy(options.policy, {})
+    policy = make_scheduler_policy(options.policy, options.policy_params)
     local = local_node(options.emulate, options.node_name)
     data_dir = options.data_dir
     data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -91,9 +92,11 @@ def serve(options: ServeOptions, say: Callable[[str], None] = print) -> None:
     for line in runtime.recover():
         say(f"recovered: {line}")
     node = runtime.node
+    settings = "".join(f", {k}={v}" for k, v in options.policy_params.items())
     say(
         f"toposched: node {node.name}, {node.size} GPUs ({topology_name(node.topology)}, "
-        f"{local.source}); policy {options.policy}; database {store.dialect}; data in {data_dir}"
+        f"{local.source}); policy {options.policy}{settings}; database {store.dialect}; "
+        f"data in {data_dir}"
     )
     if options.auth:
         path, created = ensure_admin_token(store, data_dir)

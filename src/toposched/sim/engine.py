@@ -110,7 +110,7 @@ class Simulation:
         network: str | None = None,
         framework: str = "pytorch-horovod",
         gpu_type: str | None = None,
-        policy_params: dict[str, object] | None = None,
+        policy_params: Mapping[str, object] | None = None,
         guarantees: Mapping[str, int] | None = None,
     ) -> None:
         """`network`: a profile of the performance model's catalog; by default the cluster's
