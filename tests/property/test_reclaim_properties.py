@@ -1,4 +1,5 @@
-"""Reclaim's shortcut for one GPU agrees with its general search, on random cluster states."""
+"""Reclaim's shortcuts agree with its general search, on random cluster states: one GPU without
+walking victim sets, and the demoted jobs `Demotions` keeps as the victims `victims_for` finds."""
 
 from __future__ import annotations
 
@@ -6,7 +7,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from toposched.core import Checkpoint, GpuHealth, JobSpec, JobSubmitted, Scheduler, SchedulerPolicy
-from toposched.core.reclaim import Plan, plan_on_nodes, plan_one_gpu, victim_cost
+from toposched.core.reclaim import (
+    Plan,
+    plan_on_nodes,
+    plan_one_gpu,
+    victim_cost,
+    victim_costs,
+    victims_for,
+)
 from toposched.placement.gang import GangRequest
 from toposched.placement.request import Mode
 from toposched.topology import preset
@@ -46,6 +54,32 @@ def test_one_gpu_shortcut_matches_the_general_search(
     running = sorted(s.holders)
     chosen = data.draw(st.lists(st.sampled_from(running), unique=True) if running else st.just([]))
     costs = {name: victim_cost(s.jobs[name]) for name in chosen}
-    general = plan_on_nodes(s, costs, GangRequest(1, 1, Tier.NODE, mode), {})
+    general = plan_on_nodes(s, costs, GangRequest(1, 1, Tier.NODE, mode))
     shortcut = plan_one_gpu(s, costs, mode)
     assert names(shortcut) == names(general)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.data())
+def test_kept_demoted_jobs_are_the_victims_when_demotion_alone_preempts(
+    data: st.DataObject,
+) -> None:
+    kinds = data.draw(st.lists(st.sampled_from(PRESETS), min_size=1, max_size=3))
+    cluster = Cluster(tuple(Node(f"n{i}", preset(k)) for i, k in enumerate(kinds)))
+    queues = data.draw(st.sampled_from([None, {"a": 0, "b": 0}]))
+    s = Scheduler(cluster, SchedulerPolicy(demote_after_gpu_h=0.01), queues, validate=True)
+    t = 0.0
+    for i in range(data.draw(st.integers(2, 16))):
+        t += data.draw(st.sampled_from([0.0, 5.0, 20.0]))
+        spec = JobSpec(
+            f"j{i}",
+            workers=data.draw(st.integers(1, 2)),
+            gpus_per_worker=data.draw(st.sampled_from([1, 2, 4])),
+            queue=data.draw(st.sampled_from(["a", "b"])),
+            checkpoint=data.draw(st.sampled_from([None, Checkpoint("SIGUSR1", 5.0)])),
+        )
+        s.handle(JobSubmitted(t, spec))
+    assert s.demotes_alone()
+    for rec in s.pending():
+        general = {v.name: victim_cost(v) for v in victims_for(s, rec)}
+        assert victim_costs(s, rec) == general

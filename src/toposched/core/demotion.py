@@ -9,7 +9,7 @@ from toposched.core.records import JobRecord
 
 
 class Demotions:
-    """Running checkpointable jobs by the time they reach the demotion threshold.
+    """Running checkpointable jobs (not being stopped) by when they reach the threshold.
 
     A job's demotion time is fixed while it runs on one placement (its GPUs times the time it
     runs), so it is computed when it starts and kept in a heap; `due(now)` moves the jobs whose
@@ -19,6 +19,9 @@ class Demotions:
     def __init__(self, threshold_gpu_s: float | None) -> None:
         self.threshold = threshold_gpu_s
         self.demoted: dict[str, JobRecord] = {}
+        # Each demoted job's cost as a victim (core/reclaim.py): it can checkpoint (0), its
+        # priority, its GPUs; fixed while it runs on one placement.
+        self._costs: dict[str, tuple[int, int, int]] = {}
         self._at: dict[str, float] = {}
         self._heap: list[tuple[float, int, str]] = []
         self._jobs: dict[str, JobRecord] = {}
@@ -35,10 +38,12 @@ class Demotions:
         heapq.heappush(self._heap, (at, rec.seq, rec.name))
 
     def stopped(self, rec: JobRecord) -> None:
-        """`rec` holds no GPUs any more (entries left in the heap are skipped as stale)."""
+        """`rec` is being stopped, or holds no GPUs any more (entries left in the heap are
+        skipped as stale)."""
         self._at.pop(rec.name, None)
         self._jobs.pop(rec.name, None)
         self.demoted.pop(rec.name, None)
+        self._costs.pop(rec.name, None)
 
     def due(self, now: float) -> dict[str, JobRecord]:
         """The running jobs demoted by `now`."""
@@ -47,8 +52,15 @@ class Demotions:
             at, _, name = heapq.heappop(heap)
             if self._at.get(name) == at:
                 del self._at[name]
-                self.demoted[name] = self._jobs.pop(name)
+                rec = self.demoted[name] = self._jobs.pop(name)
+                assert rec.placement is not None
+                self._costs[name] = (0, rec.spec.priority, rec.placement.gpus)
         return self.demoted
+
+    def victims(self, now: float) -> dict[str, tuple[int, int, int]]:
+        """The running jobs demoted by `now`, with their costs as victims (not to be changed)."""
+        self.due(now)
+        return self._costs
 
     def next_at(self) -> float:
         """When the next running job is demoted (inf: none will be)."""

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from functools import reduce
 from itertools import combinations
-from operator import or_
 from typing import TYPE_CHECKING
 
 from toposched.core.job import JobState
@@ -147,47 +145,52 @@ def _best_on_node(
     return best
 
 
+def victim_costs(s: Scheduler, rec: JobRecord) -> dict[str, Cost]:
+    """The jobs `rec` may preempt (`victims_for`), with their costs. Without guarantees and
+    with one priority everywhere, they are exactly the demoted running jobs, which
+    `Demotions` keeps with their costs: no job is walked (the common case of a replay)."""
+    if s.demotes_alone():
+        return s.demotions.victims(s.now) if s.waiting_level(rec) == 0 else {}
+    return {v.name: victim_cost(v) for v in victims_for(s, rec)}
+
+
 def plan_reclaim(
     s: Scheduler, rec: JobRecord, request: GangRequest
 ) -> tuple[list[JobRecord], dict[int, int]] | None:
-    victims = victims_for(s, rec)
-    if not victims:
+    costs = victim_costs(s, rec)
+    if not costs:
         return None
-    costs = {v.name: victim_cost(v) for v in victims}
     if request.gpus == 1:
         return plan_one_gpu(s, costs, request.mode)
-    owned: dict[int, dict[str, int]] = {}
-    best = plan_on_nodes(s, costs, request, owned)
+    best = plan_on_nodes(s, costs, request)
     if best is not None:
         return best
     if request.widest == Tier.NODE or request.workers == 1:
         return None
-    return plan_reclaim_nodes(s, request, victims, owned)
+    return plan_reclaim_nodes(s, request, costs)
 
 
 Plan = tuple[list[JobRecord], dict[int, int]]  # victims, and the GPUs they give (by node)
 
 
-def plan_on_nodes(
-    s: Scheduler, costs: dict[str, Cost], request: GangRequest, owned: dict[int, dict[str, int]]
-) -> Plan | None:
-    """The cheapest victims on any one node (see `_best_on_node`); fills `owned` with each
-    node's victims and their GPUs."""
+def plan_on_nodes(s: Scheduler, costs: dict[str, Cost], request: GangRequest) -> Plan | None:
+    """The cheapest victims on any one node (see `_best_on_node`)."""
     cap = s.capacity
+    k = request.gpus
     best: tuple[tuple[float, ...], tuple[str, ...], dict[int, int]] | None = None
     for i, on_node in s.node_jobs.items():
-        per = {job: (mask, costs[job]) for job, mask in on_node.items() if job in costs}
-        if not per:
-            continue
-        owned[i] = {job: mask for job, (mask, _) in per.items()}
         if not cap.present[i]:
             continue
         everything = cap.free[i]
-        for mask, _ in per.values():
-            everything |= mask
-        if (everything & ~s.unhealthy.get(i, 0)).bit_count() < request.gpus:
+        for job, mask in on_node.items():
+            if job in costs:
+                everything |= mask
+        if (everything & ~s.unhealthy.get(i, 0)).bit_count() < k:
             continue
-        found = _best_on_node(s, i, per, request.gpus, request.mode)
+        per = {job: (mask, costs[job]) for job, mask in on_node.items() if job in costs}
+        if not per:
+            continue
+        found = _best_on_node(s, i, per, k, request.mode)
         if found is not None and (best is None or (*found[0], i) < best[0]):
             best = ((*found[0], i), found[1], {i: found[2]})
     if best is None:
@@ -220,19 +223,23 @@ def plan_one_gpu(s: Scheduler, costs: dict[str, Cost], mode: Mode) -> Plan | Non
 
 
 def plan_reclaim_nodes(
-    s: Scheduler, request: GangRequest, victims: list[JobRecord], owned: dict[int, dict[str, int]]
+    s: Scheduler, request: GangRequest, costs: dict[str, Cost]
 ) -> tuple[list[JobRecord], dict[int, int]] | None:
     """A multi-node job: place it as if every candidate victim were gone, then preempt the
     victims that hold GPUs of that placement (the placement, not the victims, is optimised)."""
-    everything = {i: reduce(or_, per.values(), 0) for i, per in owned.items()}
+    everything: dict[int, int] = {}
+    for i, on_node in s.node_jobs.items():
+        for job, mask in on_node.items():
+            if job in costs:
+                everything[i] = everything.get(i, 0) | mask
     with s.capacity.assuming_free(everything):
         found = place_gang(s.capacity, request, s.cluster.network_gbps)
     if isinstance(found, Shortfall):
         return None
     gpus = {s.capacity.index[n]: to_mask(g) for n, g in found.gpus_by_node().items()}
     chosen = [
-        v
-        for v in victims
-        if any(owned.get(i, {}).get(v.name, 0) & mask for i, mask in gpus.items())
+        s.jobs[name]
+        for name in costs
+        if any(s.node_jobs.get(i, {}).get(name, 0) & mask for i, mask in gpus.items())
     ]
     return chosen, gpus

@@ -57,7 +57,11 @@ def reserve(s: Scheduler, rec: JobRecord, request: GangRequest) -> Reservation |
     by_node = s.node_jobs
     cap = s.capacity
     k = request.gpus
-    ends = {name: end_estimate(s, name) for name in s.holders}
+    default = s.policy.default_runtime_s
+    ends = {
+        name: s.now if r.state is JobState.STOPPING else r.expected_end(default)
+        for name, r in s.holders.items()
+    }
     # First the nodes whose GPUs free up soonest (fewest GPUs to wait for among equals); only
     # those compete on the ring they would give.
     soonest: list[tuple[float, int, int, int]] = []

@@ -330,6 +330,7 @@ class Scheduler:
         # job waits again as a preempted one does, keeping its place in submission order.
         moving = stopping in (StopKind.MIGRATE, StopKind.RESIZE)
         rec.state = JobState.STOPPING
+        self.demotions.stopped(rec)
         rec.stop_kind = StopKind.PREEMPT if moving else stopping
         rec.cancel_requested = stopping is StopKind.CANCEL
         rec.stop_why = f"{stopping.value} under way when the driver restarted"
@@ -707,6 +708,7 @@ class Scheduler:
         rec.state = JobState.STOPPING
         rec.stop_kind = kind
         rec.stop_why = why
+        self.demotions.stopped(rec)
         rec.note(self.now, f"stopping ({kind.value}): {why}")
         return [
             StopJob(rec.name, rec.reason, kind, signal, grace),
@@ -964,6 +966,16 @@ class Scheduler:
         else:
             rec.note(self.now, short.reason)
         return out
+
+    def demotes_alone(self) -> bool:
+        """Demotion is the only reason to preempt: no queue has a guarantee, and every job
+        ever submitted has one priority."""
+        if self.policy.demote_after_gpu_h is None:
+            return False
+        if any(q.guaranteed for q in self.queues.values()):
+            return False
+        lows, highs = self.lowest_priority.values(), self._highest_priority.values()
+        return not lows or min(lows) == max(highs)
 
     def _starts_make_victims(self, rec: JobRecord) -> bool:
         """Whether `rec` taking GPUs may give a waiting job someone to preempt (besides by
