@@ -1,7 +1,7 @@
 """The whole Philly trace on 64 DGX-1 nodes, every policy: wall time, peak memory, outcome.
 
 Run: .venv/bin/python benchmarks/sim_philly.py [--policy P1,P2] [--limit N]
-     [--cluster 64*dgx1-v100/8] [--json]
+     [--cluster 64*dgx1-v100/8] [--param [POLICY.]KEY=VALUE] [--json]
 
 Each policy runs in its own process, so that its peak memory (max RSS) is its own. The trace is
 data/traces/philly/philly.csv (82,247 jobs; Microsoft Philly as prepared for the Pollux
@@ -22,7 +22,8 @@ import time
 from pathlib import Path
 from queue import Empty
 
-from toposched.core import SCHEDULER_POLICIES
+from toposched.cli.params import policy_params
+from toposched.core import SCHEDULER_POLICIES, PolicyError
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACE = ROOT / "data" / "traces" / "philly" / "philly.csv"
@@ -50,6 +51,7 @@ def one(
     cluster: str,
     limit: int | None,
     seed: int,
+    params: dict[str, object],
     queue: mp.Queue,  # type: ignore[type-arg]
 ) -> None:
     from toposched.discovery.files import load_cluster
@@ -60,7 +62,7 @@ def one(
     began = time.perf_counter()
     trace = read_trace(TRACE, limit=limit, seed=seed)
     read_s = time.perf_counter() - began
-    result = Simulation(trace, load_cluster(cluster), policy, seed=seed).run()
+    result = Simulation(trace, load_cluster(cluster), policy, seed=seed, policy_params=params).run()
     summary = summarise(result)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     summary["read_s"] = read_s
@@ -73,15 +75,27 @@ def main() -> None:
     parser.add_argument("--policy", default=",".join(SCHEDULER_POLICIES))
     parser.add_argument("--cluster", default="64*dgx1-v100/8")
     parser.add_argument("--limit", type=int, default=None)
+    parser.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        help="[POLICY.]KEY=VALUE, as toposched sim takes it (repeatable)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true", help="print all figures as JSON")
     args = parser.parse_args()
     policies = [p for p in args.policy.split(",") if p]
+    try:
+        params = policy_params(args.param, policies)
+    except PolicyError as err:
+        raise SystemExit(str(err)) from None
     results: dict[str, dict[str, float]] = {}
     ctx = mp.get_context("spawn")
     for policy in policies:
         queue: mp.Queue = ctx.Queue()  # type: ignore[type-arg]
-        proc = ctx.Process(target=one, args=(policy, args.cluster, args.limit, args.seed, queue))
+        proc = ctx.Process(
+            target=one, args=(policy, args.cluster, args.limit, args.seed, params[policy], queue)
+        )
         proc.start()
         got = None
         while got is None and (proc.is_alive() or not queue.empty()):

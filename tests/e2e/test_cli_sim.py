@@ -98,6 +98,9 @@ def test_sim_param_errors(cli: Callable[..., Result], tmp_path: Path) -> None:
         ("toposched.pack_above=high", "must be a number, got 'high'"),
         ("gandiva-like.demote_after_gpu_h=8", "demote_after_gpu_h needs order 'fair'"),
         ("demote_after_gpu_h", "--param takes [POLICY.]KEY=VALUE"),
+        ("toposched.stop_grace_s=nan", "stop_grace_s must be a finite number, got nan"),
+        # Without POLICY the parameter goes to every policy run, and the error names the one.
+        ("demote_after_gpu_h=4", "policy 'gandiva-like': demote_after_gpu_h needs order"),
     ):
         r = cli(*base, "--param", param)
         assert r.code == 2 and message in r.err, (param, r.err)

@@ -11,6 +11,7 @@ Expected GPU sets were worked out by hand from the preset link matrices
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -1390,3 +1391,71 @@ def test_service_counts_every_run_on_the_gpus_held() -> None:
     s.handle(JobFinished(2000, "b", True))  # a restarts
     s.handle(Tick(2100))
     assert "service: 1.23 GPU-hours (demoted" in s.explain("a")  # 4,440 GPU-s
+
+
+def test_victims_that_together_bring_their_queue_back_within_its_guarantee_are_spared() -> None:
+    # A (guarantee 8) holds 12 GPUs: r3 (no checkpoint) on n0, r1 and r2 (demoted) on n1. Each
+    # alone could go for h; both stopped would leave A at 4, so r1 would rank before h again
+    # (within the guarantee) and take its GPUs back at once. So neither is preempted.
+    s = scheduler(DGX1, 2, queues={"A": 8, "B": 8}, **LAS)
+    s.handle(*submit(job("x", 4, queue="B")))
+    s.handle(*submit(job("r3", 4, queue="A"), t=1))
+    s.handle(*submit(job("r1", 4, queue="A", checkpoint=CKPT), t=2))
+    s.handle(*submit(job("r2", 4, queue="A", checkpoint=CKPT), t=3))
+    assert project(s.handle(*submit(job("h", 8, queue="A", checkpoint=CKPT), t=1000))) == [
+        queued("h")
+    ]
+    assert project(s.handle(Tick(5000))) == []
+    assert s.job("r1").state is s.job("r2").state is JobState.RUNNING
+
+
+def test_a_job_being_stopped_does_not_count_as_borrowed() -> None:
+    # B (guarantee 8) holds 16 GPUs, but b1 is being cancelled: once it is gone B is within its
+    # guarantee, so b2 is not preempted for A's job; it waits for b1's GPUs instead.
+    s = scheduler(DGX1, 2, queues={"A": 16, "B": 8})
+    s.handle(*submit(job("b1", 8, queue="B"), job("b2", 8, queue="B", checkpoint=CKPT)))
+    s.handle(JobCancelled(5, "b1"))
+    assert project(s.handle(*submit(job("h", 8, queue="A"), t=6))) == [queued("h")]
+    got = project(s.handle(JobStopped(7, "b1")))
+    assert got == [moved("b1", "stopping", "cancelled"), *started("h", {"n0": ALL8})]
+
+
+def test_a_job_preempted_at_its_demotion_time_comes_back_demoted() -> None:
+    # 4 GPUs from t=714.129 reach 3,600 GPU-s at t=1614.129, where the sum of the service
+    # rounds to 3,599.9999999999995: it must still count as demoted, or `r` would rank before
+    # `h` once requeued, start again on h's GPUs, and be preempted again, for ever.
+    s = scheduler(PCIE4, **LAS)
+    s.handle(*submit(job("r", 4, checkpoint=Checkpoint("SIGUSR1", 0.0)), t=714.129))
+    s.handle(*submit(job("h", 4, checkpoint=CKPT), t=800))
+    at = 714.129 + 3600 / 4
+    assert project(s.handle(Tick(at))) == stopping("r", "preempt")
+    assert project(s.handle(JobStopped(at, "r"))) == [
+        moved("r", "stopping", "pending"),
+        *started("h", {"n0": (0, 1, 2, 3)}),
+    ]
+    assert "(demoted" in s.explain("r")
+
+
+def test_a_promotion_due_at_a_rounded_time_is_not_lost() -> None:
+    # waiting_since + 86,400 and now - waiting_since >= 86,400 disagree by one rounding step
+    # at this time: the promotion must happen when the due entry fires.
+    since = 495435.087091941
+    s = scheduler(DGX1, **LAS)
+    s.handle(*submit(job("a", 8, checkpoint=CKPT)))
+    s.handle(*submit(job("b", 8, checkpoint=CKPT), t=495000))  # a is demoted: preempted
+    s.handle(JobStopped(since, "a"))
+    s.handle(*submit(job("c", 8, checkpoint=CKPT), t=since + 10))
+    assert [r.name for r in s.pending()] == ["c", "a"]
+    s.handle(Tick(since + 86400.0))
+    assert [r.name for r in s.pending()] == ["a", "c"]
+
+
+def test_cancelling_a_partly_bound_job_frees_its_workers() -> None:
+    s = Scheduler(
+        uniform(DGX1, 2), make_scheduler_policy("k8s-default"), validate=True, rng=random.Random(1)
+    )
+    s.handle(*submit(job("a", 4, 3), job("b", 4, 3)))
+    assert s.partial_holds() == {"b": 4}
+    free = s.capacity.total_free
+    assert project(s.handle(JobCancelled(1, "b"))) == [moved("b", "pending", "cancelled")]
+    assert s.partial_holds() == {} and s.capacity.total_free == free + 4

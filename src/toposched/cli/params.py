@@ -33,6 +33,7 @@ def policy_params(items: Iterable[str], policies: Sequence[str]) -> dict[str, di
         if not sep or not key.strip():
             raise PolicyError(f"--param takes [POLICY.]KEY=VALUE, got {item!r}")
         target, dot, key = key.strip().rpartition(".")
+        target, key = target.strip(), key.strip()
         if dot and target not in out:
             raise PolicyError(
                 f"--param {item!r}: {target!r} is not one of the policies run "
@@ -44,5 +45,8 @@ def policy_params(items: Iterable[str], policies: Sequence[str]) -> dict[str, di
         try:
             make_scheduler_policy(name, params)
         except PolicyError as err:
-            raise PolicyError(f"--param: {err}") from None
+            said = str(err)
+            if repr(name) not in said:
+                said = f"policy {name!r}: {said}"
+            raise PolicyError(f"--param: {said}") from None
     return out

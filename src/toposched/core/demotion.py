@@ -69,6 +69,10 @@ class Demotions:
             heapq.heappop(heap)
         return heap[0][0] if heap else math.inf
 
+    def tracked(self) -> dict[str, JobRecord]:
+        """Every job tracked, demoted or not (validate mode checks them)."""
+        return {**self._jobs, **self.demoted}
+
     def is_demoted(self, name: str, now: float) -> bool | None:
         """Whether a tracked running job is demoted by `now`; None if it is not tracked."""
         if name in self.demoted:

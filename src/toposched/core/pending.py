@@ -22,7 +22,11 @@ Rank = tuple[float, ...]
 
 def shape_now(rec: JobRecord, now: float) -> Shape:
     spec = rec.spec
-    tier = spec.locality.allowed(now - rec.waiting_since).tier
+    waited = now - rec.waiting_since
+    relax = spec.locality.relax_after_s
+    if relax is not None and now >= rec.waiting_since + relax:
+        waited = max(waited, relax)  # the very sum the due heap fired on, whatever the rounding
+    tier = spec.locality.allowed(waited).tier
     if spec.min_workers == 1:
         tier = Tier.NODE  # one worker is on one node whatever it would accept
     return (spec.min_workers, spec.gpus_per_worker, tier)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
 from enum import StrEnum
@@ -103,8 +104,15 @@ class SchedulerPolicy:
             raise PolicyError(f"stop_grace_s must be >= 0, got {self.stop_grace_s}")
         if self.grow_after_s < 0:
             raise PolicyError(f"grow_after_s must be >= 0, got {self.grow_after_s}")
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise PolicyError(f"{f.name} must be a finite number, got {value}")
         if self.demote_after_gpu_h is not None and self.order is not Order.FAIR:
-            raise PolicyError("demote_after_gpu_h needs order 'fair' (fifo ignores service)")
+            raise PolicyError(
+                "demote_after_gpu_h needs order 'fair' (fifo ignores service): "
+                "set demote_after_gpu_h=null with order=fifo"
+            )
         for key in ("demote_after_gpu_h", "promote_after_s"):
             value = getattr(self, key)
             if value is not None and not value > 0:

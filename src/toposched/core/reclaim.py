@@ -61,14 +61,19 @@ def victims_for(s: Scheduler, rec: JobRecord) -> list[JobRecord]:
         """Jobs of another queue past its guarantee, counted in (priority, start) order."""
         if queue not in borrowed:
             q = s.queues[queue]
+            # Running jobs only: a job being stopped gives its GPUs back anyway.
             jobs = sorted(
-                (r for r in s.holders.values() if r.spec.queue == queue),
+                (
+                    r
+                    for r in s.holders.values()
+                    if r.spec.queue == queue and r.state is JobState.RUNNING
+                ),
                 key=lambda r: (-r.spec.priority, r.started or 0.0, r.seq),
             )
             held, past = 0, set()
             for r in jobs:
                 held += r.gpus_held()
-                if held > q.guaranteed and r.state is JobState.RUNNING:
+                if held > q.guaranteed:
                     past.add(r.name)
             borrowed[queue] = past
         return borrowed[queue]
@@ -161,13 +166,25 @@ def plan_reclaim(
     if not costs:
         return None
     if request.gpus == 1:
-        return plan_one_gpu(s, costs, request.mode)
-    best = plan_on_nodes(s, costs, request)
-    if best is not None:
-        return best
-    if request.widest == Tier.NODE or request.workers == 1:
+        plan = plan_one_gpu(s, costs, request.mode)
+    else:
+        plan = plan_on_nodes(s, costs, request)
+        if plan is None and request.widest != Tier.NODE and request.workers > 1:
+            plan = plan_reclaim_nodes(s, request, costs)
+    if plan is None or not all_behind(s, rec, plan[0]):
         return None
-    return plan_reclaim_nodes(s, request, costs)
+    return plan
+
+
+def all_behind(s: Scheduler, rec: JobRecord, victims: list[JobRecord]) -> bool:
+    """Once all `victims` have stopped, each ranks after `rec`. Each was chosen as if it alone
+    stopped; several of one queue may bring it back within its guarantee, and one of them
+    would then start again at once on the GPUs freed for `rec` (and be preempted again)."""
+    freed: dict[str, int] = {}
+    for v in victims:
+        freed[v.spec.queue] = freed.get(v.spec.queue, 0) + v.gpus_held()
+    mine = s.rank_after(rec, s.waiting_level(rec), freed)
+    return all(s.rank_after(v, 1 if s.demoted(v) else 0, freed) > mine for v in victims)
 
 
 Plan = tuple[list[JobRecord], dict[int, int]]  # victims, and the GPUs they give (by node)

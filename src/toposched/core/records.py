@@ -94,8 +94,10 @@ class QueueRecord:
     def within_guarantee(self, extra: int) -> bool:
         return self.used + extra <= self.guaranteed
 
-    def share(self) -> float:
-        """Usage against guarantee: the queue furthest below its share goes first."""
+    def share(self, used: int | None = None) -> float:
+        """Usage (now, or `used`) against guarantee: the queue furthest below its share goes
+        first."""
+        used = self.used if used is None else used
         if self.guaranteed == 0:
-            return math.inf if self.used else 0.0
-        return self.used / self.guaranteed
+            return math.inf if used else 0.0
+        return used / self.guaranteed

@@ -405,6 +405,8 @@ class Scheduler:
             raise SchedulingError(f"job {rec.name!r} has already ended ({rec.state.value})")
         if rec.state is JobState.PENDING:
             self._dequeue(rec)
+            if rec.partial:
+                self._release_all(rec)  # workers a non-gang policy bound while it waited
             return self._end(rec, JobState.CANCELLED, "cancelled while pending")
         rec.cancel_requested = True
         if rec.state is JobState.STOPPING:
@@ -484,6 +486,7 @@ class Scheduler:
             raise SchedulingError(f"node {node.name!r} is already in the cluster")
         i = self.capacity.add_node(node)
         self._room.clear()
+        self.reclaim_memo.clear()  # a node back under its old index may be other hardware
         self.labels[node.name] = dict(node.labels)
         self.unhealthy.pop(i, None)
         held = 0
@@ -597,10 +600,11 @@ class Scheduler:
         promote = self.policy.promote_after_s
         if promote is None:
             return 1, None
-        if self.now - rec.waiting_since >= promote:
+        promote_at = rec.waiting_since + promote
+        if self.now >= promote_at:  # the very sum the due heap fired on
             rec.forgiven = rec.service(self.now)
             return 0, None
-        return 1, rec.waiting_since + promote
+        return 1, promote_at
 
     def waiting_level(self, rec: JobRecord) -> int:
         """The level a waiting job is filed at (0 unless demoted and not yet promoted)."""
@@ -615,7 +619,10 @@ class Scheduler:
         tracked = self.demotions.is_demoted(rec.name, self.now)
         if tracked is not None:
             return tracked
-        return rec.service(self.now) - rec.forgiven >= demote * 3600.0
+        # Demotions times a running job's demotion; once it stops, its summed service must
+        # agree, whatever the rounding of the sum (a job preempted as demoted that came back
+        # undemoted would start again at once on the GPUs freed for another).
+        return rec.service(self.now) - rec.forgiven >= demote * 3600.0 * (1 - 1e-9)
 
     def _dequeue(self, rec: JobRecord) -> None:
         gone = self._pending.remove(rec)
@@ -758,12 +765,19 @@ class Scheduler:
         return rank
 
     def _rank(self, rec: JobRecord) -> tuple[float, ...]:
+        return self.rank_after(rec, self.waiting_level(rec), {})
+
+    def rank_after(self, rec: JobRecord, level: int, freed: dict[str, int]) -> tuple[float, ...]:
+        """`rec`'s rank as a waiting job at `level`, once `freed` GPUs of each queue are
+        given back (reclaim checks that its victims would rank after the job it stops them
+        for)."""
         if self.policy.order is Order.FIFO:
             return (rec.seq,)
         queue = self.queues[rec.spec.queue]
-        inside = 0 if queue.within_guarantee(rec.spec.min_workers * rec.spec.gpus_per_worker) else 1
-        level = self.waiting_level(rec)
-        return (inside, -rec.spec.priority, level, queue.share(), rec.seq)
+        used = queue.used - freed.get(queue.name, 0)
+        need = rec.spec.min_workers * rec.spec.gpus_per_worker
+        inside = 0 if used + need <= queue.guaranteed else 1
+        return (inside, -rec.spec.priority, level, queue.share(used), rec.seq)
 
     def _behind_reservation(self, rec: JobRecord) -> bool:
         res = self.reservation

@@ -68,6 +68,11 @@ def check(s: Scheduler) -> None:
         s.jobs.get(name) is not rec for name, rec in s.holders.items()
     ):
         raise InvariantViolation("the jobs holding GPUs disagree with the GPU owner map")
+    for name, rec in s.demotions.tracked().items():
+        if s.jobs.get(name) is not rec or rec.state is not JobState.RUNNING:
+            raise InvariantViolation(f"{name} is timed for demotion but is not running")
+        if not rec.spec.checkpointable or name not in s.holders:
+            raise InvariantViolation(f"{name} is timed for demotion but cannot be preempted")
     for q, queue in s.queues.items():
         if queue.used != used.get(q, 0):
             raise InvariantViolation(f"queue {q}: usage {queue.used} != {used.get(q, 0)}")
