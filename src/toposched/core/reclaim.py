@@ -46,14 +46,13 @@ def victims_for(s: Scheduler, rec: JobRecord) -> list[JobRecord]:
     if not (within or lower or las):
         return []
 
+    level = s.waiting_level(rec)
+
     def behind(r: JobRecord) -> bool:
-        """Once waiting again, `r` ranks after `rec` (else it would start again at once, and
-        be preempted again): outside its queue's guarantee where `rec` is not, or no higher
-        in priority; a demoted job ranks after a job of its priority that is not."""
-        q = s.queues[r.spec.queue]
-        need = r.spec.min_workers * r.spec.gpus_per_worker
-        mine = (q.used - r.gpus_held() + need > q.guaranteed, -r.spec.priority)
-        return mine >= (not within, -spec.priority)
+        """Once `r` waits again, it ranks after `rec` (else it would start again at once,
+        and be preempted again); `all_behind` judges the chosen victims together."""
+        freed = {r.spec.queue: r.gpus_held()}
+        return s.rank_after(r, 1 if s.demoted(r) else 0, freed) > s.rank_after(rec, level, freed)
 
     borrowed: dict[str, set[str]] = {}
 
