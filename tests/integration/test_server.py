@@ -458,5 +458,7 @@ def test_a_bad_policy_param_is_refused_before_anything_is_written(tmp_path: Path
         timeout=60,
     )
     assert proc.returncode == 2
-    assert "--param: demote_after_gpu_h must be positive, got -1" in proc.stderr
+    assert (
+        "--param: policy 'toposched': demote_after_gpu_h must be positive, got -1.0" in proc.stderr
+    )
     assert not data.exists()
