@@ -1298,6 +1298,20 @@ def test_gang_policies_do_not_deadlock(policy: str) -> None:
 LAS = {"demote_after_gpu_h": 1.0}  # demoted after 3,600 GPU-seconds
 
 
+def not_preempted(what: str, long: Any, policy: dict[str, Any]) -> Case:
+    """`long` holds the node far past the demotion threshold while `new` waits: no stop."""
+    return Case(
+        f"{what} is not preempted",
+        cluster(node("n0", DGX1)),
+        [
+            (submit(long), two_steps("long", {"n0": ALL8})),
+            (submit(job("new", 4, checkpoint=CKPT), t=100), [queued("new")]),
+            ([Tick(5000)], []),
+        ],
+        policy=policy,
+    )
+
+
 @cases(
     Case(
         # `long` has had 800 GPU-s when `new` arrives: not demoted, so `new` only reserves.
@@ -1316,35 +1330,12 @@ LAS = {"demote_after_gpu_h": 1.0}  # demoted after 3,600 GPU-seconds
         ],
         policy=LAS,
     ),
-    Case(
-        "a demoted job that cannot checkpoint is not preempted",
-        cluster(node("n0", DGX1)),
-        [
-            (submit(job("long", 8)), two_steps("long", {"n0": ALL8})),
-            (submit(job("new", 4, checkpoint=CKPT), t=100), [queued("new")]),
-            ([Tick(5000)], []),
-        ],
-        policy=LAS,
+    not_preempted("a demoted job that cannot checkpoint", job("long", 8), LAS),
+    not_preempted(
+        "a demoted job of higher priority", job("long", 8, priority=1, checkpoint=CKPT), LAS
     ),
-    Case(
-        "a demoted job of higher priority is not preempted",
-        cluster(node("n0", DGX1)),
-        [
-            (submit(job("long", 8, priority=1, checkpoint=CKPT)), two_steps("long", {"n0": ALL8})),
-            (submit(job("new", 4, checkpoint=CKPT), t=100), [queued("new")]),
-            ([Tick(5000)], []),
-        ],
-        policy=LAS,
-    ),
-    Case(
-        "without demotion nothing is preempted for service",
-        cluster(node("n0", DGX1)),
-        [
-            (submit(job("long", 8, checkpoint=CKPT)), two_steps("long", {"n0": ALL8})),
-            (submit(job("new", 4, checkpoint=CKPT), t=100), [queued("new")]),
-            ([Tick(5000)], []),
-        ],
-        policy={"demote_after_gpu_h": None},
+    not_preempted(
+        "a job, without demotion,", job("long", 8, checkpoint=CKPT), {"demote_after_gpu_h": None}
     ),
 )
 def test_least_attained_service(case: Case) -> None:

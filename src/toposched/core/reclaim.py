@@ -42,11 +42,10 @@ def victims_for(s: Scheduler, rec: JobRecord) -> list[JobRecord]:
     spec = rec.spec
     within = s.queues[spec.queue].within_guarantee(spec.min_workers * spec.gpus_per_worker)
     lower = s.policy.preempt_lower_priority and s.lowest_priority[spec.queue] < spec.priority
-    las = s.policy.demote_after_gpu_h is not None and s.waiting_level(rec) == 0
+    level = s.waiting_level(rec)
+    las = s.policy.demote_after_gpu_h is not None and level == 0
     if not (within or lower or las):
         return []
-
-    level = s.waiting_level(rec)
 
     def behind(r: JobRecord) -> bool:
         """Once `r` waits again, it ranks after `rec` (else it would start again at once,

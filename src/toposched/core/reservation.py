@@ -45,8 +45,8 @@ class Reservation:
         return f"reserved {'; '.join(parts)} ({when})"
 
 
-def end_estimate(s: Scheduler, name: str) -> float:
-    rec = s.jobs[name]
+def end_estimate(s: Scheduler, rec: JobRecord) -> float:
+    """When a job holding GPUs is expected to give them back: now if it is being stopped."""
     if rec.state is JobState.STOPPING:
         return s.now
     return rec.expected_end(s.policy.default_runtime_s)
@@ -57,11 +57,7 @@ def reserve(s: Scheduler, rec: JobRecord, request: GangRequest) -> Reservation |
     by_node = s.node_jobs
     cap = s.capacity
     k = request.gpus
-    default = s.policy.default_runtime_s
-    ends = {
-        name: s.now if r.state is JobState.STOPPING else r.expected_end(default)
-        for name, r in s.holders.items()
-    }
+    ends = {name: end_estimate(s, r) for name, r in s.holders.items()}
     # First the nodes whose GPUs free up soonest (fewest GPUs to wait for among equals); only
     # those compete on the ring they would give.
     soonest: list[tuple[float, int, int, int]] = []
@@ -109,7 +105,7 @@ def reserve_nodes(
         if healthy.bit_count() < g:
             continue
         jobs = by_node.get(i, {})
-        until = max((end_estimate(s, j) for j in jobs), default=s.now)
+        until = max((end_estimate(s, s.jobs[j]) for j in jobs), default=s.now)
         busy = sum(m.bit_count() for m in jobs.values())
         key = node_domain(cap.nodes[i], request.widest)
         domains.setdefault(key, []).append((until, busy, i, healthy))

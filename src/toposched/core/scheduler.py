@@ -981,12 +981,14 @@ class Scheduler:
             rec.note(self.now, short.reason)
         return out
 
+    def _guarantees(self) -> bool:
+        """Some queue has a guaranteed share (and so may reclaim what others borrow)."""
+        return any(q.guaranteed for q in self.queues.values())
+
     def demotes_alone(self) -> bool:
         """Demotion is the only reason to preempt: no queue has a guarantee, and every job
         ever submitted has one priority."""
-        if self.policy.demote_after_gpu_h is None:
-            return False
-        if any(q.guaranteed for q in self.queues.values()):
+        if self.policy.demote_after_gpu_h is None or self._guarantees():
             return False
         lows, highs = self.lowest_priority.values(), self._highest_priority.values()
         return not lows or min(lows) == max(highs)
@@ -995,7 +997,7 @@ class Scheduler:
         """Whether `rec` taking GPUs may give a waiting job someone to preempt (besides by
         being demoted, which `Demotions` tells): a queue lends beyond a guarantee, or a job
         of its queue outranks it."""
-        if any(q.guaranteed for q in self.queues.values()):
+        if self._guarantees():
             return True
         return self._highest_priority.get(rec.spec.queue, rec.spec.priority) > rec.spec.priority
 
