@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from itertools import combinations
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.strategies import topologies
-from toposched.perf import Catalog, NetworkProfile, PerfModel
+from toposched.perf import Catalog, NetworkProfile, PerfModel, interference_factor
+from toposched.perf.interference import level_masks, neighbour_counts
+from toposched.placement.tables import to_mask
 from toposched.topology import BandwidthTable, NodeTopology
 from toposched.topology.cluster import Tier
 
@@ -97,3 +101,23 @@ def test_ideal_is_at_least_as_fast_as_any_single_node_placement(job) -> None:
         model_name, "V100", [(topology, gpus)], framework=framework, batch=batch
     )
     assert 0.0 < ratio <= 1.0 + 1e-9
+
+
+@FAST
+@given(jobs())
+def test_neighbour_counts_determine_the_interference_factor(job) -> None:
+    """Every set of neighbours, by brute force: sets with equal `neighbour_counts` slow the
+    job alike (the simulator keys its speed memo on the counts)."""
+    topology, gpus, model_name, framework_name, _ = job
+    model, framework = CATALOG.model(model_name), CATALOG.framework(framework_name)
+    levels = level_masks(topology)
+    own = to_mask(gpus)
+    free = [g for g in range(topology.size) if g not in gpus]
+    factors: dict[tuple[tuple[int, int, int], ...], float] = {}
+    for count in range(len(free) + 1):
+        for others in combinations(free, count):
+            counts = neighbour_counts(levels, own, to_mask(others))
+            assert len(counts) == len(gpus)
+            assert all(sum(c) == count for c in counts)
+            factor = interference_factor(topology, gpus, others, framework, model)
+            assert factors.setdefault(counts, factor) == factor

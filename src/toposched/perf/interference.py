@@ -7,6 +7,8 @@ from collections.abc import Iterable, Sequence
 from toposched.perf.specs import FrameworkSpec, Level, ModelSpec
 from toposched.topology.node import NodeTopology
 
+_INDEX = {Level.SWITCH: 0, Level.SOCKET: 1, Level.NODE: 2}
+
 
 def level(topology: NodeTopology, ours: int, theirs: int) -> Level:
     """How close another job's GPU is to one of ours: the closest shared resource wins."""
@@ -37,3 +39,40 @@ def interference_factor(
         total = sum(framework.penalty(level(topology, ours, theirs)) for theirs in others)
         worst = max(worst, total)
     return 1.0 + model.interference * worst
+
+
+def level_masks(topology: NodeTopology) -> tuple[tuple[int, int, int], ...]:
+    """Per GPU of `topology`, the GPUs at each level from it, as bit masks: those under its PCIe
+    switch, those on its socket under another switch, and the rest of the node (itself in
+    none)."""
+    out = []
+    for g in range(topology.size):
+        masks = [0, 0, 0]
+        for h in range(topology.size):
+            if h != g:
+                masks[_INDEX[level(topology, g, h)]] |= 1 << h
+        out.append((masks[0], masks[1], masks[2]))
+    return tuple(out)
+
+
+def neighbour_counts(
+    levels: tuple[tuple[int, int, int], ...], gpus: int, neighbours: int
+) -> tuple[tuple[int, int, int], ...]:
+    """What `interference_factor` depends on, for the GPUs in mask `gpus` beside the other
+    jobs' GPUs in mask `neighbours` (`levels` from `level_masks`): per GPU of ours, how many
+    neighbours it has at each level. Equal counts give an equal factor, so a caller can key
+    a memo on them instead of on which GPUs the neighbours hold."""
+    out = []
+    rest = gpus
+    while rest:
+        low = rest & -rest
+        switch, socket, node = levels[low.bit_length() - 1]
+        out.append(
+            (
+                (neighbours & switch).bit_count(),
+                (neighbours & socket).bit_count(),
+                (neighbours & node).bit_count(),
+            )
+        )
+        rest ^= low
+    return tuple(out)

@@ -32,6 +32,7 @@ from toposched.core import (
     make_scheduler_policy,
 )
 from toposched.perf import PerfModel
+from toposched.perf.interference import level_masks, neighbour_counts
 from toposched.placement.capacity import full_mask
 from toposched.placement.tables import from_mask, to_mask
 from toposched.sim.traces import Trace, TraceJob
@@ -130,9 +131,10 @@ class Simulation:
             self.perf = PerfModel(self.perf.catalog.with_network(own))
         self.workload = workload or Workload()
         self.network, self.framework = network, framework
-        self.topology = {node.name: node.topology for node in cluster.nodes}
         kinds: dict[NodeTopology, int] = {}
         self.topology_id = {n.name: kinds.setdefault(n.topology, len(kinds)) for n in cluster.nodes}
+        self._kinds = list(kinds)
+        self._levels = [level_masks(topology) for topology in kinds]
         self._speeds: dict[tuple[object, ...], float] = {}
         self.gpu_type = gpu_type or self.perf.catalog.gpu_for(cluster.nodes[0].topology.name)
         self.node_gpus = max(node.size for node in cluster.nodes)
@@ -333,12 +335,16 @@ class Simulation:
         parts = []
         for node in job.nodes:
             own = self.on_node[node][name]
-            parts.append((node, own, 0 if alone else self.busy[node] & ~own))
-        # Nodes of one topology with the same own and busy GPUs give the same speed.
+            others = 0 if alone else self.busy[node] & ~own
+            kind = self.topology_id[node]
+            parts.append((kind, own, others, neighbour_counts(self._levels[kind], own, others)))
+        # Nodes of one topology with the same own GPUs and as many neighbours at each level
+        # from each of them give the same speed (which GPUs the neighbours hold does not
+        # matter), so far fewer keys than neighbour sets.
         key = (
             job.trace.model,
             placement.tier,
-            tuple((self.topology_id[n], own, others) for n, own, others in parts),
+            tuple((kind, own, counts) for kind, own, _, counts in parts),
         )
         found = self._speeds.get(key)
         if found is not None:
@@ -346,16 +352,16 @@ class Simulation:
         ratio = self.perf.speed_ratio(
             job.trace.model,
             self.gpu_type,
-            [(self.topology[n], from_mask(own)) for n, own, _ in parts],
+            [(self._kinds[kind], from_mask(own)) for kind, own, _, _ in parts],
             framework=self.framework,
             network=self.network,
             tier=placement.tier,
-            neighbours=[from_mask(others) for _, _, others in parts],
+            neighbours=[from_mask(others) for _, _, others, _ in parts],
         )
         # The trace's duration is the run time at an ideal placement: nothing runs faster.
         speed = min(1.0, ratio)
         if len(self._speeds) >= SPEED_MEMO:
-            self._speeds.clear()  # bounded: a long run meets ever new neighbour sets
+            self._speeds.clear()  # bounded, though the keys are few
         self._speeds[key] = speed
         return speed
 
