@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from tests.strategies import topologies
 from toposched.perf import Catalog, NetworkProfile, PerfModel, interference_factor
-from toposched.perf.interference import level_masks, neighbour_counts
+from toposched.perf.interference import factor_from_counts, level_masks, neighbour_counts
 from toposched.placement.tables import to_mask
 from toposched.topology import BandwidthTable, NodeTopology
 from toposched.topology.cluster import Tier
@@ -106,8 +106,8 @@ def test_ideal_is_at_least_as_fast_as_any_single_node_placement(job) -> None:
 @FAST
 @given(jobs())
 def test_neighbour_counts_determine_the_interference_factor(job) -> None:
-    """Every set of neighbours, by brute force: sets with equal `neighbour_counts` slow the
-    job alike (the simulator keys its speed memo on the counts)."""
+    """Every set of neighbours, by brute force: the factor made from `neighbour_counts` (what
+    the simulator computes) is `interference_factor`, and equal counts slow the job alike."""
     topology, gpus, model_name, framework_name, _ = job
     model, framework = CATALOG.model(model_name), CATALOG.framework(framework_name)
     levels = level_masks(topology)
@@ -120,4 +120,5 @@ def test_neighbour_counts_determine_the_interference_factor(job) -> None:
             assert len(counts) == len(gpus)
             assert all(sum(c) == count for c in counts)
             factor = interference_factor(topology, gpus, others, framework, model)
+            assert factor_from_counts(counts, framework, model) == factor
             assert factors.setdefault(counts, factor) == factor

@@ -228,6 +228,16 @@ def test_interference_is_worst_under_one_switch_then_socket_then_node(model: Per
     assert slowdown(1) > slowdown(2) > slowdown(4) >= 1.0
 
 
+def test_an_interference_factor_given_is_the_neighbours_made(model: PerfModel) -> None:
+    placement = [(DGX1, (0, 1))]
+    beside = model.estimate("vgg16", "V100", placement, neighbours=[[2, 4, 6]])
+    assert beside.interference > 1.0
+    given = model.estimate("vgg16", "V100", placement, interference=beside.interference)
+    assert given == beside
+    ratio = model.speed_ratio("vgg16", "V100", placement, interference=beside.interference)
+    assert ratio == model.speed_ratio("vgg16", "V100", placement, neighbours=[[2, 4, 6]]) < 1.0
+
+
 def test_parameter_servers_pay_for_every_node_behind_one_host(model: PerfModel) -> None:
     two = model.estimate(
         "resnet50", "P100", [(PCIE8, (0, 1))] * 2, framework="tensorflow-ps", network="msr-p100"
@@ -341,6 +351,9 @@ def test_the_catalog_has_the_models_gpus_networks_and_frameworks_the_issue_names
         ({"placement": []}, "placement", "at least one node"),
         ({"neighbours": [[0]]}, "neighbours", "both the job's and another job's"),
         ({"neighbours": [[], []]}, "neighbours", "one list of other jobs' GPUs per node"),
+        ({"interference": 0.9}, "interference", "an interference factor >= 1, got 0.9"),
+        ({"interference": float("nan")}, "interference", "factor >= 1, got nan"),
+        ({"interference": 1.2, "neighbours": [[4]]}, "interference", "give neighbours or"),
     ],
 )
 def test_bad_requests_name_the_field(

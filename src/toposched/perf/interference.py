@@ -32,12 +32,26 @@ def interference_factor(
     worker, so the job pays the worst of its GPUs.
     """
     others = [g for g in set(neighbours) if g not in gpus]
-    if not others or model.interference == 0.0:
-        return 1.0
-    worst = 0.0
+    counts = []
     for ours in gpus:
-        total = sum(framework.penalty(level(topology, ours, theirs)) for theirs in others)
-        worst = max(worst, total)
+        per_level = [0, 0, 0]
+        for theirs in others:
+            per_level[_INDEX[level(topology, ours, theirs)]] += 1
+        counts.append((per_level[0], per_level[1], per_level[2]))
+    return factor_from_counts(counts, framework, model)
+
+
+def factor_from_counts(
+    counts: Iterable[tuple[int, int, int]], framework: FrameworkSpec, model: ModelSpec
+) -> float:
+    """`interference_factor` from how many neighbours each of our GPUs has under its switch,
+    on its socket and elsewhere on the node (`neighbour_counts`)."""
+    if model.interference == 0.0:
+        return 1.0
+    penalty = framework.level_penalties
+    worst = 0.0
+    for switch, socket, node in counts:
+        worst = max(worst, switch * penalty[0] + socket * penalty[1] + node * penalty[2])
     return 1.0 + model.interference * worst
 
 

@@ -69,24 +69,34 @@ class PerfModel:
         tier: Tier = Tier.RACK,
         batch: int = DEFAULT_BATCH,
         neighbours: Sequence[Sequence[int]] | None = None,
+        interference: float | None = None,
     ) -> Estimate:
         """Iteration time of `model` with `batch` samples per GPU on `placement`.
 
         `placement` lists the job's nodes, each as (topology, GPU indices). `tier` is the
         network level that joins the nodes (ignored on one node). `neighbours`, one entry per
-        node, lists the GPUs other jobs hold there (for interference).
+        node, lists the GPUs other jobs hold there (for interference); or `interference`
+        gives the factor itself (`interference_factor`, the worst over the nodes), for a
+        caller that keeps it (the simulator).
         """
         if type(batch) is not int or batch < 1:
             raise PerfError(
                 f"must be a whole number of samples per GPU >= 1, got {batch!r}", field="batch"
             )
+        if interference is not None and (neighbours is not None or not interference >= 1.0):
+            raise PerfError(
+                f"give neighbours or an interference factor >= 1, got {interference!r}",
+                field="interference",
+            )
         shares = tuple((topology, tuple(gpus)) for topology, gpus in placement)
         others = None if neighbours is None else tuple(tuple(n) for n in neighbours)
-        key = (model, gpu_type, framework, network, tier, batch, shares, others)
+        key = (model, gpu_type, framework, network, tier, batch, shares, others, interference)
         found = self._memo.get(key)
         if found is not None:
             return found
-        result = self._estimate(model, gpu_type, shares, framework, network, tier, batch, others)
+        result = self._estimate(
+            model, gpu_type, shares, framework, network, tier, batch, others, interference
+        )
         if len(self._memo) >= self.memo_limit:
             # A long simulation asks ever new neighbour sets; start afresh, not grow for ever.
             self._memo.clear()
@@ -144,6 +154,7 @@ class PerfModel:
         tier: Tier = Tier.RACK,
         batch: int = DEFAULT_BATCH,
         neighbours: Sequence[Sequence[int]] | None = None,
+        interference: float | None = None,
     ) -> float:
         """Throughput on `placement` over the ideal throughput of as many GPUs (<= 1 mostly).
 
@@ -158,6 +169,7 @@ class PerfModel:
             tier=tier,
             batch=batch,
             neighbours=neighbours,
+            interference=interference,
         )
         total = sum(len(gpus) for _, gpus in placement)
         best = self.ideal(
@@ -204,13 +216,14 @@ class PerfModel:
         tier: Tier,
         batch: int,
         neighbours: tuple[tuple[int, ...], ...] | None,
+        interference: float | None,
     ) -> Estimate:
         model, gpu, framework = self._resolve(model_name, gpu_name, framework_name)
         self._network(network_name)  # a misspelt profile is an error even on one node
         _check_request(shares, tier, neighbours)
         workers = sum(len(gpus) for _, gpus in shares)
 
-        slowdown = 1.0
+        slowdown = 1.0 if interference is None else interference
         if neighbours is not None:
             for (topology, gpus), others in zip(shares, neighbours, strict=True):
                 factor = interference_factor(topology, gpus, others, framework, model)

@@ -134,3 +134,12 @@ class FrameworkSpec:
 
     def penalty(self, level: Level) -> float:
         return self.interference.get(level.value, 0.0)
+
+    @property
+    def level_penalties(self) -> tuple[float, float, float]:
+        """The penalties of the switch, socket and node levels, in that order."""
+        return (
+            self.penalty(Level.SWITCH),
+            self.penalty(Level.SOCKET),
+            self.penalty(Level.NODE),
+        )

@@ -31,8 +31,8 @@ from toposched.core import (
     Transition,
     make_scheduler_policy,
 )
-from toposched.perf import PerfModel
-from toposched.perf.interference import level_masks, neighbour_counts
+from toposched.perf import ModelSpec, PerfModel
+from toposched.perf.interference import factor_from_counts, level_masks, neighbour_counts
 from toposched.placement.capacity import full_mask
 from toposched.placement.tables import from_mask, to_mask
 from toposched.sim.traces import Trace, TraceJob
@@ -135,6 +135,8 @@ class Simulation:
         self.topology_id = {n.name: kinds.setdefault(n.topology, len(kinds)) for n in cluster.nodes}
         self._kinds = list(kinds)
         self._levels = [level_masks(topology) for topology in kinds]
+        self._framework = self.perf.catalog.framework(framework)
+        self._models: dict[str, ModelSpec] = {}
         self._speeds: dict[tuple[object, ...], float] = {}
         self.gpu_type = gpu_type or self.perf.catalog.gpu_for(cluster.nodes[0].topology.name)
         self.node_gpus = max(node.size for node in cluster.nodes)
@@ -331,32 +333,34 @@ class Simulation:
         """The job's speed on its placement, with its neighbours (or `alone`)."""
         placement = job.placement
         assert placement is not None
-        name = job.trace.name
-        parts = []
+        name, model = job.trace.name, job.trace.model
+        spec = self._models.get(model)
+        if spec is None:
+            spec = self._models[model] = self.perf.catalog.model(model)
+        owns = []
+        slowdown = 1.0
         for node in job.nodes:
             own = self.on_node[node][name]
-            others = 0 if alone else self.busy[node] & ~own
             kind = self.topology_id[node]
-            parts.append((kind, own, others, neighbour_counts(self._levels[kind], own, others)))
-        # Nodes of one topology with the same own GPUs and as many neighbours at each level
-        # from each of them give the same speed (which GPUs the neighbours hold does not
-        # matter), so far fewer keys than neighbour sets.
-        key = (
-            job.trace.model,
-            placement.tier,
-            tuple((kind, own, counts) for kind, own, _, counts in parts),
-        )
+            owns.append((kind, own))
+            others = 0 if alone else self.busy[node] & ~own
+            if others:
+                counts = neighbour_counts(self._levels[kind], own, others)
+                slowdown = max(slowdown, factor_from_counts(counts, self._framework, spec))
+        # Neighbours matter only through the interference factor they make, so the speed is
+        # kept per factor, not per set of busy GPUs: far fewer keys.
+        key = (model, placement.tier, tuple(owns), slowdown)
         found = self._speeds.get(key)
         if found is not None:
             return found
         ratio = self.perf.speed_ratio(
-            job.trace.model,
+            model,
             self.gpu_type,
-            [(self._kinds[kind], from_mask(own)) for kind, own, _, _ in parts],
+            [(self._kinds[kind], from_mask(own)) for kind, own in owns],
             framework=self.framework,
             network=self.network,
             tier=placement.tier,
-            neighbours=[from_mask(others) for _, _, others, _ in parts],
+            interference=slowdown,
         )
         # The trace's duration is the run time at an ideal placement: nothing runs faster.
         speed = min(1.0, ratio)
