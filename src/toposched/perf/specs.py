@@ -128,18 +128,13 @@ class FrameworkSpec:
     ps_placement: PsPlacement = PsPlacement.DEDICATED
     ps_shards: int = 1
     source: str = ""
+    # The penalties of the switch, socket and node levels, in that order (from `interference`).
+    level_penalties: tuple[float, float, float] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "interference", _frozen(self.interference))
+        penalties = tuple(self.penalty(level) for level in (Level.SWITCH, Level.SOCKET, Level.NODE))
+        object.__setattr__(self, "level_penalties", penalties)
 
     def penalty(self, level: Level) -> float:
         return self.interference.get(level.value, 0.0)
-
-    @property
-    def level_penalties(self) -> tuple[float, float, float]:
-        """The penalties of the switch, socket and node levels, in that order."""
-        return (
-            self.penalty(Level.SWITCH),
-            self.penalty(Level.SOCKET),
-            self.penalty(Level.NODE),
-        )
