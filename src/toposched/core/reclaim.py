@@ -12,6 +12,7 @@ from toposched.placement.gang import GangRequest, Shortfall, node_gpus, place_ga
 from toposched.placement.request import Mode
 from toposched.placement.tables import to_mask
 from toposched.topology.cluster import Tier
+from toposched.topology.node import NodeTopology
 
 if TYPE_CHECKING:
     from toposched.core.scheduler import Scheduler
@@ -21,16 +22,18 @@ SMALL_VICTIM_SETS = 3
 MEMO_LIMIT = 4096  # per-node answers kept (cleared whole when full)
 
 
-def _victim_sets(jobs: list[str]) -> Iterator[tuple[str, ...]]:
-    """Sets of victims on one node to try: all of them when there are few, else every set of up
-    to three and every prefix of the cheapest-first order (so a large node still finds room)."""
-    if len(jobs) <= EXHAUSTIVE_VICTIMS:
-        for size in range(1, len(jobs) + 1):
+def _victim_sets(n: int) -> Iterator[tuple[int, ...]]:
+    """Sets of victims on one node to try (positions in the cheapest-first order of `n`), the
+    smaller first: all of them when there are few, else every set of up to three and every
+    prefix of that order (so a large node still finds room)."""
+    jobs = range(n)
+    if n <= EXHAUSTIVE_VICTIMS:
+        for size in range(1, n + 1):
             yield from combinations(jobs, size)
         return
     for size in range(1, SMALL_VICTIM_SETS + 1):
         yield from combinations(jobs, size)
-    for size in range(SMALL_VICTIM_SETS + 1, len(jobs) + 1):
+    for size in range(SMALL_VICTIM_SETS + 1, n + 1):
         yield tuple(jobs[:size])
 
 
@@ -101,6 +104,7 @@ def victims_for(s: Scheduler, rec: JobRecord) -> list[JobRecord]:
 
 Cost = tuple[int, int, int]  # (cannot checkpoint, priority, GPUs held) of one victim
 NodeChoice = tuple[tuple[float, ...], tuple[str, ...], int]  # (cost, victims, GPUs chosen)
+ShapeChoice = tuple[tuple[float, ...], tuple[int, ...], int]  # the same, victims by position
 
 
 def victim_cost(r: JobRecord) -> Cost:
@@ -112,26 +116,69 @@ def _best_on_node(
 ) -> NodeChoice | None:
     """The cheapest victims on node `i` whose GPUs, with the free ones, give `k` GPUs, and
     the GPUs chosen: checkpointable work first, then the best ring, then lower priority,
-    fewer jobs, fewer GPUs. Kept while the node's free GPUs and victims stay the same (a
-    blocked job tries again at every event, and few nodes change between two)."""
+    fewer jobs, fewer GPUs. A blocked job tries again at every event, and a busy cluster has
+    many nodes alike, so the answer is kept per node shape: its topology, free and failed
+    GPUs, and its victims' GPUs and costs (cheapest first), whichever node and jobs they are."""
     cap = s.capacity
-    bad = s.unhealthy.get(i, 0)
-    memo_key = (i, k, mode, cap.aware[i], cap.free[i], bad, tuple(per.items()))
+    jobs = sorted(per, key=lambda name: (per[name][1], name))
+    shape = tuple(per[name] for name in jobs)
+    topology, free, bad, aware = (
+        cap.nodes[i].topology,
+        cap.free[i],
+        s.unhealthy.get(i, 0),
+        cap.aware[i],
+    )
+    memo_key = (topology, k, mode, aware, free, bad, shape)
     memo = s.reclaim_memo
     if memo_key in memo:
-        return memo[memo_key]
-    topology = cap.nodes[i].topology
-    jobs = sorted(per, key=lambda name: (per[name][1], name))
-    best: NodeChoice | None = None
-    for subset in _victim_sets(jobs):
-        avail = cap.free[i]
-        for name in subset:
-            avail |= per[name][0]
+        found = memo[memo_key]
+    else:
+        found = _search_node(topology, free, bad, shape, k, aware, mode)
+        if len(memo) >= MEMO_LIMIT:
+            memo.clear()
+        memo[memo_key] = found
+    if found is None:
+        return None
+    key, positions, gpus = found
+    return key, tuple(jobs[p] for p in positions), gpus
+
+
+def _search_node(
+    topology: NodeTopology,
+    free: int,
+    bad: int,
+    victims: tuple[tuple[int, Cost], ...],
+    k: int,
+    aware: bool,
+    mode: Mode,
+) -> ShapeChoice | None:
+    """`_best_on_node` for one node shape; victims are named by their position."""
+    everything = free
+    for mask, _ in victims:
+        everything |= mask
+    everything &= ~bad
+    if everything.bit_count() < k:
+        return None
+    # No set of victims gives a better ring than all of them (rule 1 maximises the ring; a
+    # node without topology-aware placement takes the lowest GPUs instead, so no bound).
+    # Once a set reaches that ring with checkpointable victims of the lowest priority, no
+    # larger set can beat it, and sets come smallest first.
+    bound = None
+    if aware:
+        widest = ring_gbps(topology, node_gpus(topology, everything, k, aware, mode)) or 0.0
+        bound = (0, -widest, min(cost[1] for _, cost in victims))
+    best: ShapeChoice | None = None
+    for subset in _victim_sets(len(victims)):
+        if best is not None and len(subset) > len(best[1]) and bound and best[0][:3] <= bound:
+            break
+        avail = free
+        for p in subset:
+            avail |= victims[p][0]
         avail &= ~bad
         if avail.bit_count() < k:
             continue
-        costs = [per[name][1] for name in subset]
-        gpus = node_gpus(topology, avail, k, cap.aware[i], mode)
+        costs = [victims[p][1] for p in subset]
+        gpus = node_gpus(topology, avail, k, aware, mode)
         ring = ring_gbps(topology, gpus) or 0.0
         key = (
             sum(c[0] for c in costs),
@@ -142,9 +189,6 @@ def _best_on_node(
         )
         if best is None or key < best[0]:
             best = (key, subset, to_mask(gpus))
-    if len(memo) >= MEMO_LIMIT:
-        memo.clear()
-    memo[memo_key] = best
     return best
 
 

@@ -51,7 +51,7 @@ from toposched.core.job import JobSpec, JobState, RestartPolicy
 from toposched.core.moves import placement_of, plan_defrag, plan_growth
 from toposched.core.pending import Key, PendingJobs, Shape, shape_now
 from toposched.core.policy import Order, Placing, SchedulerPolicy, SingleGpu
-from toposched.core.reclaim import NodeChoice, plan_reclaim
+from toposched.core.reclaim import ShapeChoice, plan_reclaim
 from toposched.core.records import JobRecord, QueueRecord
 from toposched.core.reservation import Reservation, reserve
 from toposched.core.validate import check as check_books
@@ -144,8 +144,8 @@ class Scheduler:
         self._ranks: dict[str, tuple[int, tuple[float, ...]]] = {}
         self._held_waiting: dict[str, int] = {}  # GPUs of partial gangs, by waiting job
         self.lowest_priority: dict[str, int] = {}
-        # Reclaim's answer per node state (core/reclaim.py), bounded there.
-        self.reclaim_memo: dict[tuple[object, ...], NodeChoice | None] = {}
+        # Reclaim's answer per node shape (core/reclaim.py), bounded there.
+        self.reclaim_memo: dict[tuple[object, ...], ShapeChoice | None] = {}
 
     # ------------------------------------------------------------------ the entry point
 
@@ -486,7 +486,6 @@ class Scheduler:
             raise SchedulingError(f"node {node.name!r} is already in the cluster")
         i = self.capacity.add_node(node)
         self._room.clear()
-        self.reclaim_memo.clear()  # a node back under its old index may be other hardware
         self.labels[node.name] = dict(node.labels)
         self.unhealthy.pop(i, None)
         held = 0
