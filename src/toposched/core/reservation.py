@@ -57,7 +57,7 @@ def reserve(s: Scheduler, rec: JobRecord, request: GangRequest) -> Reservation |
     by_node = s.node_jobs
     cap = s.capacity
     k = request.gpus
-    ends = {name: end_estimate(s, r) for name, r in s.holders.items()}
+    holders = s.holders
     # First the nodes whose GPUs free up soonest (fewest GPUs to wait for among equals); only
     # those compete on the ring they would give.
     soonest: list[tuple[float, int, int, int]] = []
@@ -67,7 +67,8 @@ def reserve(s: Scheduler, rec: JobRecord, request: GangRequest) -> Reservation |
             continue
         avail, until, released = cap.free[i], s.now, 0
         if avail.bit_count() < k:
-            for end, job in sorted((ends[job], job) for job in by_node.get(i, ())):
+            jobs = by_node.get(i, {})
+            for end, job in sorted((end_estimate(s, holders[job]), job) for job in jobs):
                 avail |= by_node[i][job] & healthy
                 until = max(until, end)
                 released += by_node[i][job].bit_count()

@@ -1078,8 +1078,10 @@ class Scheduler:
     def _defragment_for(self, rec: JobRecord, request: GangRequest) -> list[Action]:
         """Migrate the fewest checkpointable jobs so that one node can take the blocked job."""
         cap = self.capacity
+        if request.gpus > cap.total_free:
+            return []  # asked at every blocked head: the cheap test first
         largest = max((cap.nodes[i].size for i in cap.present_indices()), default=0)
-        if request.gpus > largest or request.gpus > cap.total_free:
+        if request.gpus > largest:
             return []
         movable: dict[int, list[tuple[JobRecord, int]]] = {}
         # Jobs holding GPUs, found through the GPUs, in submission order.

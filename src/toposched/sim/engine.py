@@ -150,6 +150,7 @@ class Simulation:
         # Per node: each job's GPUs there (as a mask), and all busy GPUs (a mask).
         self.on_node: dict[str, dict[str, int]] = {n.name: {} for n in cluster.nodes}
         self.busy: dict[str, int] = {n.name: 0 for n in cluster.nodes}
+        self._dirty: set[str] = set()  # nodes whose jobs changed at this instant
         self.now = 0.0
         self._heap: list[tuple[float, int, int, str, int]] = []
         self._seq = 0
@@ -181,6 +182,10 @@ class Simulation:
             for event in events:
                 for action in self.scheduler.handle(event):
                     done += self._carry_out(action)
+            # No time passes within one instant, so the nodes whose jobs changed get new
+            # speeds once, after all its events (a finish and the start it makes room for).
+            self._respeed(self._dirty)
+            self._dirty.clear()
             if not self.scheduler.policy.gang:
                 self.partial = self.scheduler.partial_holds()
             self._sample()
@@ -267,7 +272,7 @@ class Simulation:
             self.busy[node] |= mask
         self.allocated += placement.gpus
         job.alone = self._speed(job, alone=True)
-        self._respeed(set(job.nodes))
+        self._dirty.update(job.nodes)
 
     def _stop(self, job: SimJob, action: StopJob) -> None:
         """The job stops making progress now; its processes exit after the grace period."""
@@ -292,7 +297,7 @@ class Simulation:
         for node in nodes:
             self.busy[node] &= ~self.on_node[node].pop(job.trace.name, 0)
         self.allocated -= placement.gpus
-        self._respeed(nodes)
+        self._dirty |= nodes
 
     # ------------------------------------------------------------------ speed
 
@@ -316,7 +321,7 @@ class Simulation:
         job.token += 1
 
     def _respeed(self, nodes: set[str]) -> None:
-        """Jobs on `nodes` (their neighbours changed): new speed, new finish time."""
+        """Jobs on `nodes` (they or their neighbours changed): new speed, new finish time."""
         names = {name for node in nodes for name in self.on_node[node]}
         for name in sorted(names):
             job = self.jobs[name]
