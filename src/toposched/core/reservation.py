@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from toposched.core.job import JobState
 from toposched.core.records import JobRecord
+from toposched.core.validate import InvariantViolation
 from toposched.placement.capacity import Capacity, full_mask
 from toposched.placement.gang import GangRequest, node_domain, node_gpus, ring_gbps
 from toposched.placement.tables import to_mask
@@ -54,10 +55,8 @@ def end_estimate(s: Scheduler, rec: JobRecord) -> float:
 
 def reserve(s: Scheduler, rec: JobRecord, request: GangRequest) -> Reservation | None:
     """The GPUs that free up first for `rec` (one node if it fits in one, else whole nodes)."""
-    by_node = s.node_jobs
     cap = s.capacity
     k = request.gpus
-    holders = s.holders
     # First the nodes whose GPUs free up soonest (fewest GPUs to wait for among equals); only
     # those compete on the ring they would give.
     soonest: list[tuple[float, int, int, int]] = []
@@ -65,17 +64,11 @@ def reserve(s: Scheduler, rec: JobRecord, request: GangRequest) -> Reservation |
         healthy = full_mask(cap.nodes[i].size) & ~s.unhealthy.get(i, 0)
         if healthy.bit_count() < k:
             continue
-        avail, until, released = cap.free[i], s.now, 0
-        if avail.bit_count() < k:
-            jobs = by_node.get(i, {})
-            for end, job in sorted((end_estimate(s, holders[job]), job) for job in jobs):
-                avail |= by_node[i][job] & healthy
-                until = max(until, end)
-                released += by_node[i][job].bit_count()
-                if avail.bit_count() >= k:
-                    break
-        if avail.bit_count() < k:
+        found = _node_frees(s, i, k, healthy)
+        if found is None:
             continue
+        latest, released, avail = found
+        until = max(s.now, latest)
         if soonest and (until, released) > soonest[0][:2]:
             continue
         if soonest and (until, released) < soonest[0][:2]:
@@ -92,7 +85,48 @@ def reserve(s: Scheduler, rec: JobRecord, request: GangRequest) -> Reservation |
         return best[1]
     if request.widest == Tier.NODE:
         return None
-    return reserve_nodes(s, rec, request, by_node)
+    return reserve_nodes(s, rec, request, s.node_jobs)
+
+
+Frees = tuple[float, int, int]  # (latest end of the jobs waited for, their GPUs, GPUs then free)
+
+
+def _node_frees(s: Scheduler, i: int, k: int, healthy: int) -> Frees | None:
+    """How node `i` comes to have `k` free GPUs: its jobs end in order of their expected end
+    (-inf: none waited for). Kept until the node's jobs change (`Scheduler.node_stamp`), unless
+    one of them is being stopped: its end is now, whose order among the others moves."""
+    stamp = s.node_stamp.get(i, 0)
+    kept = s.frees_memo.get((i, k))
+    if (
+        kept is not None
+        and kept[0] == stamp
+        and kept[1] == s.capacity.free[i]
+        and kept[2] == healthy
+    ):
+        if s.validate and kept[3] != _count_frees(s, i, k, healthy)[0]:
+            raise InvariantViolation(f"node {i}: a kept reservation answer is stale")
+        return kept[3]
+    found, now_matters = _count_frees(s, i, k, healthy)
+    if not now_matters:
+        s.frees_memo[(i, k)] = (stamp, s.capacity.free[i], healthy, found)
+    return found
+
+
+def _count_frees(s: Scheduler, i: int, k: int, healthy: int) -> tuple[Frees | None, bool]:
+    avail, latest, released = s.capacity.free[i], -math.inf, 0
+    if avail.bit_count() >= k:
+        return (latest, released, avail), False
+    jobs = s.node_jobs.get(i, {})
+    holders = s.holders
+    ends = sorted((end_estimate(s, holders[job]), job) for job in jobs)
+    now_matters = any(holders[job].state is JobState.STOPPING for job in jobs)
+    for end, job in ends:
+        avail |= jobs[job] & healthy
+        latest = max(latest, end)
+        released += jobs[job].bit_count()
+        if avail.bit_count() >= k:
+            return (latest, released, avail), now_matters
+    return None, now_matters
 
 
 def reserve_nodes(

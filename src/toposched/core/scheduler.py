@@ -53,7 +53,7 @@ from toposched.core.pending import Key, PendingJobs, Shape, shape_now
 from toposched.core.policy import Order, Placing, SchedulerPolicy, SingleGpu
 from toposched.core.reclaim import ShapeChoice, plan_reclaim
 from toposched.core.records import JobRecord, QueueRecord
-from toposched.core.reservation import Reservation, reserve
+from toposched.core.reservation import Frees, Reservation, reserve
 from toposched.core.validate import check as check_books
 from toposched.placement.capacity import Capacity
 from toposched.placement.gang import (
@@ -144,6 +144,10 @@ class Scheduler:
         self._ranks: dict[str, tuple[int, tuple[float, ...]]] = {}
         self._held_waiting: dict[str, int] = {}  # GPUs of partial gangs, by waiting job
         self.lowest_priority: dict[str, int] = {}
+        # Bumped whenever a node's jobs, their GPUs there or their states change: what
+        # reservations keep per node (core/reservation.py) is good while its stamp is.
+        self.node_stamp: dict[int, int] = {}
+        self.frees_memo: dict[tuple[int, int], tuple[int, int, int, Frees | None]] = {}
         # Reclaim's answer per node shape (core/reclaim.py), bounded there.
         self.reclaim_memo: dict[tuple[object, ...], ShapeChoice | None] = {}
 
@@ -461,6 +465,7 @@ class Scheduler:
         rec.bank_service(self.now)
         rec.placement, rec.target, rec.resume = resume, None, None
         rec.state = JobState.RUNNING
+        self._touch_nodes_of(rec)
         self.demotions.started(rec, self.now)
         rec.note(self.now, f"restarted after {kind.value} on {resume.describe()}")
         return [
@@ -485,6 +490,7 @@ class Scheduler:
         if i is not None and self.capacity.present[i]:
             raise SchedulingError(f"node {node.name!r} is already in the cluster")
         i = self.capacity.add_node(node)
+        self._touch(i)
         self._room.clear()
         self.labels[node.name] = dict(node.labels)
         self.unhealthy.pop(i, None)
@@ -502,6 +508,7 @@ class Scheduler:
         for job in sorted({j for (n, _), j in self.owner.items() if n == i}):
             out += self._lost(self.jobs[job], name, None, f"node {name} was lost")
         self.capacity.remove_node(i)
+        self._touch(i)
         self._room.clear()
         self.unhealthy.pop(i, None)
         if self.reservation is not None and i in self.reservation.gpus:
@@ -650,6 +657,7 @@ class Scheduler:
                 self.owner[(i, gpu)] = rec.name
             on_node = self.node_jobs.setdefault(i, {})
             on_node[rec.name] = on_node.get(rec.name, 0) | mask
+            self._touch(i)
         self.holders[rec.name] = rec
         queue = self.queues[rec.spec.queue]
         queue.used += placement.gpus
@@ -669,10 +677,20 @@ class Scheduler:
                 del on_node[rec.name]
             if self.capacity.present[i] and not self.unhealthy.get(i, 0) >> gpu & 1:
                 self.capacity.give(i, 1 << gpu)
+            self._touch(i)
         queue = self.queues[rec.spec.queue]
         queue.used -= len(pairs)
         queue.version += 1
         self._epoch += 1
+
+    def _touch(self, i: int) -> None:
+        self.node_stamp[i] = self.node_stamp.get(i, 0) + 1
+
+    def _touch_nodes_of(self, rec: JobRecord) -> None:
+        """`rec` changed state or start time: its nodes' jobs end at other times."""
+        for placement in rec.held():
+            for slot in placement.workers:
+                self._touch(self.capacity.index[slot.node])
 
     def _release_all(self, rec: JobRecord) -> None:
         rec.bank_service(self.now)
@@ -694,6 +712,7 @@ class Scheduler:
         rec.placement = placement
         rec.state = JobState.RUNNING
         rec.started = rec.last_restart = self.now
+        self._touch_nodes_of(rec)
         self.demotions.started(rec, self.now)
         rec.note(self.now, f"started on {placement.describe()}: {why}")
         if self.reservation is not None and self.reservation.job == rec.name:
@@ -712,6 +731,7 @@ class Scheduler:
         else:
             signal, grace = "SIGTERM", self.policy.stop_grace_s
         rec.state = JobState.STOPPING
+        self._touch_nodes_of(rec)
         rec.stop_kind = kind
         rec.stop_why = why
         self.demotions.stopped(rec)
