@@ -233,21 +233,22 @@ Plan = tuple[list[JobRecord], dict[int, int]]  # victims, and the GPUs they give
 
 
 def plan_on_nodes(s: Scheduler, costs: dict[str, Cost], request: GangRequest) -> Plan | None:
-    """The cheapest victims on any one node (see `_best_on_node`)."""
+    """The cheapest victims on any one node (see `_best_on_node`); only nodes that hold
+    victims are looked at, found through the victims."""
     cap = s.capacity
     k = request.gpus
+    per_node: dict[int, dict[str, tuple[int, Cost]]] = {}
+    for job, cost in costs.items():
+        for i, mask in s.job_nodes.get(job, {}).items():
+            per_node.setdefault(i, {})[job] = (mask, cost)
     best: tuple[tuple[float, ...], tuple[str, ...], dict[int, int]] | None = None
-    for i, on_node in s.node_jobs.items():
+    for i, per in per_node.items():
         if not cap.present[i]:
             continue
         everything = cap.free[i]
-        for job, mask in on_node.items():
-            if job in costs:
-                everything |= mask
+        for mask, _ in per.values():
+            everything |= mask
         if (everything & ~s.unhealthy.get(i, 0)).bit_count() < k:
-            continue
-        per = {job: (mask, costs[job]) for job, mask in on_node.items() if job in costs}
-        if not per:
             continue
         found = _best_on_node(s, i, per, k, request.mode)
         if found is not None and (best is None or (*found[0], i) < best[0]):
@@ -263,15 +264,11 @@ def plan_one_gpu(s: Scheduler, costs: dict[str, Cost], mode: Mode) -> Plan | Non
     among equals), as the general search finds it."""
     cap = s.capacity
     best: tuple[tuple[Cost, int, str], int] | None = None
-    for i, on_node in s.node_jobs.items():
-        if not cap.present[i]:
-            continue
-        bad = s.unhealthy.get(i, 0)
-        for job, mask in on_node.items():
-            cost = costs.get(job)
-            if cost is None:
+    for job, cost in costs.items():
+        for i, mask in s.job_nodes.get(job, {}).items():
+            if not cap.present[i]:
                 continue
-            avail = (cap.free[i] | mask) & ~bad
+            avail = (cap.free[i] | mask) & ~s.unhealthy.get(i, 0)
             if avail and (best is None or (cost, i, job) < best[0]):
                 best = ((cost, i, job), avail)
     if best is None:
@@ -287,10 +284,9 @@ def plan_reclaim_nodes(
     """A multi-node job: place it as if every candidate victim were gone, then preempt the
     victims that hold GPUs of that placement (the placement, not the victims, is optimised)."""
     everything: dict[int, int] = {}
-    for i, on_node in s.node_jobs.items():
-        for job, mask in on_node.items():
-            if job in costs:
-                everything[i] = everything.get(i, 0) | mask
+    for job in costs:
+        for i, mask in s.job_nodes.get(job, {}).items():
+            everything[i] = everything.get(i, 0) | mask
     with s.capacity.assuming_free(everything):
         found = place_gang(s.capacity, request, s.cluster.network_gbps)
     if isinstance(found, Shortfall):

@@ -115,6 +115,7 @@ class Scheduler:
         # The same books by node, and the jobs holding any GPU: what reclaim and reservations
         # walk, instead of every GPU.
         self.node_jobs: dict[int, dict[str, int]] = {}
+        self.job_nodes: dict[str, dict[int, int]] = {}  # the same by job: reclaim walks victims
         self.holders: dict[str, JobRecord] = {}
         # Bumped whenever GPUs are freed, the cluster or a guarantee changes, or a job starts
         # that another could preempt: a reclaim that found no victims is not tried again for
@@ -657,6 +658,7 @@ class Scheduler:
                 self.owner[(i, gpu)] = rec.name
             on_node = self.node_jobs.setdefault(i, {})
             on_node[rec.name] = on_node.get(rec.name, 0) | mask
+            self.job_nodes.setdefault(rec.name, {})[i] = on_node[rec.name]
             self._touch(i)
         self.holders[rec.name] = rec
         queue = self.queues[rec.spec.queue]
@@ -671,10 +673,13 @@ class Scheduler:
             del self.owner[(i, gpu)]
             on_node = self.node_jobs[i]
             left = on_node[rec.name] & ~(1 << gpu)
+            nodes = self.job_nodes[rec.name]
             if left:
-                on_node[rec.name] = left
+                on_node[rec.name] = nodes[i] = left
             else:
-                del on_node[rec.name]
+                del on_node[rec.name], nodes[i]
+                if not nodes:
+                    del self.job_nodes[rec.name]
             if self.capacity.present[i] and not self.unhealthy.get(i, 0) >> gpu & 1:
                 self.capacity.give(i, 1 << gpu)
             self._touch(i)

@@ -64,6 +64,12 @@ def check(s: Scheduler) -> None:
         on_node[name] = on_node.get(name, 0) | 1 << gpu
     if by_node != {i: jobs for i, jobs in s.node_jobs.items() if jobs}:
         raise InvariantViolation("the jobs by node disagree with the GPU owner map")
+    by_job: dict[str, dict[int, int]] = {}
+    for i, jobs in by_node.items():
+        for name, mask in jobs.items():
+            by_job.setdefault(name, {})[i] = mask
+    if by_job != s.job_nodes:
+        raise InvariantViolation("the nodes by job disagree with the GPU owner map")
     if set(s.holders) != set(owner.values()) or any(
         s.jobs.get(name) is not rec for name, rec in s.holders.items()
     ):

@@ -11,6 +11,7 @@ the jobs beside it change.
 from __future__ import annotations
 
 import heapq
+import math
 import random
 import time
 from collections.abc import Callable, Mapping
@@ -167,11 +168,17 @@ class Simulation:
 
     def run(self, progress: Progress | None = None) -> SimResult:
         started = time.perf_counter()
-        for job in self.trace.jobs:
-            self._push(job.submit_s, _SUBMIT, job.name)
-        done, total = 0, len(self.trace.jobs)
-        while self._heap:
-            t = self._heap[0][0]
+        # Submissions join the heap as the clock reaches them: a heap of what is under way,
+        # not of the whole trace, is cheaper to keep.
+        jobs = self.trace.jobs
+        done, total, arrived = 0, len(jobs), 0
+        while self._heap or arrived < total:
+            t = self._heap[0][0] if self._heap else math.inf
+            if arrived < total and jobs[arrived].submit_s <= t:
+                t = jobs[arrived].submit_s
+                while arrived < total and jobs[arrived].submit_s == t:
+                    self._push(t, _SUBMIT, jobs[arrived].name)
+                    arrived += 1
             self._advance(t)
             events: list[Event] = []
             while self._heap and self._heap[0][0] == t:
