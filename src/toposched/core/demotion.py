@@ -16,12 +16,18 @@ class Demotions:
     time has come into `demoted`, where reclaim looks for victims without walking every job.
     """
 
-    def __init__(self, threshold_gpu_s: float | None) -> None:
+    def __init__(self, threshold_gpu_s: float | None, job_nodes: dict[str, dict[int, int]]) -> None:
+        """`job_nodes`: the scheduler's GPUs of each job by node (read, never changed)."""
         self.threshold = threshold_gpu_s
+        self.job_nodes = job_nodes
         self.demoted: dict[str, JobRecord] = {}
+        # The demoted jobs by node, with their GPUs there and their costs: what reclaim
+        # searches, kept as jobs are demoted and stop rather than gathered at every search.
+        self.on_node: dict[int, dict[str, tuple[int, tuple[int, int, int]]]] = {}
         # Each demoted job's cost as a victim (core/reclaim.py): it can checkpoint (0), its
         # priority, its GPUs; fixed while it runs on one placement.
         self._costs: dict[str, tuple[int, int, int]] = {}
+        self._nodes: dict[str, tuple[int, ...]] = {}  # each demoted job's nodes
         self._at: dict[str, float] = {}
         self._heap: list[tuple[float, int, str]] = []
         self._jobs: dict[str, JobRecord] = {}
@@ -42,7 +48,12 @@ class Demotions:
         skipped as stale)."""
         self._at.pop(rec.name, None)
         self._jobs.pop(rec.name, None)
-        self.demoted.pop(rec.name, None)
+        if self.demoted.pop(rec.name, None) is not None:
+            for i in self._nodes.pop(rec.name):
+                jobs = self.on_node[i]
+                del jobs[rec.name]
+                if not jobs:
+                    del self.on_node[i]
         self._costs.pop(rec.name, None)
 
     def due(self, now: float) -> dict[str, JobRecord]:
@@ -54,7 +65,12 @@ class Demotions:
                 del self._at[name]
                 rec = self.demoted[name] = self._jobs.pop(name)
                 assert rec.placement is not None
-                self._costs[name] = (0, rec.spec.priority, rec.placement.gpus)
+                cost = (0, rec.spec.priority, rec.placement.gpus)
+                nodes = self.job_nodes[name]
+                self._costs[name] = cost
+                self._nodes[name] = tuple(nodes)
+                for i, mask in nodes.items():
+                    self.on_node.setdefault(i, {})[name] = (mask, cost)
         return self.demoted
 
     def victims(self, now: float) -> dict[str, tuple[int, int, int]]:

@@ -210,7 +210,9 @@ def plan_reclaim(
     if request.gpus == 1:
         plan = plan_one_gpu(s, costs, request.mode)
     else:
-        plan = plan_on_nodes(s, costs, request)
+        # The demoted jobs are kept by node already when they are the victims.
+        by_node = s.demotions.on_node if costs is s.demotions.victims(s.now) else None
+        plan = plan_on_nodes(s, costs, request, by_node)
         if plan is None and request.widest != Tier.NODE and request.workers > 1:
             plan = plan_reclaim_nodes(s, request, costs)
     if plan is None or not all_behind(s, rec, plan[0]):
@@ -232,15 +234,22 @@ def all_behind(s: Scheduler, rec: JobRecord, victims: list[JobRecord]) -> bool:
 Plan = tuple[list[JobRecord], dict[int, int]]  # victims, and the GPUs they give (by node)
 
 
-def plan_on_nodes(s: Scheduler, costs: dict[str, Cost], request: GangRequest) -> Plan | None:
+def plan_on_nodes(
+    s: Scheduler,
+    costs: dict[str, Cost],
+    request: GangRequest,
+    by_node: dict[int, dict[str, tuple[int, Cost]]] | None = None,
+) -> Plan | None:
     """The cheapest victims on any one node (see `_best_on_node`); only nodes that hold
-    victims are looked at, found through the victims."""
+    victims are looked at, found through the victims (or `by_node`: the same, gathered)."""
     cap = s.capacity
     k = request.gpus
-    per_node: dict[int, dict[str, tuple[int, Cost]]] = {}
-    for job, cost in costs.items():
-        for i, mask in s.job_nodes.get(job, {}).items():
-            per_node.setdefault(i, {})[job] = (mask, cost)
+    per_node = by_node
+    if per_node is None:
+        per_node = {}
+        for job, cost in costs.items():
+            for i, mask in s.job_nodes.get(job, {}).items():
+                per_node.setdefault(i, {})[job] = (mask, cost)
     best: tuple[tuple[float, ...], tuple[str, ...], dict[int, int]] | None = None
     for i, per in per_node.items():
         if not cap.present[i]:

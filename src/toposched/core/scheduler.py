@@ -124,7 +124,7 @@ class Scheduler:
         self._no_victims: tuple[tuple[object, ...], float] | None = None  # (asked, until)
         self._highest_priority: dict[str, int] = {}
         demote = self.policy.demote_after_gpu_h
-        self.demotions = Demotions(None if demote is None else demote * 3600.0)
+        self.demotions = Demotions(None if demote is None else demote * 3600.0, self.job_nodes)
         self.jobs: dict[str, JobRecord] = {}
         self.queues: dict[str, QueueRecord] = {}
         self.reservation: Reservation | None = None

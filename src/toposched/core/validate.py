@@ -74,6 +74,13 @@ def check(s: Scheduler) -> None:
         s.jobs.get(name) is not rec for name, rec in s.holders.items()
     ):
         raise InvariantViolation("the jobs holding GPUs disagree with the GPU owner map")
+    demoted: dict[int, dict[str, int]] = {}
+    for name in s.demotions.demoted:
+        for i, mask in s.job_nodes[name].items():
+            demoted.setdefault(i, {})[name] = mask
+    kept = {i: {name: v[0] for name, v in jobs.items()} for i, jobs in s.demotions.on_node.items()}
+    if kept != demoted:
+        raise InvariantViolation("the demoted jobs by node disagree with their GPUs")
     for name, rec in s.demotions.tracked().items():
         if s.jobs.get(name) is not rec or rec.state is not JobState.RUNNING:
             raise InvariantViolation(f"{name} is timed for demotion but is not running")
