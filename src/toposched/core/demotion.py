@@ -21,8 +21,8 @@ class Demotions:
         self.threshold = threshold_gpu_s
         self.job_nodes = job_nodes
         self.demoted: dict[str, JobRecord] = {}
-        # The demoted jobs by node, with their GPUs there and their costs: what reclaim
-        # searches, kept as jobs are demoted and stop rather than gathered at every search.
+        # The demoted jobs by node, with their GPUs there and their costs (reclaim's
+        # VictimsByNode), kept as jobs are demoted and stop rather than gathered at every search.
         self.on_node: dict[int, dict[str, tuple[int, tuple[int, int, int]]]] = {}
         # Each demoted job's cost as a victim (core/reclaim.py): it can checkpoint (0), its
         # priority, its GPUs; fixed while it runs on one placement.

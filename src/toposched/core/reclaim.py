@@ -193,25 +193,34 @@ def _search_node(
 
 
 def victim_costs(s: Scheduler, rec: JobRecord) -> dict[str, Cost]:
-    """The jobs `rec` may preempt (`victims_for`), with their costs. Without guarantees and
-    with one priority everywhere, they are exactly the demoted running jobs, which
-    `Demotions` keeps with their costs: no job is walked (the common case of a replay)."""
+    """The jobs `rec` may preempt (`victims_for`), with their costs."""
+    return _victims(s, rec)[0]
+
+
+VictimsByNode = dict[int, dict[str, tuple[int, Cost]]]  # node -> victim -> (GPUs there, cost)
+
+
+def _victims(s: Scheduler, rec: JobRecord) -> tuple[dict[str, Cost], VictimsByNode | None]:
+    """`victim_costs`, and the same victims by node when they are kept so. Without guarantees
+    and with one priority everywhere, the victims are exactly the demoted running jobs, which
+    `Demotions` keeps with their costs and by node: no job is walked (the common case of a
+    replay)."""
     if s.demotes_alone():
-        return s.demotions.victims(s.now) if s.waiting_level(rec) == 0 else {}
-    return {v.name: victim_cost(v) for v in victims_for(s, rec)}
+        if s.waiting_level(rec) != 0:
+            return {}, None
+        return s.demotions.victims(s.now), s.demotions.on_node
+    return {v.name: victim_cost(v) for v in victims_for(s, rec)}, None
 
 
 def plan_reclaim(
     s: Scheduler, rec: JobRecord, request: GangRequest
 ) -> tuple[list[JobRecord], dict[int, int]] | None:
-    costs = victim_costs(s, rec)
+    costs, by_node = _victims(s, rec)
     if not costs:
         return None
     if request.gpus == 1:
         plan = plan_one_gpu(s, costs, request.mode)
     else:
-        # The demoted jobs are kept by node already when they are the victims.
-        by_node = s.demotions.on_node if costs is s.demotions.victims(s.now) else None
         plan = plan_on_nodes(s, costs, request, by_node)
         if plan is None and request.widest != Tier.NODE and request.workers > 1:
             plan = plan_reclaim_nodes(s, request, costs)
@@ -238,7 +247,7 @@ def plan_on_nodes(
     s: Scheduler,
     costs: dict[str, Cost],
     request: GangRequest,
-    by_node: dict[int, dict[str, tuple[int, Cost]]] | None = None,
+    by_node: VictimsByNode | None = None,
 ) -> Plan | None:
     """The cheapest victims on any one node (see `_best_on_node`); only nodes that hold
     victims are looked at, found through the victims (or `by_node`: the same, gathered)."""
