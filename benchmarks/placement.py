@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 
 from toposched.placement import NodeRequest, make_policy
-from toposched.placement.baselines import best_partition_group
+from toposched.placement.pair_score import best_partition_group
 from toposched.placement.tables import subset_tables
 from toposched.placement.topology_aware import clear_decision_memo
 from toposched.topology import NodeTopology, preset

@@ -122,14 +122,14 @@ def moved(name: str, old: str | None, new: str) -> Step:
 def snapshot(s: Scheduler) -> tuple[Any, ...]:
     """Everything observable about a scheduler, to show that a bad event changed nothing."""
     return (
-        {n: (r.state, r.placement, r.restarts, tuple(r.log)) for n, r in s.jobs.items()},
-        dict(s.owner),
-        list(s.capacity.free),
-        s.capacity.total_free,
-        dict(s.unhealthy),
-        {q: (r.guaranteed, r.used) for q, r in s.queues.items()},
-        dict(s._pending.filed),
-        {k: dict(v) for k, v in s.labels.items()},
-        s.reservation,
+        {n: (r.state, r.placement, r.restarts, tuple(r.log)) for n, r in s.books.jobs.items()},
+        dict(s.books.owner),
+        list(s.books.capacity.free),
+        s.books.capacity.total_free,
+        dict(s.books.unhealthy),
+        {q: (r.guaranteed, r.used) for q, r in s.books.queues.items()},
+        dict(s.waiting.lists.filed),
+        {k: dict(v) for k, v in s.books.labels.items()},
+        s.books.reservation,
         s.mode,
     )

@@ -16,14 +16,15 @@ from hypothesis import strategies as st
 from tests.brute import brute_ring
 from tests.strategies import LINK_CODES, busy_sets, topologies
 from toposched.placement import Mode, NodeRequest, make_policy, ring_bandwidth
-from toposched.placement.baselines import pair_score
+from toposched.placement.pair_score import pair_score
 from toposched.topology import NodeTopology, preset
 
 FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 SLOW = settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 DEFAULT_SIZES = (8, 4, 2)
-# go-gpuallocator's pair scores as DESIGN.md and the pair-score docstring give them.
+# go-gpuallocator's pair scores as docs/placement.md (Baselines) and the pair-score docstring
+# give them.
 PCIE_SCORE = {"PIX": 50, "PXB": 40, "PHB": 30, "NODE": 20, "SYS": 10}
 SMALL_PRESETS = ("dgx1-v100", "dgx-a100", "hgx-h100", "pcie-8gpu-2socket", "pcie-4gpu-2socket")
 

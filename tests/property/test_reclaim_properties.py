@@ -21,11 +21,7 @@ from toposched.core import (
 from toposched.core.reclaim import (
     Cost,
     Plan,
-    plan_on_nodes,
-    plan_one_gpu,
     victim_cost,
-    victim_costs,
-    victims_for,
 )
 from toposched.placement.gang import GangRequest, node_gpus, ring_gbps
 from toposched.placement.request import Mode
@@ -69,9 +65,9 @@ def full_schedulers(draw: st.DrawFn) -> Scheduler:
     for i in range(gpus):
         spec = JobSpec(f"j{i}", workers=1, gpus_per_worker=draw(st.sampled_from([1, 1, 1, 2])))
         s.handle(JobSubmitted(float(i), spec))
-    free = [draw(st.booleans()) for _ in s.holders]
+    free = [draw(st.booleans()) for _ in s.books.holders]
     for t, name in enumerate(
-        [n for n, gone in zip(sorted(s.holders), free, strict=True) if gone][:3]
+        [n for n, gone in zip(sorted(s.books.holders), free, strict=True) if gone][:3]
     ):
         s.handle(JobFinished(100.0 + t, name, True))
     return s
@@ -86,11 +82,11 @@ def names(plan: Plan | None) -> tuple[list[str], dict[int, int]] | None:
 def test_one_gpu_shortcut_matches_the_general_search(
     s: Scheduler, mode: Mode, data: st.DataObject
 ) -> None:
-    running = sorted(s.holders)
+    running = sorted(s.books.holders)
     chosen = data.draw(st.lists(st.sampled_from(running), unique=True) if running else st.just([]))
-    costs = {name: victim_cost(s.jobs[name]) for name in chosen}
-    general = plan_on_nodes(s, costs, GangRequest(1, 1, Tier.NODE, mode))
-    shortcut = plan_one_gpu(s, costs, mode)
+    costs = {name: victim_cost(s.books.jobs[name]) for name in chosen}
+    general = s.reclaim.plan_on_nodes(costs, GangRequest(1, 1, Tier.NODE, mode))
+    shortcut = s.reclaim.plan_one_gpu(costs, mode)
     assert names(shortcut) == names(general)
 
 
@@ -114,22 +110,22 @@ def test_kept_demoted_jobs_are_the_victims_when_demotion_alone_preempts(
             checkpoint=data.draw(st.sampled_from([None, Checkpoint("SIGUSR1", 5.0)])),
         )
         s.handle(JobSubmitted(t, spec))
-    assert s.demotes_alone()
+    assert s.waiting.demotes_alone()
     for rec in s.pending():
-        general = {v.name: victim_cost(v) for v in victims_for(s, rec)}
-        assert victim_costs(s, rec) == general
+        general = {v.name: victim_cost(v) for v in s.reclaim.victims_for(rec)}
+        assert s.reclaim.victim_costs(rec) == general
 
 
 def brute_plan(s: Scheduler, costs: dict[str, Cost], request: GangRequest) -> Plan | None:
     """Every set of victims on every node, nothing pruned or remembered: the cheapest by
     (non-checkpointable victims, ring, highest priority, victims, GPUs, node), the first met
     among equals (smaller sets first, each in the cheapest-first order of the node's jobs)."""
-    cap = s.capacity
+    cap = s.books.capacity
     best = None
-    for i, on_node in sorted(s.node_jobs.items()):
+    for i, on_node in sorted(s.books.node_jobs.items()):
         if not cap.present[i]:
             continue
-        topology, bad = cap.nodes[i].topology, s.unhealthy.get(i, 0)
+        topology, bad = cap.nodes[i].topology, s.books.unhealthy.get(i, 0)
         jobs = sorted((j for j in on_node if j in costs), key=lambda j: (costs[j], j))
         for size in range(1, len(jobs) + 1):
             for subset in combinations(jobs, size):
@@ -151,7 +147,7 @@ def brute_plan(s: Scheduler, costs: dict[str, Cost], request: GangRequest) -> Pl
                 )
                 if best is None or key < best[0]:
                     best = (key, subset, {i: to_mask(gpus)})
-    return None if best is None else ([s.jobs[j] for j in best[1]], best[2])
+    return None if best is None else ([s.books.jobs[j] for j in best[1]], best[2])
 
 
 @settings(max_examples=300, deadline=None)
@@ -162,13 +158,17 @@ def test_victim_search_matches_brute_force(
     """The search per node stops early once no larger set can be cheaper, and remembers its
     answers per node shape (asked twice here, so the second answer comes from the memo).
     Costs are drawn, not the jobs' own, so that cheap victims hide behind dear ones."""
-    running = sorted(s.holders)
+    running = sorted(s.books.holders)
     chosen = data.draw(st.lists(st.sampled_from(running), unique=True) if running else st.just([]))
     costs = {
-        name: (data.draw(st.integers(0, 1)), data.draw(st.integers(0, 2)), s.jobs[name].gpus_held())
+        name: (
+            data.draw(st.integers(0, 1)),
+            data.draw(st.integers(0, 2)),
+            s.books.jobs[name].gpus_held(),
+        )
         for name in chosen
     }
     request = GangRequest(1, k, Tier.NODE, mode)
     expected = names(brute_plan(s, costs, request))
-    assert names(plan_on_nodes(s, costs, request)) == expected
-    assert names(plan_on_nodes(s, costs, request)) == expected
+    assert names(s.reclaim.plan_on_nodes(costs, request)) == expected
+    assert names(s.reclaim.plan_on_nodes(costs, request)) == expected

@@ -2,7 +2,8 @@
 
 A `Driver` feeds events to `Scheduler(validate=True)` and keeps only what a real driver would
 know from the actions it got back: which jobs it started where, which it was told to stop and
-has not yet confirmed, which nodes and GPUs are up. After every event it checks (DESIGN.md §2, §4):
+has not yet confirmed, which nodes and GPUs are up. After every event it checks (the invariants
+of docs/architecture.md and the job semantics of docs/scheduler.md, "Jobs"):
 
 - actions are consistent with that knowledge: a job starts only while pending (or on its own
   stop, when a migration or resize resumes it), never twice without a stop in between, never
@@ -463,11 +464,11 @@ class Driver:
         views = {name: self.sched.job(name) for name in self.jobs}
         return (
             {n: (v.state, v.placement, v.restarts) for n, v in views.items()},
-            list(self.sched.capacity.free),
-            list(self.sched.capacity.present),
-            dict(self.sched.owner),
-            {q: rec.used for q, rec in self.sched.queues.items()},
-            repr(self.sched.reservation),
+            list(self.sched.books.capacity.free),
+            list(self.sched.books.capacity.present),
+            dict(self.sched.books.owner),
+            {q: rec.used for q, rec in self.sched.books.queues.items()},
+            repr(self.sched.books.reservation),
         )
 
 

@@ -36,7 +36,7 @@ def test_running_job_keeps_its_gpus_and_waiting_jobs_their_order() -> None:
     assert got == []
     assert s.job("run").state is JobState.RUNNING
     assert s.job("run").restarts == 1
-    assert s.owner[(0, 0)] == "run"
+    assert s.books.owner[(0, 0)] == "run"
     assert [r.name for r in s.pending()] == ["first", "second"]
     got = project(s.handle(JobFinished(200, "run", True)))
     assert got == [
@@ -99,7 +99,7 @@ def test_never_fits_is_answerable_without_submitting() -> None:
     s = scheduler(DGX1)
     assert s.never_fits(job("ok", 8)) is None
     assert s.never_fits(job("wide", 9)) == "rejected: a worker needs 9 GPUs; the largest node has 8"
-    assert s.jobs == {}
+    assert s.books.jobs == {}
 
 
 @pytest.mark.parametrize(
@@ -117,7 +117,7 @@ def test_a_stop_under_way_is_carried_on(kind: StopKind, then: str) -> None:
     spec = job("mid", 4, checkpoint=Checkpoint("SIGUSR1", 5))
     assert s.handle(JobRestored(9, spec, 1, placed("n0", (0, 1, 2, 3)), stopping=kind)) == []
     assert s.job("mid").state is JobState.STOPPING
-    assert s.owner[(0, 0)] == "mid"  # its GPUs stay held until its workers are gone
+    assert s.books.owner[(0, 0)] == "mid"  # its GPUs stay held until its workers are gone
     got = project(s.handle(JobStopped(10, "mid")))
     if then == "pending":
         # Requeued (a move's new GPUs died with the old driver); the node is free, so it
@@ -126,11 +126,11 @@ def test_a_stop_under_way_is_carried_on(kind: StopKind, then: str) -> None:
         assert s.job("mid").restarts == 0
     else:
         assert got == [moved("mid", "stopping", then)]
-        assert (0, 0) not in s.owner
+        assert (0, 0) not in s.books.owner
 
 
 def test_a_stopping_job_needs_its_placement() -> None:
     s = scheduler(DGX1)
     with pytest.raises(SchedulingError, match="needs its placement"):
         s.handle(JobRestored(1, job("x"), 0, None, stopping=StopKind.CANCEL))
-    assert s.jobs == {}
+    assert s.books.jobs == {}

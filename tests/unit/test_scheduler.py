@@ -157,9 +157,9 @@ def test_a_waiting_gang_holds_nothing() -> None:
     assert project(s.handle(*submit(job("g", 8, workers=2), t=1))) == [queued("g")]
     view = s.job("g")
     assert (view.state, view.placement) == (JobState.PENDING, None)
-    assert set(s.owner.values()) == {"a"}
-    assert s.capacity.free == [0b11110000, 0b11111111]
-    assert s.queues["default"].used == 4
+    assert set(s.books.owner.values()) == {"a"}
+    assert s.books.capacity.free == [0b11110000, 0b11111111]
+    assert s.books.queues["default"].used == 4
 
 
 # ---------------------------------------------------------------- topology-aware choice
@@ -361,7 +361,7 @@ def test_rejected_at_submission(where: Cluster, spec: Any, reason: str) -> None:
     assert reason in view.reason
     assert view.reason.startswith("rejected: ")
     assert list(s.pending()) == []
-    assert s.capacity.total_free == where.gpus
+    assert s.books.capacity.total_free == where.gpus
 
 
 # ---------------------------------------------------------------- reservation and backfill
@@ -561,7 +561,7 @@ def test_preempted_victims_are_pending_again() -> None:
     ]
     assert s.job("b1").placement is None
     assert "requeued after preempt" in s.explain("b1")
-    assert s.queues["A"].used == 4 and s.queues["B"].used == 4
+    assert s.books.queues["A"].used == 4 and s.books.queues["B"].used == 4
 
 
 @cases(
@@ -1261,10 +1261,12 @@ def test_a_job_behind_a_hopeless_shape_still_says_why() -> None:
 
 
 def deadlock_scenario(policy: str) -> Scheduler:
-    """One 4-GPU node; x runs on 2 GPUs; a (2 x 2 GPUs) waits, then b (2 x 2, higher priority)
-    arrives; x ends. A policy that binds workers one at a time gives a and b one worker each."""
+    """One 4-GPU node; x runs on all of it; a (2 x 2 GPUs) waits, then b (2 x 2, higher
+    priority) arrives; x ends. A policy that binds workers one at a time, the waiting jobs'
+    workers in turn, gives a and b one worker each. (x once took 2 GPUs, and a bound a worker
+    on arrival: b then got the other only because FIFO lists ranked it first by priority.)"""
     s = Scheduler(uniform(PCIE4, 1), make_scheduler_policy(policy), validate=True)
-    s.handle(*submit(job("x", 2)))
+    s.handle(*submit(job("x", 4)))
     s.handle(*submit(job("a", 2, workers=2), t=1))
     s.handle(*submit(job("b", 2, workers=2, priority=1), t=2))
     s.handle(JobFinished(3, "x", True))
@@ -1275,7 +1277,7 @@ def test_k8s_default_deadlocks_on_partial_gangs() -> None:
     s = deadlock_scenario("k8s-default")
     for name in ("a", "b"):
         assert s.job(name).reason == "holding 1 of 2 workers; the rest wait"
-    assert s.capacity.total_free == 0
+    assert s.books.capacity.total_free == 0
     assert s.handle(Tick(10_000)) == []  # nothing will ever change on its own
     assert {s.job(n).state for n in "ab"} == {JobState.PENDING}
 
@@ -1447,6 +1449,6 @@ def test_cancelling_a_partly_bound_job_frees_its_workers() -> None:
     )
     s.handle(*submit(job("a", 4, 3), job("b", 4, 3)))
     assert s.partial_holds() == {"b": 4}
-    free = s.capacity.total_free
+    free = s.books.capacity.total_free
     assert project(s.handle(JobCancelled(1, "b"))) == [moved("b", "pending", "cancelled")]
-    assert s.partial_holds() == {} and s.capacity.total_free == free + 4
+    assert s.partial_holds() == {} and s.books.capacity.total_free == free + 4

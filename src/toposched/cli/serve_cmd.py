@@ -43,7 +43,7 @@ def serve_cmd(
 ) -> None:
     """Run the scheduler server: jobs run as local processes on this machine's GPUs."""
     # The web stack loads only here, so the other commands start fast.
-    from toposched.server.paths import default_data_dir
+    from toposched.common.paths import default_data_dir
     from toposched.server.serve import ServeError, ServeOptions, serve
     from toposched.store import StoreError
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlsplit
 
-from toposched.server.paths import ADMIN_TOKEN_FILE, default_data_dir, loopback
+from toposched.common.paths import ADMIN_TOKEN_FILE, default_data_dir, loopback
 
 if TYPE_CHECKING:
     import httpx

@@ -1,4 +1,4 @@
-"""What a job asks for (DESIGN.md §4): gang shape, queue, priority, locality, elasticity."""
+"""What a job asks for (docs/scheduler.md): gang shape, queue, priority, locality, elasticity."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Plans that move running jobs: elastic growth and shrinking, and migrations that defragment."""
+"""Plans that move running jobs: elastic growth, and migrations that defragment; the GPUs are
+chosen by the scheduler policy's placement (`place_gang`)."""
 
 from __future__ import annotations
 
@@ -13,9 +14,9 @@ from toposched.placement.gang import (
     Placement,
     Shortfall,
     WorkerSlot,
-    place_gang,
     ring_gbps,
 )
+from toposched.placement.policies import GangPlacer
 from toposched.placement.tables import to_mask
 from toposched.topology.cluster import Tier, tier_of
 
@@ -39,7 +40,11 @@ def placement_of(
 
 
 def plan_growth(
-    cap: Capacity, rec: JobRecord, widest: Tier, network: Mapping[Tier, float]
+    cap: Capacity,
+    rec: JobRecord,
+    widest: Tier,
+    network: Mapping[Tier, float],
+    place_gang: GangPlacer,
 ) -> tuple[Placement, Placement] | None:
     """The most extra workers an elastic job can take from free GPUs without going wider than
     `widest`: (the extra GPUs, the whole placement after growing), or None."""
@@ -78,6 +83,7 @@ def plan_defrag(
     request: GangRequest,
     movable: Mapping[int, Sequence[tuple[JobRecord, int]]],
     network: Mapping[Tier, float],
+    place_gang: GangPlacer,
 ) -> tuple[list[Move], dict[int, int]] | None:
     """The fewest, smallest migrations that open a node for `request` (one node's worth).
 
@@ -96,7 +102,7 @@ def plan_defrag(
                     opened |= mask
                 if opened.bit_count() < k:
                     continue
-                moves = _relocate(cap, i, [rec for rec, _ in subset], network)
+                moves = _relocate(cap, i, [rec for rec, _ in subset], network, place_gang)
                 if moves is None:
                     continue
                 single = GangRequest(request.workers, request.gpus_per_worker, Tier.NODE)
@@ -115,7 +121,11 @@ def plan_defrag(
 
 
 def _relocate(
-    cap: Capacity, source: int, jobs: Sequence[JobRecord], network: Mapping[Tier, float]
+    cap: Capacity,
+    source: int,
+    jobs: Sequence[JobRecord],
+    network: Mapping[Tier, float],
+    place_gang: GangPlacer,
 ) -> list[Move] | None:
     """New homes for `jobs` off node `source`, taken one after another (undone before return)."""
     moves: list[Move] = []

@@ -8,6 +8,10 @@ from dataclasses import dataclass, fields, replace
 from enum import StrEnum
 from typing import Any
 
+from toposched.placement.policies import POLICIES as PLACEMENT_POLICIES
+from toposched.placement.policies import placement_policy
+from toposched.placement.request import PlacementError
+
 
 class PolicyError(ValueError):
     """An unknown policy name or parameter, or a parameter of the wrong type or range."""
@@ -21,15 +25,6 @@ class Order(StrEnum):
     FIFO = "fifo"
 
 
-class Placing(StrEnum):
-    """`topology`: the exact objective; `first-fit`: lowest nodes and GPU indices with room;
-    `random`: each worker on a random node with room, on random free GPUs there."""
-
-    TOPOLOGY = "topology"
-    FIRST_FIT = "first-fit"
-    RANDOM = "random"
-
-
 class SingleGpu(StrEnum):
     """How 1-GPU jobs are placed: by load (with hysteresis), or always one way."""
 
@@ -41,7 +36,6 @@ class SingleGpu(StrEnum):
 _COERCE: Mapping[str, Callable[[Any], Any]] = {
     "single_gpu": SingleGpu,
     "order": Order,
-    "placement": Placing,
 }
 
 
@@ -56,6 +50,8 @@ class SchedulerPolicy:
     stop_grace_s: how long a cancelled or failed gang's workers get to exit after SIGTERM.
     gang: False binds workers one at a time as GPUs free up, holding partial allocations
     (kube-scheduler without a gang plugin); such policies can deadlock, on purpose.
+    placement: the node and GPU choice, a name in the placement registry
+    (toposched.placement.policies, the same names `toposched place --policy` takes).
     reservation: the first blocked job keeps the GPUs that free up first (no starvation).
     backfill: later jobs may start while an earlier one is blocked (False: strict FIFO).
     grow_after_s: an elastic job runs this long at one size before it is grown again.
@@ -69,7 +65,7 @@ class SchedulerPolicy:
     name: str = "toposched"
     gang: bool = True
     order: Order = Order.FAIR
-    placement: Placing = Placing.TOPOLOGY
+    placement: str = "topology"
     reservation: bool = True
     backfill: bool = True
     preemption: bool = True
@@ -93,6 +89,7 @@ class SchedulerPolicy:
                 object.__setattr__(self, key, kind(value))
             except ValueError:
                 raise PolicyError(f"{key}: unknown value {value!r}") from None
+        self._check_combinations()
         if not 0.0 <= self.spread_below < self.pack_above <= 1.0:
             raise PolicyError(
                 "need 0 <= spread_below < pack_above <= 1, got "
@@ -120,9 +117,41 @@ class SchedulerPolicy:
         if self.keep_finished < 0:
             raise PolicyError(f"keep_finished must be >= 0, got {self.keep_finished}")
 
+    def _check_combinations(self) -> None:
+        """Refuse switches that cannot work together, saying which and why."""
+        try:
+            placing = placement_policy(self.placement)
+        except PlacementError as err:
+            raise PolicyError(f"placement: {err}") from None
+        if self.gang and placing.gang is None:
+            able = ", ".join(name for name, p in PLACEMENT_POLICIES.items() if p.gang)
+            raise PolicyError(
+                f"placement {self.placement!r} cannot place a whole gang on a cluster; with "
+                f"gang admission use one of: {able}"
+            )
+        if not self.gang:
+            if placing.worker is None:
+                able = ", ".join(name for name, p in PLACEMENT_POLICIES.items() if p.worker)
+                raise PolicyError(
+                    f"gang=false binds one worker at a time, which placement "
+                    f"{self.placement!r} cannot do; use one of: {able}"
+                )
+            needs_gang = [
+                key
+                for key in ("reservation", "preemption", "elastic", "migration")
+                if getattr(self, key)
+            ]
+            if needs_gang:
+                raise PolicyError(
+                    f"gang=false binds workers one at a time, so {', '.join(needs_gang)} "
+                    "(which act on whole gangs) cannot work: set them false"
+                )
+
 
 @dataclass(frozen=True)
 class PolicyInfo:
+    """A named scheduler policy: what it stands for, and its switches."""
+
     name: str
     summary: str
     base: SchedulerPolicy
@@ -147,7 +176,7 @@ SCHEDULER_POLICIES: dict[str, PolicyInfo] = {
                 demote_after_gpu_h=None,
                 gang=False,
                 order=Order.FIFO,
-                placement=Placing.RANDOM,
+                placement="random",
                 reservation=False,
                 preemption=False,
                 elastic=False,
@@ -162,7 +191,7 @@ SCHEDULER_POLICIES: dict[str, PolicyInfo] = {
                 name="fifo-gang-firstfit",
                 demote_after_gpu_h=None,
                 order=Order.FIFO,
-                placement=Placing.FIRST_FIT,
+                placement="index-order",
                 reservation=False,
                 backfill=False,
                 preemption=False,

@@ -1,21 +1,26 @@
-"""Reclaim: which running jobs a blocked job may preempt, and which of them to stop."""
+"""Reclaim: which running jobs a blocked job may preempt, and which of them to stop.
+
+`Reclaim.plan` answers with the victims and the GPUs they give; the scheduler stops them and
+reserves those GPUs. It reads the books and the job order, and changes neither.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from itertools import combinations
-from typing import TYPE_CHECKING
 
+from toposched.core.books import Books
+from toposched.core.demotion import Demotions
 from toposched.core.job import JobState
+from toposched.core.ordering import Waiting
+from toposched.core.policy import SchedulerPolicy
 from toposched.core.records import JobRecord
-from toposched.placement.gang import GangRequest, Shortfall, node_gpus, place_gang, ring_gbps
+from toposched.placement.gang import GangRequest, Shortfall, node_gpus, ring_gbps
+from toposched.placement.policies import GangPlacer
 from toposched.placement.request import Mode
 from toposched.placement.tables import to_mask
 from toposched.topology.cluster import Tier
 from toposched.topology.node import NodeTopology
-
-if TYPE_CHECKING:
-    from toposched.core.scheduler import Scheduler
 
 EXHAUSTIVE_VICTIMS = 8
 SMALL_VICTIM_SETS = 3
@@ -37,110 +42,17 @@ def _victim_sets(n: int) -> Iterator[tuple[int, ...]]:
         yield tuple(jobs[:size])
 
 
-def victims_for(s: Scheduler, rec: JobRecord) -> list[JobRecord]:
-    """Running jobs `rec` may preempt: work borrowed beyond another queue's guarantee (if
-    `rec` is within its own), lower-priority work of its own queue, and, under least attained
-    service, checkpointable demoted work that would rank after `rec` (if `rec` is not
-    demoted itself), of its own queue or borrowed by another."""
-    spec = rec.spec
-    within = s.queues[spec.queue].within_guarantee(spec.min_workers * spec.gpus_per_worker)
-    lower = s.policy.preempt_lower_priority and s.lowest_priority[spec.queue] < spec.priority
-    level = s.waiting_level(rec)
-    las = s.policy.demote_after_gpu_h is not None and level == 0
-    if not (within or lower or las):
-        return []
-
-    def behind(r: JobRecord) -> bool:
-        """Once `r` waits again, it ranks after `rec` (else it would start again at once,
-        and be preempted again); `all_behind` judges the chosen victims together."""
-        freed = {r.spec.queue: r.gpus_held()}
-        return s.rank_after(r, 1 if s.demoted(r) else 0, freed) > s.rank_after(rec, level, freed)
-
-    borrowed: dict[str, set[str]] = {}
-
-    def beyond(queue: str) -> set[str]:
-        """Jobs of another queue past its guarantee, counted in (priority, start) order."""
-        if queue not in borrowed:
-            q = s.queues[queue]
-            # Running jobs only: a job being stopped gives its GPUs back anyway.
-            jobs = sorted(
-                (
-                    r
-                    for r in s.holders.values()
-                    if r.spec.queue == queue and r.state is JobState.RUNNING
-                ),
-                key=lambda r: (-r.spec.priority, r.started or 0.0, r.seq),
-            )
-            held, past = 0, set()
-            for r in jobs:
-                held += r.gpus_held()
-                if held > q.guaranteed:
-                    past.add(r.name)
-            borrowed[queue] = past
-        return borrowed[queue]
-
-    out: list[JobRecord] = []
-    if within or lower:
-        for r in sorted(
-            s.holders.values(), key=lambda r: (-r.spec.priority, r.started or 0.0, r.seq)
-        ):
-            if r.state is not JobState.RUNNING:
-                continue
-            if r.spec.queue == spec.queue:
-                if lower and r.spec.priority < spec.priority and behind(r):
-                    out.append(r)
-            elif within and r.name in beyond(r.spec.queue):
-                out.append(r)
-    if las:
-        chosen = {r.name for r in out}
-        for r in sorted(s.demotions.due(s.now).values(), key=lambda r: r.seq):
-            if r.name in chosen or r.state is not JobState.RUNNING or not behind(r):
-                continue
-            q = s.queues[r.spec.queue]
-            if r.spec.queue == spec.queue or not q.guaranteed or r.name in beyond(q.name):
-                out.append(r)
-    return out
-
-
 Cost = tuple[int, int, int]  # (cannot checkpoint, priority, GPUs held) of one victim
 NodeChoice = tuple[tuple[float, ...], tuple[str, ...], int]  # (cost, victims, GPUs chosen)
 ShapeChoice = tuple[tuple[float, ...], tuple[int, ...], int]  # the same, victims by position
 
 
+def _by_priority_then_start(r: JobRecord) -> tuple[float, ...]:
+    return (-r.spec.priority, r.started or 0.0, r.seq)
+
+
 def victim_cost(r: JobRecord) -> Cost:
     return (0 if r.spec.checkpointable else 1, r.spec.priority, r.gpus_held())
-
-
-def _best_on_node(
-    s: Scheduler, i: int, per: dict[str, tuple[int, Cost]], k: int, mode: Mode
-) -> NodeChoice | None:
-    """The cheapest victims on node `i` whose GPUs, with the free ones, give `k` GPUs, and
-    the GPUs chosen: checkpointable work first, then the best ring, then lower priority,
-    fewer jobs, fewer GPUs. A blocked job tries again at every event, and a busy cluster has
-    many nodes alike, so the answer is kept per node shape: its topology, free and failed
-    GPUs, and its victims' GPUs and costs (cheapest first), whichever node and jobs they are."""
-    cap = s.capacity
-    jobs = sorted(per, key=lambda name: (per[name][1], name))
-    shape = tuple(per[name] for name in jobs)
-    topology, free, bad, aware = (
-        cap.nodes[i].topology,
-        cap.free[i],
-        s.unhealthy.get(i, 0),
-        cap.aware[i],
-    )
-    memo_key = (topology, k, mode, aware, free, bad, shape)
-    memo = s.reclaim_memo
-    if memo_key in memo:
-        found = memo[memo_key]
-    else:
-        found = _search_node(topology, free, bad, shape, k, aware, mode)
-        if len(memo) >= MEMO_LIMIT:
-            memo.clear()
-        memo[memo_key] = found
-    if found is None:
-        return None
-    key, positions, gpus = found
-    return key, tuple(jobs[p] for p in positions), gpus
 
 
 def _search_node(
@@ -192,127 +104,257 @@ def _search_node(
     return best
 
 
-def victim_costs(s: Scheduler, rec: JobRecord) -> dict[str, Cost]:
-    """The jobs `rec` may preempt (`victims_for`), with their costs."""
-    return _victims(s, rec)[0]
-
-
 VictimsByNode = dict[int, dict[str, tuple[int, Cost]]]  # node -> victim -> (GPUs there, cost)
-
-
-def _victims(s: Scheduler, rec: JobRecord) -> tuple[dict[str, Cost], VictimsByNode | None]:
-    """`victim_costs`, and the same victims by node when they are kept so. Without guarantees
-    and with one priority everywhere, the victims are exactly the demoted running jobs, which
-    `Demotions` keeps with their costs and by node: no job is walked (the common case of a
-    replay)."""
-    if s.demotes_alone():
-        if s.waiting_level(rec) != 0:
-            return {}, None
-        return s.demotions.victims(s.now), s.demotions.on_node
-    return {v.name: victim_cost(v) for v in victims_for(s, rec)}, None
-
-
-def plan_reclaim(
-    s: Scheduler, rec: JobRecord, request: GangRequest
-) -> tuple[list[JobRecord], dict[int, int]] | None:
-    costs, by_node = _victims(s, rec)
-    if not costs:
-        return None
-    if request.gpus == 1:
-        plan = plan_one_gpu(s, costs, request.mode)
-    else:
-        plan = plan_on_nodes(s, costs, request, by_node)
-        if plan is None and request.widest != Tier.NODE and request.workers > 1:
-            plan = plan_reclaim_nodes(s, request, costs)
-    if plan is None or not all_behind(s, rec, plan[0]):
-        return None
-    return plan
-
-
-def all_behind(s: Scheduler, rec: JobRecord, victims: list[JobRecord]) -> bool:
-    """Once all `victims` have stopped, each ranks after `rec`. Each was chosen as if it alone
-    stopped; several of one queue may bring it back within its guarantee, and one of them
-    would then start again at once on the GPUs freed for `rec` (and be preempted again)."""
-    freed: dict[str, int] = {}
-    for v in victims:
-        freed[v.spec.queue] = freed.get(v.spec.queue, 0) + v.gpus_held()
-    mine = s.rank_after(rec, s.waiting_level(rec), freed)
-    return all(s.rank_after(v, 1 if s.demoted(v) else 0, freed) > mine for v in victims)
-
-
 Plan = tuple[list[JobRecord], dict[int, int]]  # victims, and the GPUs they give (by node)
 
 
-def plan_on_nodes(
-    s: Scheduler,
-    costs: dict[str, Cost],
-    request: GangRequest,
-    by_node: VictimsByNode | None = None,
-) -> Plan | None:
-    """The cheapest victims on any one node (see `_best_on_node`); only nodes that hold
-    victims are looked at, found through the victims (or `by_node`: the same, gathered)."""
-    cap = s.capacity
-    k = request.gpus
-    per_node = by_node
-    if per_node is None:
-        per_node = {}
-        for job, cost in costs.items():
-            for i, mask in s.job_nodes.get(job, {}).items():
-                per_node.setdefault(i, {})[job] = (mask, cost)
-    best: tuple[tuple[float, ...], tuple[str, ...], dict[int, int]] | None = None
-    for i, per in per_node.items():
-        if not cap.present[i]:
-            continue
-        everything = cap.free[i]
-        for mask, _ in per.values():
-            everything |= mask
-        if (everything & ~s.unhealthy.get(i, 0)).bit_count() < k:
-            continue
-        found = _best_on_node(s, i, per, k, request.mode)
-        if found is not None and (best is None or (*found[0], i) < best[0]):
-            best = ((*found[0], i), found[1], {i: found[2]})
-    if best is None:
-        return None
-    return [s.jobs[name] for name in best[1]], best[2]
+class Reclaim:
+    """Victim search for blocked jobs, with what it remembers between searches: the answer per
+    node shape, and the last request that found no victims (not searched again until the books'
+    epoch moves or a running job is demoted)."""
 
+    def __init__(
+        self,
+        books: Books,
+        waiting: Waiting,
+        demotions: Demotions,
+        policy: SchedulerPolicy,
+        place: GangPlacer,
+    ) -> None:
+        self.books = books
+        self.waiting = waiting
+        self.demotions = demotions
+        self.policy = policy
+        self.place = place
+        self.memo: dict[tuple[object, ...], ShapeChoice | None] = {}
+        self._no_victims: tuple[tuple[object, ...], float] | None = None  # (asked, until)
 
-def plan_one_gpu(s: Scheduler, costs: dict[str, Cost], mode: Mode) -> Plan | None:
-    """`plan_on_nodes` for one GPU, without walking victim sets: one victim always does, and
-    no larger set is cheaper, so the answer is the cheapest victim (lowest node, then name,
-    among equals), as the general search finds it."""
-    cap = s.capacity
-    best: tuple[tuple[Cost, int, str], int] | None = None
-    for job, cost in costs.items():
-        for i, mask in s.job_nodes.get(job, {}).items():
+    def plan(self, rec: JobRecord, request: GangRequest) -> Plan | None:
+        """The victims to stop for `rec` and the GPUs they give, or None."""
+        asked = (rec.name, self.waiting.waiting_level(rec), request, self.books.epoch)
+        known = self._no_victims
+        if known and known[0] == asked and self.books.now < min(known[1], self.demotions.next_at()):
+            return None
+        plan = self.plan_reclaim(rec, request)
+        if plan is None:
+            self._no_victims = (asked, self.demotions.next_at())
+        return plan
+
+    def victims_for(self, rec: JobRecord) -> list[JobRecord]:
+        """Running jobs `rec` may preempt: work borrowed beyond another queue's guarantee (if
+        `rec` is within its own), lower-priority work of its own queue, and, under least attained
+        service, checkpointable demoted work that would rank after `rec` (if `rec` is not
+        demoted itself), of its own queue or borrowed by another."""
+        spec = rec.spec
+        queues = self.books.queues
+        within = queues[spec.queue].within_guarantee(spec.min_workers * spec.gpus_per_worker)
+        lower = (
+            self.policy.preempt_lower_priority
+            and self.books.lowest_priority[spec.queue] < spec.priority
+        )
+        level = self.waiting.waiting_level(rec)
+        las = self.policy.demote_after_gpu_h is not None and level == 0
+        if not (within or lower or las):
+            return []
+        borrowed: dict[str, set[str]] = {}
+        out: list[JobRecord] = []
+        if within or lower:
+            for r in sorted(self.books.holders.values(), key=_by_priority_then_start):
+                if r.state is not JobState.RUNNING:
+                    continue
+                if r.spec.queue == spec.queue:
+                    if lower and r.spec.priority < spec.priority and self._behind(r, rec, level):
+                        out.append(r)
+                elif within and r.name in self._beyond(r.spec.queue, borrowed):
+                    out.append(r)
+        if las:
+            chosen = {r.name for r in out}
+            for r in sorted(self.demotions.due(self.books.now).values(), key=lambda r: r.seq):
+                if r.name in chosen or r.state is not JobState.RUNNING:
+                    continue
+                if not self._behind(r, rec, level):
+                    continue
+                q = queues[r.spec.queue]
+                if (
+                    r.spec.queue == spec.queue
+                    or not q.guaranteed
+                    or r.name in self._beyond(q.name, borrowed)
+                ):
+                    out.append(r)
+        return out
+
+    def _behind(self, r: JobRecord, rec: JobRecord, level: int) -> bool:
+        """Once `r` waits again, it ranks after `rec` (else it would start again at once, and
+        be preempted again); `all_behind` judges the chosen victims together."""
+        freed = {r.spec.queue: r.gpus_held()}
+        mine = self.waiting.rank_after(rec, level, freed)
+        return self.waiting.rank_after(r, 1 if self.waiting.demoted(r) else 0, freed) > mine
+
+    def _beyond(self, queue: str, borrowed: dict[str, set[str]]) -> set[str]:
+        """Jobs of another queue past its guarantee, counted in (priority, start) order;
+        `borrowed` keeps the answers of one search."""
+        if queue not in borrowed:
+            guaranteed = self.books.queues[queue].guaranteed
+            # Running jobs only: a job being stopped gives its GPUs back anyway.
+            jobs = sorted(
+                (
+                    r
+                    for r in self.books.holders.values()
+                    if r.spec.queue == queue and r.state is JobState.RUNNING
+                ),
+                key=_by_priority_then_start,
+            )
+            held, past = 0, set()
+            for r in jobs:
+                held += r.gpus_held()
+                if held > guaranteed:
+                    past.add(r.name)
+            borrowed[queue] = past
+        return borrowed[queue]
+
+    def _best_on_node(
+        self, i: int, per: dict[str, tuple[int, Cost]], k: int, mode: Mode
+    ) -> NodeChoice | None:
+        """The cheapest victims on node `i` whose GPUs, with the free ones, give `k` GPUs, and
+        the GPUs chosen: checkpointable work first, then the best ring, then lower priority,
+        fewer jobs, fewer GPUs. A blocked job tries again at every event, and a busy cluster has
+        many nodes alike, so the answer is kept per node shape: its topology, free and failed
+        GPUs, and its victims' GPUs and costs (cheapest first), whichever node and jobs they are."""
+        cap = self.books.capacity
+        jobs = sorted(per, key=lambda name: (per[name][1], name))
+        shape = tuple(per[name] for name in jobs)
+        topology, free, bad, aware = (
+            cap.nodes[i].topology,
+            cap.free[i],
+            self.books.unhealthy.get(i, 0),
+            cap.aware[i],
+        )
+        memo_key = (topology, k, mode, aware, free, bad, shape)
+        memo = self.memo
+        if memo_key in memo:
+            found = memo[memo_key]
+        else:
+            found = _search_node(topology, free, bad, shape, k, aware, mode)
+            if len(memo) >= MEMO_LIMIT:
+                memo.clear()
+            memo[memo_key] = found
+        if found is None:
+            return None
+        key, positions, gpus = found
+        return key, tuple(jobs[p] for p in positions), gpus
+
+    def victim_costs(self, rec: JobRecord) -> dict[str, Cost]:
+        """The jobs `rec` may preempt (`victims_for`), with their costs."""
+        return self._victims(rec)[0]
+
+    def _victims(self, rec: JobRecord) -> tuple[dict[str, Cost], VictimsByNode | None]:
+        """`victim_costs`, and the same victims by node when they are kept so. Without guarantees
+        and with one priority everywhere, the victims are exactly the demoted running jobs, which
+        `Demotions` keeps with their costs and by node: no job is walked (the common case of a
+        replay)."""
+        if self.waiting.demotes_alone():
+            if self.waiting.waiting_level(rec) != 0:
+                return {}, None
+            return self.demotions.victims(self.books.now), self.demotions.on_node
+        return {v.name: victim_cost(v) for v in self.victims_for(rec)}, None
+
+    def plan_reclaim(
+        self, rec: JobRecord, request: GangRequest
+    ) -> tuple[list[JobRecord], dict[int, int]] | None:
+        costs, by_node = self._victims(rec)
+        if not costs:
+            return None
+        if request.gpus == 1:
+            plan = self.plan_one_gpu(costs, request.mode)
+        else:
+            plan = self.plan_on_nodes(costs, request, by_node)
+            if plan is None and request.widest != Tier.NODE and request.workers > 1:
+                plan = self.plan_reclaim_nodes(request, costs)
+        if plan is None or not self.all_behind(rec, plan[0]):
+            return None
+        return plan
+
+    def all_behind(self, rec: JobRecord, victims: list[JobRecord]) -> bool:
+        """Once all `victims` have stopped, each ranks after `rec`. Each was chosen as if it alone
+        stopped; several of one queue may bring it back within its guarantee, and one of them
+        would then start again at once on the GPUs freed for `rec` (and be preempted again)."""
+        freed: dict[str, int] = {}
+        for v in victims:
+            freed[v.spec.queue] = freed.get(v.spec.queue, 0) + v.gpus_held()
+        mine = self.waiting.rank_after(rec, self.waiting.waiting_level(rec), freed)
+        return all(
+            self.waiting.rank_after(v, 1 if self.waiting.demoted(v) else 0, freed) > mine
+            for v in victims
+        )
+
+    def plan_on_nodes(
+        self,
+        costs: dict[str, Cost],
+        request: GangRequest,
+        by_node: VictimsByNode | None = None,
+    ) -> Plan | None:
+        """The cheapest victims on any one node (see `_best_on_node`); only nodes that hold
+        victims are looked at, found through the victims (or `by_node`: the same, gathered)."""
+        cap = self.books.capacity
+        k = request.gpus
+        per_node = by_node
+        if per_node is None:
+            per_node = {}
+            for job, cost in costs.items():
+                for i, mask in self.books.job_nodes.get(job, {}).items():
+                    per_node.setdefault(i, {})[job] = (mask, cost)
+        best: tuple[tuple[float, ...], tuple[str, ...], dict[int, int]] | None = None
+        for i, per in per_node.items():
             if not cap.present[i]:
                 continue
-            avail = (cap.free[i] | mask) & ~s.unhealthy.get(i, 0)
-            if avail and (best is None or (cost, i, job) < best[0]):
-                best = ((cost, i, job), avail)
-    if best is None:
-        return None
-    (_, i, job), avail = best
-    gpus = node_gpus(cap.nodes[i].topology, avail, 1, cap.aware[i], mode)
-    return [s.jobs[job]], {i: to_mask(gpus)}
+            everything = cap.free[i]
+            for mask, _ in per.values():
+                everything |= mask
+            if (everything & ~self.books.unhealthy.get(i, 0)).bit_count() < k:
+                continue
+            found = self._best_on_node(i, per, k, request.mode)
+            if found is not None and (best is None or (*found[0], i) < best[0]):
+                best = ((*found[0], i), found[1], {i: found[2]})
+        if best is None:
+            return None
+        return [self.books.jobs[name] for name in best[1]], best[2]
 
+    def plan_one_gpu(self, costs: dict[str, Cost], mode: Mode) -> Plan | None:
+        """`plan_on_nodes` for one GPU, without walking victim sets: one victim always does, and
+        no larger set is cheaper, so the answer is the cheapest victim (lowest node, then name,
+        among equals), as the general search finds it."""
+        cap = self.books.capacity
+        best: tuple[tuple[Cost, int, str], int] | None = None
+        for job, cost in costs.items():
+            for i, mask in self.books.job_nodes.get(job, {}).items():
+                if not cap.present[i]:
+                    continue
+                avail = (cap.free[i] | mask) & ~self.books.unhealthy.get(i, 0)
+                if avail and (best is None or (cost, i, job) < best[0]):
+                    best = ((cost, i, job), avail)
+        if best is None:
+            return None
+        (_, i, job), avail = best
+        gpus = node_gpus(cap.nodes[i].topology, avail, 1, cap.aware[i], mode)
+        return [self.books.jobs[job]], {i: to_mask(gpus)}
 
-def plan_reclaim_nodes(
-    s: Scheduler, request: GangRequest, costs: dict[str, Cost]
-) -> tuple[list[JobRecord], dict[int, int]] | None:
-    """A multi-node job: place it as if every candidate victim were gone, then preempt the
-    victims that hold GPUs of that placement (the placement, not the victims, is optimised)."""
-    everything: dict[int, int] = {}
-    for job in costs:
-        for i, mask in s.job_nodes.get(job, {}).items():
-            everything[i] = everything.get(i, 0) | mask
-    with s.capacity.assuming_free(everything):
-        found = place_gang(s.capacity, request, s.cluster.network_gbps)
-    if isinstance(found, Shortfall):
-        return None
-    gpus = {s.capacity.index[n]: to_mask(g) for n, g in found.gpus_by_node().items()}
-    chosen = [
-        s.jobs[name]
-        for name in costs
-        if any(s.node_jobs.get(i, {}).get(name, 0) & mask for i, mask in gpus.items())
-    ]
-    return chosen, gpus
+    def plan_reclaim_nodes(
+        self, request: GangRequest, costs: dict[str, Cost]
+    ) -> tuple[list[JobRecord], dict[int, int]] | None:
+        """A multi-node job: place it as if every candidate victim were gone, then preempt the
+        victims that hold GPUs of that placement (the placement, not the victims, is optimised)."""
+        everything: dict[int, int] = {}
+        for job in costs:
+            for i, mask in self.books.job_nodes.get(job, {}).items():
+                everything[i] = everything.get(i, 0) | mask
+        with self.books.capacity.assuming_free(everything):
+            found = self.place(self.books.capacity, request, self.books.network_gbps)
+        if isinstance(found, Shortfall):
+            return None
+        gpus = {self.books.capacity.index[n]: to_mask(g) for n, g in found.gpus_by_node().items()}
+        chosen = [
+            self.books.jobs[name]
+            for name in costs
+            if any(self.books.node_jobs.get(i, {}).get(name, 0) & mask for i, mask in gpus.items())
+        ]
+        return chosen, gpus

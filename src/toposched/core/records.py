@@ -1,4 +1,5 @@
-"""The core's mutable view of each job and queue; only the scheduler changes these."""
+"""The core's mutable view of each job and queue, and the reservation; only the core changes
+these."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from dataclasses import dataclass, field
 
 from toposched.core.actions import StopKind
 from toposched.core.job import JobSpec, JobState
+from toposched.placement.capacity import Capacity
 from toposched.placement.gang import Placement, WorkerSlot
 from toposched.topology.cluster import Tier
 
@@ -101,3 +103,32 @@ class QueueRecord:
         if self.guaranteed == 0:
             return math.inf if used else 0.0
         return used / self.guaranteed
+
+
+@dataclass
+class Reservation:
+    """GPUs kept for the first blocked job; `until` is when they are expected to be free, and
+    `awaiting` the jobs being stopped to free them."""
+
+    job: str
+    gpus: dict[int, int]
+    until: float
+    awaiting: set[str] = field(default_factory=set)
+    _text: str = field(default="", repr=False, compare=False)
+
+    def holds_free(self, capacity: Capacity) -> bool:
+        """Whether any reserved GPU is free now (else keeping it from others changes nothing)."""
+        return any(capacity.free[i] & mask for i, mask in self.gpus.items())
+
+    def describe(self, capacity: Capacity) -> str:
+        if not self._text:  # the GPUs and the time never change once reserved
+            self._text = self._describe(capacity)
+        return self._text
+
+    def _describe(self, capacity: Capacity) -> str:
+        parts = []
+        for i, mask in sorted(self.gpus.items()):
+            gpus = ",".join(str(g) for g in range(capacity.nodes[i].size) if mask >> g & 1)
+            parts.append(f"{capacity.nodes[i].name} GPUs {gpus}")
+        when = "when running jobs end" if math.isinf(self.until) else f"by t={self.until:g}"
+        return f"reserved {'; '.join(parts)} ({when})"

@@ -2,22 +2,19 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from toposched.core.books import Books
+from toposched.core.demotion import Demotions
+from toposched.core.errors import InvariantViolation
 from toposched.core.job import JobState
+from toposched.core.ordering import Waiting
 from toposched.core.records import JobRecord
 from toposched.placement.capacity import full_mask
 from toposched.topology.cluster import tier_of
 
-if TYPE_CHECKING:
-    from toposched.core.scheduler import Scheduler
+__all__ = ["InvariantViolation", "check"]
 
 
-class InvariantViolation(AssertionError):
-    """validate mode found the books inconsistent: a bug in the core."""
-
-
-def check_gang(s: Scheduler, rec: JobRecord) -> None:
+def check_gang(s: Books, rec: JobRecord) -> None:
     if rec.placement is None:
         raise InvariantViolation(f"{rec.name} is {rec.state.value} with no placement")
     spec = rec.spec
@@ -31,14 +28,23 @@ def check_gang(s: Scheduler, rec: JobRecord) -> None:
         raise InvariantViolation(f"{rec.name}: placed wider than its locality allows")
 
 
-def check(s: Scheduler) -> None:
+def check(s: Books, waiting: Waiting, demotions: Demotions, gang: bool) -> None:
     """Raise InvariantViolation unless the books agree (on after every event in tests)."""
+    owner = _check_jobs(s, gang)
+    _check_indexes(s, owner, demotions)
+    _check_free(s, owner)
+    _check_waiting(s, waiting)
+
+
+def _check_jobs(s: Books, gang: bool) -> dict[tuple[int, int], str]:
+    """Each job holds what its state allows, whole gangs only, and no GPU twice; returns the
+    owner of each GPU as the jobs tell it."""
     owner: dict[tuple[int, int], str] = {}
     used: dict[str, int] = {q: 0 for q in s.queues}
     for rec in s.jobs.values():
         held = rec.held()
         spec = rec.spec
-        if rec.state is JobState.PENDING and not s.policy.gang and rec.partial:
+        if rec.state is JobState.PENDING and not gang and rec.partial:
             if len(rec.partial) >= spec.min_workers or rec.placement or rec.target:
                 raise InvariantViolation(f"{rec.name} waits while holding a whole gang")
         elif rec.state is JobState.PENDING or rec.state.terminal:
@@ -56,6 +62,15 @@ def check(s: Scheduler) -> None:
                     )
                 owner[slot] = rec.name
             used[spec.queue] = used.get(spec.queue, 0) + placement.gpus
+    for q, queue in s.queues.items():
+        if queue.used != used.get(q, 0):
+            raise InvariantViolation(f"queue {q}: usage {queue.used} != {used.get(q, 0)}")
+    return owner
+
+
+def _check_indexes(s: Books, owner: dict[tuple[int, int], str], demotions: Demotions) -> None:
+    """The owner map, the jobs by node and the nodes by job, the holders and the demoted jobs
+    by node agree with the GPUs the jobs hold."""
     if owner != s.owner:
         raise InvariantViolation("the GPU owner map disagrees with the jobs' placements")
     by_node: dict[int, dict[str, int]] = {}
@@ -75,20 +90,21 @@ def check(s: Scheduler) -> None:
     ):
         raise InvariantViolation("the jobs holding GPUs disagree with the GPU owner map")
     demoted: dict[int, dict[str, int]] = {}
-    for name in s.demotions.demoted:
+    for name in demotions.demoted:
         for i, mask in s.job_nodes[name].items():
             demoted.setdefault(i, {})[name] = mask
-    kept = {i: {name: v[0] for name, v in jobs.items()} for i, jobs in s.demotions.on_node.items()}
+    kept = {i: {name: v[0] for name, v in jobs.items()} for i, jobs in demotions.on_node.items()}
     if kept != demoted:
         raise InvariantViolation("the demoted jobs by node disagree with their GPUs")
-    for name, rec in s.demotions.tracked().items():
+    for name, rec in demotions.tracked().items():
         if s.jobs.get(name) is not rec or rec.state is not JobState.RUNNING:
             raise InvariantViolation(f"{name} is timed for demotion but is not running")
         if not rec.spec.checkpointable or name not in s.holders:
             raise InvariantViolation(f"{name} is timed for demotion but cannot be preempted")
-    for q, queue in s.queues.items():
-        if queue.used != used.get(q, 0):
-            raise InvariantViolation(f"queue {q}: usage {queue.used} != {used.get(q, 0)}")
+
+
+def _check_free(s: Books, owner: dict[tuple[int, int], str]) -> None:
+    """Each node's free GPUs are those neither held nor failed."""
     total = 0
     for i in s.capacity.present_indices():
         size = s.capacity.nodes[i].size
@@ -102,20 +118,31 @@ def check(s: Scheduler) -> None:
         total += expected.bit_count()
     if total != s.capacity.total_free:
         raise InvariantViolation("the free-GPU total disagrees with the nodes")
-    for key, entries in s._pending.lists.items():
-        for _, level, _, name in entries:
-            if s.jobs[name].state is not JobState.PENDING:
+
+
+def _check_waiting(s: Books, waiting: Waiting) -> None:
+    """Waiting jobs are filed where they belong, in the order's key; partial holds and the
+    reservation agree with the jobs."""
+    lists = waiting.lists
+    for key, entries in lists.lists.items():
+        for entry in entries:
+            name = entry[-1]
+            rec = s.jobs[name]
+            if rec.state is not JobState.PENDING:
                 raise InvariantViolation(f"{name} is queued in {key[0]} but not pending")
-            if s._pending.level.get(name) != level:
-                raise InvariantViolation(f"{name} is filed at the wrong level")
-            if s._pending.filed.get(name) != key or s.jobs[name].spec.queue != key[0]:
+            level = lists.level.get(name)
+            if level is None or entry[:-1] != waiting.order.job_key(rec, level):
+                raise InvariantViolation(f"{name} is filed at the wrong level or key")
+            if lists.filed.get(name) != key or rec.spec.queue != key[0]:
                 raise InvariantViolation(f"{name} is filed under the wrong queue or shape")
+        if entries != sorted(entries):
+            raise InvariantViolation(f"the list {key} is out of order")
     partial = {
         name: len(rec.partial) * rec.spec.gpus_per_worker
         for name, rec in s.jobs.items()
         if rec.partial
     }
-    if partial != s.partial_holds():
+    if partial != s.held_waiting:
         raise InvariantViolation("the GPUs held by partial gangs disagree with the jobs")
     if s.reservation is not None:
         holder = s.jobs.get(s.reservation.job)

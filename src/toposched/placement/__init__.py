@@ -1,4 +1,5 @@
-"""GPU-set selection inside a node: the exact topology-aware objective and baseline policies."""
+"""GPU-set selection in a node and gang placement on a cluster: the topology-aware objective,
+the baselines, and the registry that names them."""
 
 from toposched.placement.policies import POLICIES, NodePolicy, make_policy
 from toposched.placement.request import (

@@ -1,4 +1,4 @@
-"""Placing a whole gang on a cluster (DESIGN.md §3): node choice and GPU choice made together.
+"""The `topology` policy on a cluster: node and GPU choice made together (docs/placement.md).
 
 Order of the objective: the job's locality tolerance is a constraint; then fewest nodes; then the
 lowest network tier; then the best ring (inside one node: exact, over every node's best GPU set;
@@ -22,7 +22,7 @@ from toposched.placement.capacity import Capacity
 from toposched.placement.request import Mode
 from toposched.placement.tables import from_mask, subset_tables, to_mask
 from toposched.placement.topology_aware import choose
-from toposched.topology.cluster import Node, Tier, tier_of
+from toposched.topology.cluster import Node, Tier
 from toposched.topology.node import NodeTopology
 
 
@@ -66,17 +66,12 @@ class Placement:
 
 @dataclass(frozen=True)
 class GangRequest:
-    """`workers` x `gpus_per_worker`, no wider apart than `widest`; `mode` for 1-GPU jobs.
-
-    `first_fit` asks for what a topology-unaware scheduler does instead (a baseline): the
-    lowest-numbered nodes that have room, and the lowest free GPU indices on each.
-    """
+    """`workers` x `gpus_per_worker`, no wider apart than `widest`; `mode` for 1-GPU jobs."""
 
     workers: int
     gpus_per_worker: int
     widest: Tier = Tier.CLUSTER
     mode: Mode = Mode.PACK
-    first_fit: bool = False
 
     @property
     def gpus(self) -> int:
@@ -106,7 +101,7 @@ def ring_gbps(topology: NodeTopology, gpus: tuple[int, ...]) -> float | None:
     return tables.gbps(int(tables.ring[to_mask(gpus)]))
 
 
-def _slots(node: str, gpus: tuple[int, ...], per_worker: int) -> list[WorkerSlot]:
+def slots_of(node: str, gpus: tuple[int, ...], per_worker: int) -> list[WorkerSlot]:
     return [WorkerSlot(node, gpus[i : i + per_worker]) for i in range(0, len(gpus), per_worker)]
 
 
@@ -147,8 +142,6 @@ def place_gang(
 ) -> Placement | Shortfall:
     """The best placement of `request` on the free GPUs of `cap`, minus `exclude` (node -> mask)."""
     exclude = exclude or {}
-    if request.first_fit:
-        return _first_fit(cap, request, network, exclude)
     single = _place_on_one_node(cap, request, exclude)
     if single is not None:
         return single
@@ -188,62 +181,8 @@ def _place_on_one_node(
         return None
     _, i, gpus = best
     topology = cap.nodes[i].topology
-    slots = _slots(cap.nodes[i].name, gpus, request.gpus_per_worker)
+    slots = slots_of(cap.nodes[i].name, gpus, request.gpus_per_worker)
     return Placement(tuple(slots), ring_gbps(topology, gpus), Tier.NODE)
-
-
-def _first_fit(
-    cap: Capacity, request: GangRequest, network: Mapping[Tier, float], exclude: Mapping[int, int]
-) -> Placement | Shortfall:
-    g, k = request.gpus_per_worker, request.gpus
-    for i in cap.present_indices():
-        free = cap.free[i] & ~exclude.get(i, 0)
-        if free.bit_count() >= k:
-            gpus = from_mask(free)[:k]
-            one = _slots(cap.nodes[i].name, gpus, g)
-            return Placement(tuple(one), ring_gbps(cap.nodes[i].topology, gpus), Tier.NODE)
-    if request.widest == Tier.NODE or request.workers == 1:
-        return Shortfall(f"needs {k} GPUs on one node; first fit found none")
-    # Across nodes: the first domain (in node order) of the narrowest tier that has room,
-    # filled in node order. Locality is a constraint, so even first fit honours it.
-    for tier in (Tier.RACK, Tier.POD, Tier.CLUSTER):
-        if tier > request.widest:
-            break
-        domains: dict[tuple[str, ...], list[int]] = {}
-        for i in cap.present_indices():
-            domains.setdefault(node_domain(cap.nodes[i], tier), []).append(i)
-        for members in domains.values():
-            found = _fill_in_order(cap, members, request, network, exclude)
-            if found is not None:
-                return found
-    return Shortfall(f"needs {request.workers} workers x {g} GPUs; first fit found no room")
-
-
-def _fill_in_order(
-    cap: Capacity,
-    members: list[int],
-    request: GangRequest,
-    network: Mapping[Tier, float],
-    exclude: Mapping[int, int],
-) -> Placement | None:
-    g = request.gpus_per_worker
-    slots: list[WorkerSlot] = []
-    rings: list[float] = []
-    left = request.workers
-    for i in members:
-        free = cap.free[i] & ~exclude.get(i, 0)
-        take = min(left, free.bit_count() // g)
-        if take:
-            gpus = from_mask(free)[: take * g]
-            slots.extend(_slots(cap.nodes[i].name, gpus, g))
-            ring = ring_gbps(cap.nodes[i].topology, gpus)
-            if ring is not None:
-                rings.append(ring)
-            left -= take
-        if not left:
-            tier = tier_of(cap.nodes[cap.index[s.node]] for s in slots)
-            return Placement(tuple(slots), min([network[tier], *rings]), tier)
-    return None
 
 
 def node_domain(node: Node, tier: Tier) -> tuple[str, ...]:
@@ -346,7 +285,7 @@ def _place_on_many_nodes(
     for i, free, w in best[1]:
         node = cap.nodes[i]
         gpus = node_gpus(node.topology, free, w * g, cap.aware[i], request.mode)
-        slots.extend(_slots(node.name, gpus, g))
+        slots.extend(slots_of(node.name, gpus, g))
         ring = ring_gbps(node.topology, gpus)
         if ring is not None:
             rings.append(ring)

@@ -1,4 +1,4 @@
-"""The exact topology-aware choice of k GPUs in one node (DESIGN.md §3, rules 1-3).
+"""The exact topology-aware choice of k GPUs in one node (docs/placement.md, rules 1-3).
 
 Rule 1 maximises ring bandwidth over every free k-set (exact, from the subset tables).
 Rule 2 breaks ties by what the choice leaves behind: the best ring still available for later

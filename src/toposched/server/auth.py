@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from toposched.server.paths import ADMIN_TOKEN_FILE
+from toposched.common.paths import ADMIN_TOKEN_FILE
 from toposched.store import Store
 
 

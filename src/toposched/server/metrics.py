@@ -47,7 +47,7 @@ class _StateCollector(Collector):
         )
         with self.runtime.lock:
             waiting: dict[str, int] = {}
-            for rec in self.runtime.scheduler.pending():
+            for rec in self.runtime.view.pending():
                 waiting[rec.spec.queue] = waiting.get(rec.spec.queue, 0) + 1
             usage = self.runtime.queue_usage()
         for queue, (_, held) in sorted(usage.items()):

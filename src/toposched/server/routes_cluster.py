@@ -62,7 +62,7 @@ def nodes(server: Server, _who: Caller) -> NodeList:
     owners = runtime.gpu_owners()
     sick = runtime.unhealthy_gpus()
     with runtime.lock:
-        labels = dict(runtime.scheduler.labels.get(node.name, {}))
+        labels = runtime.view.labels(node.name)
     return NodeList(
         nodes=[
             NodeOut(

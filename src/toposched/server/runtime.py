@@ -20,12 +20,13 @@ from typing import Any, NoReturn
 
 from sqlalchemy.exc import SQLAlchemyError
 
+from toposched.common.driver import Driver
+from toposched.common.jobspec import core_spec, placement_from_json, placement_json
 from toposched.core import (
     Action,
     Event,
     JobCancelled,
     JobFinished,
-    JobRestored,
     JobState,
     JobStopped,
     JobSubmitted,
@@ -43,7 +44,6 @@ from toposched.core import (
 )
 from toposched.executors.local import ExecutorError, LocalExecutor, RunSpec, WorkerExit
 from toposched.executors.supervisor import read_exit, read_pids
-from toposched.server.jobspec import core_spec, placement_from_json, placement_json
 from toposched.server.localnode import LocalNode
 from toposched.store import JobRow, Store, StoreError
 from toposched.topology.cluster import Cluster, ClusterError, Node
@@ -76,7 +76,7 @@ class Conflict(ValueError):
     pass
 
 
-class Runtime:
+class Runtime(Driver):
     """One machine's scheduler: call `recover()` once, then `start()` the background loop."""
 
     def __init__(
@@ -102,10 +102,9 @@ class Runtime:
             labels={**local.node.labels, **labels},
         )
         self.node = node
-        self.scheduler = Scheduler(Cluster((node,)), policy, store.queues())
+        super().__init__(Scheduler(Cluster((node,)), policy, store.queues()))
         self.attempts: dict[str, int] = {}
         self.exits: dict[tuple[str, int], dict[int, WorkerExit]] = {}
-        self._events: deque[Event] = deque()
         # Executor operations decided under the lock, carried out in order by the loop thread.
         self._ops: deque[Callable[[], None]] = deque()
         self._wake = threading.Event()
@@ -130,7 +129,7 @@ class Runtime:
             now = self.clock()
             for row in waiting:
                 spec = core_spec(row.name, row.owner, row.queue, row.spec)
-                self._feed(JobRestored(now, spec, row.submitted_at, None, row.restarts))
+                self.restore(now, spec, row.submitted_at, None, row.restarts)
         return notes
 
     def _adopt(self, row: JobRow, waiting: list[JobRow]) -> list[str]:
@@ -162,7 +161,7 @@ class Runtime:
         # job as stopping until its workers are gone, however long ago they went.
         stopping = StopKind(row.stop_kind or "preempt") if row.state == "stopping" else None
         try:
-            self._feed(JobRestored(now, spec, row.submitted_at, placement, row.restarts, stopping))
+            self.restore(now, spec, row.submitted_at, placement, row.restarts, stopping)
         except SchedulingError as err:
             self.executor.adopt(row.name, row.attempt, len(placement.workers))
             self.executor.stop(row.name, row.attempt, "SIGKILL", 0)
@@ -172,9 +171,7 @@ class Runtime:
         self.executor.adopt(row.name, row.attempt, len(placement.workers))
         self.attempts[row.name] = row.attempt
         if stopping is not None:
-            checkpoint = spec.checkpoint
-            signal = checkpoint.signal if checkpoint else "SIGTERM"
-            grace = checkpoint.grace_s if checkpoint else self.scheduler.policy.stop_grace_s
+            signal, grace = self.stop_signal(spec, stopping)
             self._later(self._stop_run, row.name, row.attempt, signal, grace)
             return [f"{row.name}: adopted attempt {row.attempt}, still stopping ({stopping})"]
         return [f"{row.name}: adopted attempt {row.attempt} on {placement.describe()}"]
@@ -227,7 +224,7 @@ class Runtime:
                 self._workers_ended(job, attempt, ends, now)
             if now - self._last_tick >= TICK_S:
                 self._last_tick = now
-                self._feed(Tick(now))
+                self.feed(Tick(now))
 
     # ------------------------------------------------------------------ API operations
 
@@ -236,17 +233,17 @@ class Runtime:
         with self.lock:
             self._usable()
             core = core_spec(name, owner, queue, spec)
-            never = self.scheduler.never_fits(core)
+            never = self.core.never_fits(core)
             if never:
                 raise SubmitRefused(never)
-            if name in self.scheduler.jobs:
+            if self.view.knows(name):
                 raise Conflict(f"a job named {name!r} already exists")
             now = self.clock()
             row = self.store.add_job(
                 name=name, owner=owner, queue=queue, priority=spec["priority"], spec=spec, time=now
             )
-            self._feed(JobSubmitted(now, core))
-            if self.scheduler.job(name).state is JobState.PENDING:
+            self.feed(JobSubmitted(now, core))
+            if self.view.job(name).state is JobState.PENDING:
                 return row  # still as stored: skip reading it back
             return self.store.job(name) or row
 
@@ -258,7 +255,7 @@ class Runtime:
                 raise NotFound(f"no job named {name!r}")
             if row.state not in LIVE:
                 raise Conflict(f"job {name!r} has already ended ({row.state})")
-            self._feed(JobCancelled(self.clock(), name))
+            self.feed(JobCancelled(self.clock(), name))
             if row.state == "stopping":
                 # The core cancels it once the stop under way is over, with no transition to
                 # store now: a restart meanwhile must still know that it was cancelled.
@@ -269,7 +266,7 @@ class Runtime:
         with self.lock:
             self._usable()
             self.store.set_queue(name, guaranteed_gpus)
-            self._feed(QueueConfigured(self.clock(), name, guaranteed_gpus))
+            self.feed(QueueConfigured(self.clock(), name, guaranteed_gpus))
 
     def label(self, node: str, key: str, value: str | None) -> None:
         with self.lock:
@@ -277,7 +274,7 @@ class Runtime:
             if node != self.node.name:
                 raise NotFound(f"no node named {node!r} (this server has {self.node.name!r})")
             try:
-                self._feed(NodeLabelled(self.clock(), node, key, value))
+                self.feed(NodeLabelled(self.clock(), node, key, value))
             except (SchedulingError, ClusterError) as err:
                 raise Conflict(str(err)) from None
             self._after_decision(self.store.set_label, node, key, value)
@@ -287,8 +284,8 @@ class Runtime:
     def reason(self, row: JobRow) -> str:
         """The core's current reason for a live job (why it waits), else the stored one."""
         with self.lock:
-            if row.state in LIVE and row.name in self.scheduler.jobs:
-                return self.scheduler.job(row.name).reason
+            if row.state in LIVE and self.view.knows(row.name):
+                return self.view.job(row.name).reason
         return row.reason
 
     def explain(self, name: str) -> tuple[JobRow, str]:
@@ -296,8 +293,8 @@ class Runtime:
             row = self.store.job(name)
             if row is None:
                 raise NotFound(f"no job named {name!r}")
-            if row.name in self.scheduler.jobs:
-                return row, self.scheduler.explain(name, clock_time)
+            if self.view.knows(row.name):
+                return row, self.view.explain(name, clock_time)
         lines = [f"job {name}: {row.state}; queue {row.queue}, priority {row.priority}"]
         lines.extend(
             f"  {clock_time(h.time)}: {h.old or '-'} -> {h.new}: {h.reason}"
@@ -307,35 +304,37 @@ class Runtime:
 
     def gpu_owners(self) -> dict[int, str]:
         with self.lock:
-            return {gpu: job for (_, gpu), job in self.scheduler.owner.items()}
+            return {gpu: job for (_, gpu), job in self.view.owners().items()}
 
     def unhealthy_gpus(self) -> set[int]:
         with self.lock:
-            mask = self.scheduler.unhealthy.get(0, 0)
-        return {g for g in range(self.node.size) if mask >> g & 1}
+            return set(self.view.unhealthy(self.node.name))
 
     def queue_usage(self) -> dict[str, tuple[int, int]]:
         """(guaranteed, used) GPUs per queue the core knows."""
         with self.lock:
-            return {q.name: (q.guaranteed, q.used) for q in self.scheduler.queues.values()}
+            return self.view.queues()
 
     # ------------------------------------------------------------------ the core loop
 
-    def _feed(self, *events: Event) -> None:
-        """Hand events to the core and carry out what it asks, including the events that
-        carrying out produces (a start that failed), until nothing is left."""
+    def feed(self, *events: Event) -> None:
+        """Hand events to the core and carry out what it asks (the driver kit), once the
+        runtime is known to be usable."""
         self._usable()
-        self._events.extend(events)
-        while self._events:
-            event = self._events.popleft()
-            began = time.perf_counter()
-            actions = self.scheduler.handle(event)
-            if self.observe is not None:
-                self.observe(time.perf_counter() - began)
-            try:
-                self._carry_out(actions, event.time)
-            except (StoreError, SQLAlchemyError) as err:
-                self._break(err)
+        super().feed(*events)
+
+    def decide(self, event: Event) -> list[Action]:
+        began = time.perf_counter()
+        actions = self.core.handle(event)
+        if self.observe is not None:
+            self.observe(time.perf_counter() - began)
+        return actions
+
+    def carry_out(self, actions: Iterable[Action], now: float) -> None:
+        try:
+            super().carry_out(actions, now)
+        except (StoreError, SQLAlchemyError) as err:
+            self._break(err)
 
     def _usable(self) -> None:
         if self.broken is not None:
@@ -355,39 +354,25 @@ class Runtime:
         )
         log.critical("%s", self.broken)
         # Nothing decided from here on may happen: the next server decides again.
-        self._events.clear()
+        self.drop_posted()
         self._ops.clear()
         raise RuntimeBroken(self.broken) from err
 
-    def _carry_out(self, actions: Iterable[Action], now: float) -> None:
-        starts: dict[str, StartJob] = {}
-        stops: dict[str, StopJob] = {}
-        for action in actions:
-            match action:
-                case StartJob():
-                    starts[action.job] = action
-                case StopJob():
-                    stops[action.job] = action
-                case Transition():
-                    self._transition(action, starts.pop(action.job, None), stops, now)
-        for leftover in starts.values():  # a StartJob always comes with its Transition
-            raise AssertionError(f"start of {leftover.job} without a transition")
-
-    def _transition(
-        self, t: Transition, start: StartJob | None, stops: dict[str, StopJob], now: float
+    def on_transition(
+        self, t: Transition, start: StartJob | None, stop: StopJob | None, now: float
     ) -> None:
         old = t.old.value if t.old else None
         new = t.new
         if start is not None:
             self._launch(t, start, now)
         elif new is JobState.STOPPING:
-            stop = stops.pop(t.job)
+            assert stop is not None  # the core sends a StopJob with every stop
             self.store.transition(t.job, old, new.value, t.reason, now, stop_kind=stop.kind.value)
             self._later(self._stop_run, t.job, self.attempts[t.job], stop.signal, stop.grace_s)
         elif new is JobState.PENDING:
             if old is None:
                 return  # the submission is already stored
-            restarts = self.scheduler.job(t.job).restarts
+            restarts = self.view.job(t.job).restarts
             self.store.transition(
                 t.job,
                 old,
@@ -444,7 +429,7 @@ class Runtime:
             log.warning("job %s: could not start: %s", run.job, err)
             with self.lock:
                 if self.attempts.get(run.job) == run.attempt:
-                    self._feed(JobFinished(self.clock(), run.job, False, f"could not start: {err}"))
+                    self.feed(JobFinished(self.clock(), run.job, False, f"could not start: {err}"))
 
     def _stop_run(self, job: str, attempt: int, signal: str, grace_s: float) -> None:
         try:
@@ -466,16 +451,16 @@ class Runtime:
         seen.update((ended.rank, ended) for ended in ends)
         if self.executor.running(job, attempt):
             # The rest of a gang whose worker failed must stop; the job ends once they have.
-            state = self.scheduler.job(job).state
+            state = self.view.job(job).state
             failed = [ended for ended in ends if ended.returncode != 0]
             if failed and state is JobState.RUNNING:
-                self._feed(WorkerFailed(now, job, failed[0].rank, failed[0].reason))
+                self.feed(WorkerFailed(now, job, failed[0].rank, failed[0].reason))
             return
         del self.exits[key]
         self.executor.forget(job, attempt)
-        state = self.scheduler.job(job).state
+        state = self.view.job(job).state
         if state is JobState.STOPPING:
-            self._feed(JobStopped(now, job))
+            self.feed(JobStopped(now, job))
         elif state is JobState.RUNNING:
             ok = all(e.returncode == 0 for e in seen.values())
             why = (
@@ -485,4 +470,4 @@ class Runtime:
                     f"worker {r}: {e.reason}" for r, e in sorted(seen.items()) if e.returncode != 0
                 )
             )
-            self._feed(JobFinished(now, job, ok, why))
+            self.feed(JobFinished(now, job, ok, why))

@@ -14,13 +14,13 @@ from typing import IO
 
 import uvicorn
 
+from toposched.common.paths import loopback
 from toposched.core import make_scheduler_policy
 from toposched.executors.local import LocalExecutor
 from toposched.server.app import create_app
 from toposched.server.auth import ensure_admin_token
 from toposched.server.localnode import local_node, topology_name
 from toposched.server.metrics import Metrics
-from toposched.server.paths import loopback
 from toposched.server.runtime import Runtime
 from toposched.store import Store, sqlite_url
 

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
+from toposched.common.driver import Driver
 from toposched.core import (
     Event,
     JobFinished,
@@ -97,7 +98,7 @@ class SimResult:
 Progress = Callable[[int, int], None]
 
 
-class Simulation:
+class Simulation(Driver):
     """Replays `trace` on `cluster` under the named scheduler policy."""
 
     def __init__(
@@ -141,12 +142,14 @@ class Simulation:
         self._speeds: dict[tuple[object, ...], float] = {}
         self.gpu_type = gpu_type or self.perf.catalog.gpu_for(cluster.nodes[0].topology.name)
         self.node_gpus = max(node.size for node in cluster.nodes)
-        self.scheduler = Scheduler(
+        scheduler = Scheduler(
             cluster,
             make_scheduler_policy(policy, policy_params or {}),
             self.guarantees,
             rng=random.Random(seed),
         )
+        super().__init__(scheduler)
+        self.scheduler = scheduler  # the core this simulation drives
         self.jobs = {j.name: SimJob(j, j.duration_s) for j in trace.jobs}
         # Per node: each job's GPUs there (as a mask), and all busy GPUs (a mask).
         self.on_node: dict[str, dict[str, int]] = {n.name: {} for n in cluster.nodes}
@@ -159,6 +162,7 @@ class Simulation:
         self.allocated = 0
         self.queued = 0
         self.partial: dict[str, int] = {}
+        self._ended = 0  # jobs that reached a final state in the events being fed
         # About 2,000 samples over the trace's span, for the plots.
         span = trace.jobs[-1].submit_s if trace.jobs else 0.0
         self.sample_every_s = max(1.0, span / 2000)
@@ -186,15 +190,15 @@ class Simulation:
                 event = self._event(kind, name, token)
                 if event is not None:
                     events.append(event)
-            for event in events:
-                for action in self.scheduler.handle(event):
-                    done += self._carry_out(action)
+            self._ended = 0
+            self.feed(*events)
+            done += self._ended
             # No time passes within one instant, so the nodes whose jobs changed get new
             # speeds once, after all its events (a finish and the start it makes room for).
             self._respeed(self._dirty)
             self._dirty.clear()
-            if not self.scheduler.policy.gang:
-                self.partial = self.scheduler.partial_holds()
+            if not self.view.policy.gang:
+                self.partial = self.view.partial_holds()
             self._sample()
             if progress is not None:
                 progress(done, total)
@@ -244,25 +248,25 @@ class Simulation:
 
     # ------------------------------------------------------------------ actions
 
-    def _carry_out(self, action: object) -> int:
-        """Do what the scheduler asked; returns 1 when a job reached a final state."""
-        if isinstance(action, StartJob):
-            self._start(self.jobs[action.job], action.placement)
-        elif isinstance(action, StopJob):
-            self._stop(self.jobs[action.job], action)
-        elif isinstance(action, Transition):
-            job = self.jobs[action.job]
-            self.queued += (action.new is JobState.PENDING) - (action.old is JobState.PENDING)
-            job.state = action.new
-            if action.new is JobState.PENDING and action.old is JobState.STOPPING:
+    def on_transition(
+        self, t: Transition, start: StartJob | None, stop: StopJob | None, now: float
+    ) -> None:
+        """Do what the scheduler asked; counts the jobs that reached a final state."""
+        job = self.jobs[t.job]
+        if start is not None:
+            self._start(job, start.placement)
+        if stop is not None:
+            self._stop(job, stop)
+        self.queued += (t.new is JobState.PENDING) - (t.old is JobState.PENDING)
+        job.state = t.new
+        if t.new is JobState.PENDING and t.old is JobState.STOPPING:
+            self._vacate(job)
+        if t.new.terminal:
+            if job.placement is not None:
                 self._vacate(job)
-            if action.new.terminal:
-                if job.placement is not None:
-                    self._vacate(job)
-                if action.new is JobState.SUCCEEDED:
-                    job.finish = self.now
-                return 1
-        return 0
+            if t.new is JobState.SUCCEEDED:
+                job.finish = self.now
+            self._ended += 1
 
     def _start(self, job: SimJob, placement: Placement) -> None:
         if job.placement is not None:
@@ -387,14 +391,12 @@ class Simulation:
         if self.now < self._next_sample:
             return
         self._next_sample = self.now + self.sample_every_s
-        cap = self.scheduler.capacity
         # Fragmentation: the share of free GPUs on nodes that are partly busy.
-        stranded = 0
-        for i in cap.present_indices():
-            free = cap.free[i]
-            if free and free != full_mask(cap.nodes[i].size):
+        stranded = total = 0
+        for _, size, free in self.view.free():
+            total += free.bit_count()
+            if free and free != full_mask(size):
                 stranded += free.bit_count()
-        total = cap.total_free
         self.samples.append(
             Sample(
                 self.now,

@@ -71,8 +71,9 @@ def parse_link(code: str) -> Link:
 class BandwidthTable:
     """GB/s in one direction: per NVLink, and per PCIe path class.
 
-    The default is DESIGN.md §3. Only the order matters to placement rule 1 as long as the
-    table keeps NVLink above every PCIe class; the values matter to the performance model.
+    The default is the table in docs/topology.md ("Link kinds and bandwidths"). Only the order
+    matters to placement rule 1 as long as the table keeps NVLink above every PCIe class; the
+    values matter to the performance model.
     """
 
     nvlink_per_link: float = 25.0

@@ -1,8 +1,8 @@
-"""Baseline GPU-set policies for comparison: index order, seeded random, and pair-score.
+"""The `pair-score` policy (a baseline): NVIDIA go-gpuallocator's published best effort.
 
-`pair-score` follows the best-effort policy that NVIDIA's go-gpuallocator publishes: a pair of
-GPUs scores 100 per NVLink, 50 under one PCIe switch, 40 across several switches, 30 through a
-host bridge, 20 within a socket and 10 across sockets; a group scores the sum over its pairs.
+A pair of GPUs scores 100 per NVLink, 50 under one PCIe switch, 40 across several switches,
+30 through a host bridge, 20 within a socket and 10 across sockets; a group scores the sum
+over its pairs.
 The free GPUs are partitioned in every possible way into groups of the requested size (GPUs
 left over when the count does not divide go unscored), the partition with the highest total
 wins, and its best group is returned. Written from that description; the "same board" score
@@ -11,44 +11,16 @@ wins, and its best group is returned. Written from that description; the "same b
 
 from __future__ import annotations
 
-import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import combinations
 
 from toposched.placement.request import NodePlacement, NodeRequest
-from toposched.placement.ring import ring_bandwidth
+from toposched.placement.ring import placed
 from toposched.topology.links import Path
 from toposched.topology.node import NodeTopology
 
 PAIR_SCORES = {Path.PIX: 50, Path.PXB: 40, Path.PHB: 30, Path.NODE: 20, Path.SYS: 10}
 NVLINK_SCORE = 100
-
-
-def _placed(topology: NodeTopology, gpus: tuple[int, ...]) -> NodePlacement:
-    chosen = tuple(sorted(gpus))
-    return NodePlacement(gpus=chosen, ring_bandwidth_gbps=ring_bandwidth(topology, chosen))
-
-
-@dataclass(frozen=True)
-class IndexOrder:
-    """The `index-order` policy: the lowest free indices (what a plain device plugin does)."""
-
-    def place(self, request: NodeRequest) -> NodePlacement:
-        return _placed(request.topology, request.free[: request.gpus])
-
-
-@dataclass
-class RandomPick:
-    """The `random` policy: a uniform draw among free GPUs from a seeded generator."""
-
-    seed: int = 0
-    rng: random.Random = field(init=False, repr=False)
-
-    def __post_init__(self) -> None:
-        self.rng = random.Random(self.seed)
-
-    def place(self, request: NodeRequest) -> NodePlacement:
-        return _placed(request.topology, tuple(self.rng.sample(request.free, request.gpus)))
 
 
 def pair_score(topology: NodeTopology, i: int, j: int) -> int:
@@ -66,7 +38,7 @@ class PairScore:
 
     def place(self, request: NodeRequest) -> NodePlacement:
         group, _ = best_partition_group(request.topology, request.free, request.gpus)
-        return _placed(request.topology, group)
+        return placed(request.topology, group)
 
 
 def best_partition_group(

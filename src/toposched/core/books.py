@@ -1,0 +1,224 @@
+"""The core's books: free and failed GPUs, who holds each GPU, the jobs and queues, the reservation.
+
+Every decision reads these, and only `allocate`, `release_pairs` and the node and queue changes
+below write the GPU indexes, so that they stay in step: the owner of each GPU, the jobs on each
+node, the nodes of each job, the jobs holding any GPU, each queue's usage, and a stamp per node
+bumped whenever its jobs change (what reservations remember per node is good while it is).
+Validate mode (core/validate.py) recomputes all of them from the jobs' placements.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from toposched.core.errors import SchedulingError
+from toposched.core.job import JobSpec
+from toposched.core.records import JobRecord, QueueRecord, Reservation
+from toposched.placement.capacity import Capacity
+from toposched.placement.gang import Placement
+from toposched.placement.tables import to_mask
+from toposched.topology.cluster import Cluster, Node
+
+NOTES = 100  # cluster-wide notes kept (node added, spread/pack changed)
+
+
+class Books:
+    """One cluster's state, as of `now` (the time of the event being handled)."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.network_gbps = cluster.network_gbps
+        self.capacity = Capacity(cluster.nodes)
+        self.labels: dict[str, dict[str, str]] = {n.name: dict(n.labels) for n in cluster.nodes}
+        self.unhealthy: dict[int, int] = {}  # failed GPUs of present nodes that have any
+        self.owner: dict[tuple[int, int], str] = {}
+        # The same by node, by job, and the jobs holding any GPU: what reclaim and
+        # reservations walk, instead of every GPU.
+        self.node_jobs: dict[int, dict[str, int]] = {}
+        self.job_nodes: dict[str, dict[int, int]] = {}
+        self.holders: dict[str, JobRecord] = {}
+        self.node_stamp: dict[int, int] = {}
+        self.jobs: dict[str, JobRecord] = {}
+        self.queues: dict[str, QueueRecord] = {}
+        self.elastic: dict[str, JobRecord] = {}  # elastic jobs not yet ended: growth's list
+        self.held_waiting: dict[str, int] = {}  # GPUs of partial gangs, by waiting job
+        self.finished: deque[str] = deque()  # ended jobs, oldest first (forgotten in turn)
+        self.reservation: Reservation | None = None
+        self.now = 0.0
+        # Bumped whenever GPUs are freed, the cluster or a guarantee changes, or a job starts
+        # that another could preempt: reclaim does not search again for a request that found
+        # no victims until then (core/reclaim.py).
+        self.epoch = 0
+        self.seq = 0
+        # The lowest and highest priority ever submitted to each queue.
+        self.lowest_priority: dict[str, int] = {}
+        self.highest_priority: dict[str, int] = {}
+        self.notes: deque[tuple[float, str]] = deque(maxlen=NOTES)
+
+    # ------------------------------------------------------------------ look-ups
+
+    def job(self, name: str) -> JobRecord:
+        rec = self.jobs.get(name)
+        if rec is None:
+            raise SchedulingError(f"no job named {name!r}")
+        return rec
+
+    def node_index(self, name: str) -> int:
+        i = self.capacity.index.get(name)
+        if i is None or not self.capacity.present[i]:
+            raise SchedulingError(f"no node named {name!r} in the cluster")
+        return i
+
+    def healthy_gpus(self) -> int:
+        # `unhealthy` holds only nodes with a failed GPU, and only present ones.
+        bad = sum(mask.bit_count() for mask in self.unhealthy.values())
+        return self.capacity.total_gpus - bad
+
+    def guarantees(self) -> bool:
+        """Some queue has a guaranteed share (and so may reclaim what others borrow)."""
+        return any(q.guaranteed for q in self.queues.values())
+
+    def one_priority(self) -> bool:
+        """Every job ever submitted has had the same priority."""
+        lows, highs = self.lowest_priority.values(), self.highest_priority.values()
+        return not lows or min(lows) == max(highs)
+
+    def starts_make_victims(self, rec: JobRecord) -> bool:
+        """Whether `rec` taking GPUs may give a waiting job someone to preempt (besides by
+        being demoted, which `Demotions` tells): a queue lends beyond a guarantee, or a job
+        of its queue outranks it."""
+        if self.guarantees():
+            return True
+        return self.highest_priority.get(rec.spec.queue, rec.spec.priority) > rec.spec.priority
+
+    def note(self, text: str) -> None:
+        self.notes.append((self.now, text))
+
+    # ------------------------------------------------------------------ jobs and queues
+
+    def register(self, spec: JobSpec, submitted: float, restarts: int) -> JobRecord:
+        if spec.name in self.jobs:
+            raise SchedulingError(f"a job named {spec.name!r} already exists")
+        self.seq += 1
+        rec = JobRecord(spec, self.seq, submitted, waiting_since=submitted, restarts=restarts)
+        self.jobs[spec.name] = rec
+        if spec.queue not in self.queues:
+            self.configure_queue(spec.queue, 0)
+        queue = spec.queue
+        self.lowest_priority[queue] = min(
+            self.lowest_priority.get(queue, spec.priority), spec.priority
+        )
+        self.highest_priority[queue] = max(
+            self.highest_priority.get(queue, spec.priority), spec.priority
+        )
+        if spec.elastic is not None:
+            self.elastic[spec.name] = rec
+        return rec
+
+    def retire(self, rec: JobRecord, keep: int) -> None:
+        """Ended jobs stay answerable for a while; beyond `keep` the oldest are forgotten
+        (drivers keep them)."""
+        self.elastic.pop(rec.name, None)
+        self.finished.append(rec.name)
+        while len(self.finished) > keep:
+            self.jobs.pop(self.finished.popleft(), None)
+
+    def configure_queue(self, name: str, guaranteed: int) -> None:
+        if not name:
+            raise SchedulingError("a queue needs a name")
+        if isinstance(guaranteed, bool) or not isinstance(guaranteed, int) or guaranteed < 0:
+            raise SchedulingError(f"queue {name!r}: guaranteed GPUs must be >= 0, got {guaranteed}")
+        queue = self.queues.setdefault(name, QueueRecord(name))
+        queue.guaranteed = guaranteed
+        queue.version += 1
+        if self.reservation is not None and not self.reservation.awaiting:
+            self.reservation = None  # new shares may allow a reclaim: plan afresh
+
+    # ------------------------------------------------------------------ GPUs
+
+    def allocate(self, rec: JobRecord, placement: Placement) -> None:
+        for node, gpus in placement.gpus_by_node().items():
+            i = self.capacity.index[node]
+            mask = to_mask(gpus)
+            self.capacity.take(i, mask)
+            for gpu in gpus:
+                self.owner[(i, gpu)] = rec.name
+            on_node = self.node_jobs.setdefault(i, {})
+            on_node[rec.name] = on_node.get(rec.name, 0) | mask
+            self.job_nodes.setdefault(rec.name, {})[i] = on_node[rec.name]
+            self.touch(i)
+        self.holders[rec.name] = rec
+        queue = self.queues[rec.spec.queue]
+        queue.used += placement.gpus
+        queue.version += 1
+        if self.starts_make_victims(rec):
+            self.epoch += 1
+
+    def release_pairs(self, rec: JobRecord, pairs: set[tuple[str, int]]) -> None:
+        for node, gpu in pairs:
+            i = self.capacity.index[node]
+            del self.owner[(i, gpu)]
+            on_node = self.node_jobs[i]
+            left = on_node[rec.name] & ~(1 << gpu)
+            nodes = self.job_nodes[rec.name]
+            if left:
+                on_node[rec.name] = nodes[i] = left
+            else:
+                del on_node[rec.name], nodes[i]
+                if not nodes:
+                    del self.job_nodes[rec.name]
+            if self.capacity.present[i] and not self.unhealthy.get(i, 0) >> gpu & 1:
+                self.capacity.give(i, 1 << gpu)
+            self.touch(i)
+        queue = self.queues[rec.spec.queue]
+        queue.used -= len(pairs)
+        queue.version += 1
+        self.epoch += 1
+
+    def release_held(self, rec: JobRecord) -> None:
+        """Every GPU `rec` holds goes back (its placement, a move's target, a partial gang)."""
+        if self.reservation is not None:
+            self.reservation.awaiting.discard(rec.name)
+        self.release_pairs(rec, {pair for p in rec.held() for pair in p.pairs()})
+        self.holders.pop(rec.name, None)
+        rec.placement = rec.target = rec.resume = None
+        rec.partial = []
+        self.held_waiting.pop(rec.name, None)
+
+    def touch(self, i: int) -> None:
+        self.node_stamp[i] = self.node_stamp.get(i, 0) + 1
+
+    def touch_nodes_of(self, rec: JobRecord) -> None:
+        """`rec` changed state or start time: its nodes' jobs end at other times."""
+        for placement in rec.held():
+            for slot in placement.workers:
+                self.touch(self.capacity.index[slot.node])
+
+    # ------------------------------------------------------------------ nodes
+
+    def add_node(self, node: Node) -> None:
+        i = self.capacity.index.get(node.name)
+        if i is not None and self.capacity.present[i]:
+            raise SchedulingError(f"node {node.name!r} is already in the cluster")
+        i = self.capacity.add_node(node)
+        self.touch(i)
+        self.labels[node.name] = dict(node.labels)
+        self.unhealthy.pop(i, None)
+        held = 0
+        for (j, gpu), _ in self.owner.items():
+            if j == i:
+                held |= 1 << gpu
+        if held:
+            self.capacity.take(i, held)
+
+    def remove_node(self, i: int) -> None:
+        """Forget a node whose jobs have let go of it."""
+        self.capacity.remove_node(i)
+        self.touch(i)
+        self.unhealthy.pop(i, None)
+        if self.reservation is not None and i in self.reservation.gpus:
+            self.reservation = None
+
+    def holders_on(self, i: int) -> list[str]:
+        """The jobs holding GPUs of node `i`, by name."""
+        return sorted(self.node_jobs.get(i, {}))

@@ -1,0 +1,310 @@
+"""The gang scheduling cycle, in numbered phases; one runs after every event.
+
+1. mode      - adaptive spread/pack for 1-GPU jobs from the allocated fraction, with hysteresis;
+2. heads     - waiting jobs in the policy's order (core/ordering.py), list by list;
+3. admit     - each in turn is placed whole (gang) or not at all; nothing is held while waiting;
+4. make room - for the first blocked job: shrink elastic jobs, only as far as needed; else
+               migrate the fewest checkpointable jobs to open a node for it; else preempt
+               borrowed, lower-priority or demoted work, choosing victims whose GPUs form the
+               best placement for it, checkpointable work first (core/room.py plans, the cycle
+               carries the plan out);
+5. reserve   - otherwise it gets a reservation on the GPUs that free up first; later jobs may
+               backfill only off those GPUs, or if they are expected to end before them;
+6. grow      - with nobody waiting, elastic jobs grow into idle GPUs.
+
+A submission that changes nothing for the jobs already waiting (it ranks behind the reserved
+job) only tries the new job: the others were already tried against at least as many free GPUs.
+Waiting jobs are filed by (queue, shape), so a cycle judges a whole list of alike jobs by its
+first one: within one cycle nothing frees up, so a shape that failed fails again.
+"""
+
+from __future__ import annotations
+
+import math
+
+from toposched.core.actions import Action, StopKind
+from toposched.core.books import Books
+from toposched.core.changes import Changes
+from toposched.core.job import JobState
+from toposched.core.moves import plan_growth
+from toposched.core.ordering import Key, Shape, Waiting
+from toposched.core.policy import SchedulerPolicy, SingleGpu
+from toposched.core.reclaim import Reclaim
+from toposched.core.records import JobRecord, Reservation
+from toposched.core.reservation import Reserver
+from toposched.core.room import RoomPlan, plan_defragment, plan_preempt, plan_shrink
+from toposched.placement.gang import GangRequest, Placement, Shortfall
+from toposched.placement.policies import GangPlacer
+from toposched.placement.request import Mode
+from toposched.topology.cluster import Tier
+
+Failed = tuple[int, int, Tier, bool]  # (workers, GPUs each, tier, off the reservation)
+
+
+class GangCycle:
+    """Phases 1-6 for policies with gang admission; what lasts between cycles (the mode, the
+    cycle count) is kept here, what lasts one cycle in a `Turn`."""
+
+    def __init__(
+        self,
+        books: Books,
+        waiting: Waiting,
+        changes: Changes,
+        policy: SchedulerPolicy,
+        place: GangPlacer,
+        reclaim: Reclaim,
+        reserver: Reserver,
+    ) -> None:
+        self.books = books
+        self.waiting = waiting
+        self.changes = changes
+        self.policy = policy
+        self.place = place
+        self.reclaim = reclaim
+        self.reserver = reserver
+        self.mode = Mode.PACK if policy.single_gpu is SingleGpu.PACK else Mode.SPREAD
+        self.cycles = 0
+
+    def run(self, only: str | None) -> list[Action]:
+        books = self.books
+        self.update_mode()  # 1
+        res = books.reservation
+        if res is not None and (
+            res.job not in books.jobs or books.jobs[res.job].state is not JobState.PENDING
+        ):
+            books.reservation = None
+        self.cycles += 1
+        turn = Turn(self, only)
+        out: list[Action] = []
+        for rec in self.waiting.in_order(only, turn.skip):  # 2
+            if rec.state is not JobState.PENDING:
+                continue
+            if books.capacity.total_free == 0 and turn.first_blocked:
+                break
+            actions, more = turn.admit(rec)  # 3, and 4-5 for the first blocked job
+            out += actions
+            if not more:
+                break
+        if self.policy.elastic and not self.waiting:
+            out += self.grow()  # 6
+        return out
+
+    def update_mode(self) -> None:
+        """Phase 1: spread 1-GPU jobs while the cluster is quiet, pack them when it is busy."""
+        if self.policy.single_gpu is not SingleGpu.ADAPTIVE:
+            return
+        healthy = self.books.healthy_gpus()
+        load = 1.0 - self.books.capacity.total_free / healthy if healthy else 1.0
+        if self.mode is Mode.SPREAD and load >= self.policy.pack_above:
+            self.mode = Mode.PACK
+            self.books.note(f"1-GPU jobs now packed: {load:.0%} of GPUs allocated")
+        elif self.mode is Mode.PACK and load <= self.policy.spread_below:
+            self.mode = Mode.SPREAD
+            self.books.note(f"1-GPU jobs now spread: {load:.0%} of GPUs allocated")
+
+    def request(self, rec: JobRecord, widest: Tier) -> GangRequest:
+        spec = rec.spec
+        return GangRequest(spec.min_workers, spec.gpus_per_worker, widest, self.mode)
+
+    # ------------------------------------------------------------------ phases 4 and 5
+
+    def blocked_head(self, rec: JobRecord, request: GangRequest, short: Shortfall) -> list[Action]:
+        """Phases 4 and 5 for the first job that could not be placed."""
+        books, now = self.books, self.books.now
+        res = books.reservation
+        if res is not None and res.job == rec.name:
+            if res.awaiting:
+                waits = ", ".join(sorted(res.awaiting))
+                rec.note(now, f"{short.reason}; waiting for {waits} to stop")
+                return []
+            # Running jobs are demoted as they run: one may have become preemptible since.
+            out = self.preempt(rec, request, short) if self._demotes() else []
+            if not out:
+                rec.note(now, f"{short.reason}; {res.describe(books.capacity)}")
+            return out
+        if self.policy.elastic:
+            out = self.carry_out(rec, plan_shrink(books, rec, request, self.place))
+            if out:
+                return out
+        if self.policy.migration:
+            out = self.carry_out(rec, plan_defragment(books, rec, request, self.place))
+            if out:
+                return out
+        out = self.preempt(rec, request, short)
+        if out:
+            return out
+        if self.policy.reservation:
+            books.reservation = self.reserver.reserve(rec, request)
+        res = books.reservation
+        if res is not None and res.job == rec.name:
+            rec.note(now, f"{short.reason}; {res.describe(books.capacity)}")
+        else:
+            rec.note(now, short.reason)
+        return out
+
+    def _demotes(self) -> bool:
+        return self.policy.preemption and self.policy.demote_after_gpu_h is not None
+
+    def preempt(self, rec: JobRecord, request: GangRequest, short: Shortfall) -> list[Action]:
+        if not self.policy.preemption:
+            return []
+        return self.carry_out(rec, plan_preempt(self.reclaim, rec, request, short))
+
+    def carry_out(self, rec: JobRecord, plan: RoomPlan | None) -> list[Action]:
+        """Reserve the plan's GPUs for `rec` and stop the jobs it names."""
+        if plan is None:
+            return []
+        books = self.books
+        awaiting = {stop.job.name for stop in plan.stops}
+        books.reservation = Reservation(rec.name, plan.gpus, books.now, awaiting)
+        rec.note(books.now, plan.note)
+        out: list[Action] = []
+        for stop in plan.stops:
+            if stop.target is not None:
+                books.allocate(stop.job, stop.target)
+                stop.job.target = stop.target
+            if stop.resume is not None:
+                stop.job.resume = stop.resume
+            out += self.changes.stop(stop.job, stop.kind, stop.why)
+        return out
+
+    # ------------------------------------------------------------------ phase 6
+
+    def grow(self) -> list[Action]:
+        """Phase 6: nobody waits, so elastic jobs take idle GPUs (a restart at the new size)."""
+        books = self.books
+        out: list[Action] = []
+        for rec in sorted(books.elastic.values(), key=lambda r: r.seq):
+            if rec.state is not JobState.RUNNING or rec.spec.elastic is None:
+                continue
+            if books.now - rec.last_restart < self.policy.grow_after_s:
+                continue
+            if books.capacity.total_free < rec.spec.gpus_per_worker:
+                break
+            widest = (rec.spec.locality.accept or rec.spec.locality.prefer).tier
+            plan = plan_growth(books.capacity, rec, widest, books.network_gbps, self.place)
+            if plan is None:
+                continue
+            extra, whole = plan
+            books.allocate(rec, extra)
+            rec.target, rec.resume = extra, whole
+            why = f"growing to {len(whole.workers)} workers on idle GPUs"
+            out += self.changes.stop(rec, StopKind.RESIZE, why)
+        return out
+
+
+class Turn:
+    """What one cycle learns as it goes: which shapes failed (and the note they left), which
+    lists are hopeless now or off the reservation, and whether a job is blocked yet."""
+
+    def __init__(self, cycle: GangCycle, only: str | None) -> None:
+        self.cycle = cycle
+        self.books = cycle.books
+        self.waiting = cycle.waiting
+        self.failed: dict[Failed, str] = {}
+        # Shapes that cannot start now at all, and shapes that cannot start off the current
+        # reservation's GPUs: their lists drop out of the cycle whole (PendingJobs.order), and
+        # once every waiting shape is hopeless the cycle ends.
+        self.hopeless: set[Shape] = set()
+        self.off_reserved: set[Shape] = set()
+        self.first_blocked = only is not None
+        # Jobs that rank before the reservation's holder may use its GPUs; those after it may
+        # not, unless they are expected to end before the holder can start.
+        self.behind_holder = only is not None
+        self.judged_for = self.books.reservation
+
+    def skip(self, key: Key) -> bool:
+        """Phase 2: whether a whole list drops out of this cycle when its turn comes."""
+        res = self.books.reservation
+        lists = self.waiting.lists
+        holder_here = res is not None and lists.filed.get(res.job) == key
+        shape = key[1]
+        if shape in self.hopeless:
+            self.behind_holder = self.behind_holder or holder_here
+            return True
+        return (
+            self.behind_holder
+            and res is self.judged_for
+            and shape in self.off_reserved
+            and not holder_here
+            and self.cycle.policy.default_runtime_s is None
+            and not lists.declared.get(key)  # none of them ends in time
+        )
+
+    def exclusion(self, rec: JobRecord) -> dict[int, int] | None:
+        """The reserved GPUs, if `rec` may not use them: it ranks after their holder and is
+        not expected to end before the holder can start."""
+        res = self.books.reservation
+        if res is None:
+            return None
+        if res.job == rec.name:
+            self.behind_holder = True
+            return None
+        if not self.behind_holder or not res.holds_free(self.books.capacity):
+            return None
+        runtime = rec.spec.limit_s or self.cycle.policy.default_runtime_s or math.inf
+        if math.isinf(runtime) or self.books.now + runtime > res.until:
+            return res.gpus
+        return None
+
+    def admit(self, rec: JobRecord) -> tuple[list[Action], bool]:
+        """Phase 3 for one job: start it, or note why not (and make room, phases 4 and 5, if
+        it is the first blocked job). Returns its actions, and whether the cycle goes on."""
+        books, cycle = self.books, self.cycle
+        rec.tried = cycle.cycles
+        whole = self.waiting.shape_of(rec)
+        exclude = self.exclusion(rec)
+        failed: Failed = (*whole, exclude is not None)
+        known = self.failed.get(failed)
+        if known is not None:
+            rec.note(books.now, known)
+            return [], True
+        request = cycle.request(rec, whole[2])
+        result: Placement | Shortfall
+        free = books.capacity.total_free
+        if request.gpus > free:
+            result = Shortfall(f"needs {request.gpus} GPUs; {free} are free")
+        else:
+            result = cycle.place(books.capacity, request, books.network_gbps, exclude)
+        if isinstance(result, Placement):
+            why = "best placement now"
+            if exclude is not None and books.reservation is not None:
+                why = f"backfilled around the reservation for {books.reservation.job}"
+            return cycle.changes.start(rec, result, why), True
+        return self.blocked(rec, request, result, failed, exclude is not None)
+
+    def blocked(
+        self, rec: JobRecord, request: GangRequest, short: Shortfall, failed: Failed, off: bool
+    ) -> tuple[list[Action], bool]:
+        """`rec` cannot start now: the first such job makes room or reserves; every one leaves
+        a note for its shape, and the shape's list drops out of the cycle."""
+        books, now = self.books, self.books.now
+        out: list[Action] = []
+        head = not self.first_blocked
+        if head:
+            self.first_blocked = True
+            out = self.cycle.blocked_head(rec, request, short)
+            if books.reservation is not None and books.reservation.job == rec.name:
+                # Every job after the head ranks behind it, so none of them may take the
+                # GPUs just reserved (those already free above all, while victims stop).
+                self.behind_holder = True
+            if not self.cycle.policy.backfill:
+                return out, False
+        res = books.reservation
+        text = short.reason if res is None else f"{short.reason}; waiting behind {res.job}"
+        self.failed[failed] = text
+        if not head:
+            mine = res is not None and res.job == rec.name
+            rec.note(
+                now, f"{short.reason}; {res.describe(books.capacity)}" if res and mine else text
+            )
+        whole = failed[:3]
+        if not off:
+            self.hopeless.add(whole)
+            self.waiting.shape_notes[whole] = (self.cycle.cycles, text)
+            return out, not self.hopeless.issuperset(self.waiting.lists.shapes)
+        if books.reservation is not self.judged_for:
+            self.off_reserved.clear()  # judged against another reservation
+            self.judged_for = books.reservation
+        self.off_reserved.add(whole)
+        return out, True

@@ -1,0 +1,286 @@
+"""The job life cycle and the cluster's changes: what each event means for the books.
+
+Each handler checks the event first and refuses it (SchedulingError) before it changes anything;
+the scheduling cycle that follows every event decides what starts.
+"""
+
+from __future__ import annotations
+
+from toposched.core.actions import Action, StopKind, Transition
+from toposched.core.books import Books
+from toposched.core.changes import Changes
+from toposched.core.demotion import Demotions
+from toposched.core.errors import SchedulingError
+from toposched.core.job import JobSpec, JobState, RestartPolicy
+from toposched.core.ordering import Waiting
+from toposched.core.policy import SchedulerPolicy
+from toposched.core.records import JobRecord
+from toposched.placement.gang import Placement, node_domain
+from toposched.topology.cluster import Node, Tier, check_labels, topology_aware
+
+
+class Lifecycle:
+    """The event handlers; they change jobs only through `Changes` and the books."""
+
+    def __init__(
+        self,
+        books: Books,
+        waiting: Waiting,
+        changes: Changes,
+        demotions: Demotions,
+        policy: SchedulerPolicy,
+    ) -> None:
+        self.books = books
+        self.waiting = waiting
+        self.changes = changes
+        self.demotions = demotions
+        self.policy = policy
+        # (largest node, most workers one domain holds) on the empty cluster, per (GPUs per
+        # worker, tier): kept until a node comes or goes.
+        self._room: dict[tuple[int, Tier], tuple[int, int]] = {}
+
+    def submit(self, spec: JobSpec) -> list[Action]:
+        rec = self.books.register(spec, self.books.now, 0)
+        never = self.never_fits(spec)
+        if never:
+            rec.state = JobState.REJECTED
+            rec.note(self.books.now, never)
+            self.books.retire(rec, self.policy.keep_finished)
+            return [Transition(rec.name, never, None, JobState.REJECTED)]
+        rec.note(self.books.now, "submitted")
+        self.waiting.enqueue(rec)
+        return [Transition(rec.name, "submitted", None, JobState.PENDING)]
+
+    def restore(
+        self,
+        spec: JobSpec,
+        submitted: float,
+        placement: Placement | None,
+        restarts: int,
+        stopping: StopKind | None,
+    ) -> list[Action]:
+        if spec.name in self.books.jobs:
+            raise SchedulingError(f"a job named {spec.name!r} already exists")
+        if placement is None and stopping is not None:
+            raise SchedulingError(f"job {spec.name!r}: a job being stopped needs its placement")
+        if placement is None:
+            rec = self.books.register(spec, submitted, restarts)
+            never = self.never_fits(spec)
+            if never:
+                return self.changes.end(rec, JobState.REJECTED, never)
+            rec.note(self.books.now, "restored: waiting")
+            self.waiting.enqueue(rec)
+            return []
+        self._check_restorable(spec, placement)
+        rec = self.books.register(spec, submitted, restarts)
+        self.books.allocate(rec, placement)
+        rec.placement = placement
+        rec.state = JobState.RUNNING
+        rec.started = rec.last_restart = self.books.now
+        self.demotions.started(rec, self.books.now)
+        if stopping is None:
+            rec.note(self.books.now, f"restored: running on {placement.describe()}")
+            return []
+        # A move or resize restarts on GPUs that only the old core knew: once stopped, such a
+        # job waits again as a preempted one does, keeping its place in submission order.
+        moving = stopping in (StopKind.MIGRATE, StopKind.RESIZE)
+        rec.state = JobState.STOPPING
+        self.demotions.stopped(rec)
+        rec.stop_kind = StopKind.PREEMPT if moving else stopping
+        rec.cancel_requested = stopping is StopKind.CANCEL
+        rec.stop_why = f"{stopping.value} under way when the driver restarted"
+        rec.note(self.books.now, f"restored: stopping ({stopping.value}) on {placement.describe()}")
+        return []
+
+    def _check_restorable(self, spec: JobSpec, placement: Placement) -> None:
+        """Refuse (changing nothing) a running job whose placement this cluster cannot hold."""
+        name = spec.name
+        if not spec.min_workers <= len(placement.workers) <= spec.max_workers:
+            raise SchedulingError(
+                f"job {name!r}: {len(placement.workers)} workers placed, the spec allows "
+                f"{spec.min_workers}..{spec.max_workers}"
+            )
+        seen: set[tuple[str, int]] = set()
+        for slot in placement.workers:
+            if len(slot.gpus) != spec.gpus_per_worker:
+                raise SchedulingError(
+                    f"job {name!r}: a worker holds {len(slot.gpus)} GPUs, the spec says "
+                    f"{spec.gpus_per_worker}"
+                )
+            i = self.books.capacity.index.get(slot.node)
+            if i is None or not self.books.capacity.present[i]:
+                raise SchedulingError(f"job {name!r}: node {slot.node!r} is not in the cluster")
+            for gpu in slot.gpus:
+                if not 0 <= gpu < self.books.capacity.nodes[i].size:
+                    raise SchedulingError(f"job {name!r}: node {slot.node!r} has no GPU {gpu}")
+                if (slot.node, gpu) in seen or (i, gpu) in self.books.owner:
+                    raise SchedulingError(
+                        f"job {name!r}: GPU {gpu} of {slot.node!r} is held by another job"
+                    )
+                if self.books.unhealthy.get(i, 0) >> gpu & 1:
+                    raise SchedulingError(f"job {name!r}: GPU {gpu} of {slot.node!r} is unhealthy")
+                seen.add((slot.node, gpu))
+
+    def never_fits(self, spec: JobSpec) -> str | None:
+        """Why `spec` could not run even on the whole (healthy, empty) cluster, or None:
+        drivers refuse such a submission up front instead of keeping a job that can never
+        start."""
+        g = spec.gpus_per_worker
+        widest = spec.locality.accept or spec.locality.prefer
+        largest, best = self._room_when_empty(g, widest.tier)
+        if g > largest:
+            return f"rejected: a worker needs {g} GPUs; the largest node has {largest}"
+        if best < spec.min_workers:
+            where = {"node": "one node", "rack": "one rack", "pod": "one pod", "any": "the cluster"}
+            return (
+                f"rejected: needs {spec.min_workers} workers x {g} GPUs within "
+                f"{where[widest.value]}; at most {best} fit there even when it is empty"
+            )
+        return None
+
+    def _room_when_empty(self, g: int, tier: Tier) -> tuple[int, int]:
+        """(largest node, most workers of `g` GPUs one `tier` domain holds) on the empty
+        cluster; cached until a node comes or goes."""
+        key = (g, tier)
+        if key not in self._room:
+            nodes = [self.books.capacity.nodes[i] for i in self.books.capacity.present_indices()]
+            domains: dict[tuple[str, ...], int] = {}
+            for node in nodes:
+                domain = node_domain(node, tier)
+                domains[domain] = domains.get(domain, 0) + node.size // g
+            largest = max((n.size for n in nodes), default=0)
+            self._room[key] = (largest, max(domains.values(), default=0))
+        return self._room[key]
+
+    def cancel(self, rec: JobRecord) -> list[Action]:
+        if rec.state.terminal:
+            raise SchedulingError(f"job {rec.name!r} has already ended ({rec.state.value})")
+        if rec.state is JobState.PENDING:
+            self.waiting.dequeue(rec)
+            if rec.partial:
+                self.changes.release_all(rec)  # workers a non-gang policy bound while it waited
+            return self.changes.end(rec, JobState.CANCELLED, "cancelled while pending")
+        rec.cancel_requested = True
+        if rec.state is JobState.STOPPING:
+            rec.note(self.books.now, "cancel requested while stopping")
+            return []
+        return self.changes.stop(rec, StopKind.CANCEL, "cancelled")
+
+    def finished(self, rec: JobRecord, ok: bool, why: str) -> list[Action]:
+        if rec.state not in (JobState.RUNNING, JobState.STOPPING):
+            raise SchedulingError(f"job {rec.name!r} is {rec.state.value}, so it cannot finish")
+        if rec.state is JobState.STOPPING and not ok:
+            # Workers exiting non-zero while told to stop: the signal did it, not a fault.
+            return self.stopped(rec)
+        self.changes.release_all(rec)
+        if ok:
+            return self.changes.end(rec, JobState.SUCCEEDED, why or "all workers exited 0")
+        return self._failed(rec, why or "a worker exited non-zero")
+
+    def worker_failed(self, rec: JobRecord, worker: int, why: str) -> list[Action]:
+        if rec.state is not JobState.RUNNING:
+            return []
+        return self.changes.stop(
+            rec, StopKind.FAILURE, f"worker {worker} failed: {why or 'no reason'}"
+        )
+
+    def stopped(self, rec: JobRecord) -> list[Action]:
+        if rec.state is not JobState.STOPPING:
+            raise SchedulingError(f"job {rec.name!r} is {rec.state.value}, not stopping")
+        kind, rec.stop_kind = rec.stop_kind, None
+        if self.books.reservation is not None:
+            self.books.reservation.awaiting.discard(rec.name)
+        if rec.cancel_requested:
+            self.changes.release_all(rec)
+            return self.changes.end(rec, JobState.CANCELLED, "cancelled")
+        if rec.resume is not None and kind in (StopKind.MIGRATE, StopKind.RESIZE):
+            return self.changes.resume(rec, kind)
+        if kind is StopKind.FAILURE:
+            self.changes.release_all(rec)
+            return self._failed(rec, rec.stop_why)
+        # Preempted: back to the queue, keeping its place in submission order.
+        self.changes.release_all(rec)
+        return self.changes.requeue(rec, f"requeued after {kind.value if kind else 'stop'}")
+
+    def _failed(self, rec: JobRecord, why: str) -> list[Action]:
+        spec = rec.spec
+        if spec.restart is RestartPolicy.ON_FAILURE and rec.restarts < spec.max_restarts:
+            rec.restarts += 1
+            return self.changes.requeue(
+                rec, f"requeued (restart {rec.restarts} of {spec.max_restarts}): {why}"
+            )
+        return self.changes.end(rec, JobState.FAILED, why)
+
+    def add_node(self, node: Node) -> None:
+        self.books.add_node(node)
+        self._room.clear()
+        self.books.note(f"node {node.name} added ({node.size} GPUs)")
+
+    def remove_node(self, name: str) -> list[Action]:
+        i = self.books.node_index(name)
+        out: list[Action] = []
+        for job in self.books.holders_on(i):
+            out += self._lost(self.books.jobs[job], name, None, f"node {name} was lost")
+        self.books.remove_node(i)
+        self._room.clear()
+        self.books.note(f"node {name} removed")
+        return out
+
+    def _lost(self, rec: JobRecord, node: str, gpu: int | None, why: str) -> list[Action]:
+        """A job holds GPUs on lost hardware (a node, or one `gpu` of it)."""
+
+        def touches(placement: Placement | None) -> bool:
+            return placement is not None and any(
+                n == node and (gpu is None or g == gpu) for n, g in placement.pairs()
+            )
+
+        if rec.state is JobState.RUNNING and touches(rec.placement):
+            return self.changes.stop(rec, StopKind.FAILURE, why)
+        if rec.state is JobState.STOPPING and touches(rec.resume):
+            # It was moving onto (or growing over) the lost GPUs: give up the move. Once
+            # stopped it waits in the queue like a preempted job, keeping its place.
+            if rec.target is not None:  # GPUs it was moving or growing onto (none to shrink)
+                self.books.release_pairs(rec, set(rec.target.pairs()))
+            rec.target = rec.resume = None
+            rec.note(self.books.now, f"move abandoned: {why}")
+        return []
+
+    def label(self, name: str, key: str, value: str | None) -> None:
+        i = self.books.node_index(name)
+        labels = dict(self.books.labels[name])
+        if value is None:
+            labels.pop(key, None)
+        else:
+            labels[key] = value
+        try:
+            check_labels(name, labels)
+        except ValueError as err:
+            raise SchedulingError(str(err)) from None
+        self.books.labels[name] = labels
+        self.books.capacity.set_aware(i, topology_aware(labels))
+
+    def gpu_health(self, name: str, gpu: int, healthy: bool) -> list[Action]:
+        i = self.books.node_index(name)
+        size = self.books.capacity.nodes[i].size
+        if not 0 <= gpu < size:
+            raise SchedulingError(f"node {name} has GPUs 0..{size - 1}, not {gpu}")
+        bit = 1 << gpu
+        bad = self.books.unhealthy.get(i, 0)
+        holder = self.books.owner.get((i, gpu))
+        if not healthy:
+            if bad & bit:
+                return []
+            self.books.unhealthy[i] = bad | bit
+            if self.books.reservation is not None and self.books.reservation.gpus.get(i, 0) & bit:
+                self.books.reservation = None  # re-planned in this cycle, around the failed GPU
+            if holder is None:
+                self.books.capacity.take(i, bit)
+                return []
+            return self._lost(
+                self.books.jobs[holder], name, gpu, f"GPU {gpu} of node {name} failed"
+            )
+        if bad & bit:
+            self.books.unhealthy[i] = bad & ~bit
+            if holder is None:
+                self.books.capacity.give(i, bit)
+        return []

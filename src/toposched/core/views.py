@@ -1,0 +1,146 @@
+"""Read-only views of the core for drivers: a job's state and reason, explanations in plain
+words, and `CoreView`, all that a driver may read of the books (it changes nothing)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from toposched.core.actions import StopKind
+from toposched.core.books import Books
+from toposched.core.changes import stop_signal
+from toposched.core.job import JobSpec, JobState
+from toposched.core.ordering import Waiting
+from toposched.core.policy import SchedulerPolicy
+from toposched.core.records import JobRecord
+from toposched.placement.gang import Placement
+
+
+@dataclass(frozen=True)
+class JobView:
+    """What the core tells a driver about one job."""
+
+    name: str
+    state: JobState
+    placement: Placement | None
+    reason: str
+    restarts: int
+    history: tuple[tuple[float, str], ...]
+
+
+class CoreView:
+    """What drivers read of the core: jobs, who holds which GPU, failed GPUs, queues, labels,
+    reasons and explanations, and the stop signal the core would send."""
+
+    def __init__(self, books: Books, waiting: Waiting, policy: SchedulerPolicy) -> None:
+        self._books = books
+        self._waiting = waiting
+        self.policy = policy
+
+    def knows(self, name: str) -> bool:
+        """The core holds this job (live, or ended and not yet forgotten)."""
+        return name in self._books.jobs
+
+    def job(self, name: str) -> JobView:
+        rec = self._books.job(name)
+        return JobView(
+            rec.name, rec.state, rec.placement, self.reason(rec), rec.restarts, tuple(rec.log)
+        )
+
+    def jobs(self) -> Iterator[JobView]:
+        """Every job the core holds, in submission order."""
+        for rec in sorted(self._books.jobs.values(), key=lambda r: r.seq):
+            yield self.job(rec.name)
+
+    def pending(self) -> Iterator[JobRecord]:
+        """Pending jobs in the order the next cycle would try them."""
+        return self._waiting.in_order()
+
+    def owners(self) -> dict[tuple[str, int], str]:
+        """(node, GPU) -> the job holding it."""
+        nodes = self._books.capacity.nodes
+        return {(nodes[i].name, gpu): job for (i, gpu), job in self._books.owner.items()}
+
+    def unhealthy(self, node: str) -> frozenset[int]:
+        """The failed GPUs of `node`."""
+        i = self._books.capacity.index.get(node)
+        mask = 0 if i is None else self._books.unhealthy.get(i, 0)
+        return frozenset(g for g in range(mask.bit_length()) if mask >> g & 1)
+
+    def free(self) -> Iterator[tuple[str, int, int]]:
+        """(node, its GPUs, the mask of its free ones) for every node in the cluster."""
+        cap = self._books.capacity
+        for i in cap.present_indices():
+            yield cap.nodes[i].name, cap.nodes[i].size, cap.free[i]
+
+    def labels(self, node: str) -> dict[str, str]:
+        return dict(self._books.labels.get(node, {}))
+
+    def queues(self) -> dict[str, tuple[int, int]]:
+        """(guaranteed, used) GPUs per queue."""
+        return {q.name: (q.guaranteed, q.used) for q in self._books.queues.values()}
+
+    def partial_holds(self) -> dict[str, int]:
+        """GPUs bound to waiting jobs, by job (only policies without gang admission bind
+        workers before the whole gang fits)."""
+        return dict(self._books.held_waiting)
+
+    def stop_signal(self, spec: JobSpec, kind: StopKind) -> tuple[str, float]:
+        """The signal and grace the core sends when it stops `spec` for `kind`: a driver that
+        carries on a stop after a restart sends the same."""
+        return stop_signal(spec, kind, self.policy)
+
+    def reason(self, rec: JobRecord) -> str:
+        """The last recorded reason; a job not yet tried says how many are ahead of it."""
+        books, waiting = self._books, self._waiting
+        if rec.state is JobState.PENDING:
+            # A cycle that stopped before this job still said why its shape cannot start.
+            filed = waiting.lists.filed.get(rec.name)
+            note = waiting.shape_notes.get(filed[1]) if filed else None
+            holder = books.reservation is not None and books.reservation.job == rec.name
+            if note is not None and note[0] > rec.tried and not holder:
+                return note[1]
+        if rec.state is JobState.PENDING and rec.reason == "submitted":
+            ahead = 0
+            for other in waiting.in_order():
+                if other.name == rec.name:
+                    break
+                ahead += 1
+            return f"queued; {ahead} job(s) ahead of it"
+        return rec.reason
+
+    def explain(self, name: str, when: Callable[[float], str] | None = None) -> str:
+        """Why a job waits, or why it runs where it runs, in plain words; `when` shows an event
+        time (a driver on a wall clock prints a date, the default `t=<seconds>`)."""
+        rec = self._books.job(name)
+        spec = rec.spec
+        locality = spec.locality
+        lines = [
+            f"job {rec.name}: {rec.state.value}; queue {spec.queue}, priority {spec.priority}, "
+            f"{spec.workers} worker(s) x {spec.gpus_per_worker} GPU(s), "
+            f"locality {locality.prefer.value}"
+            + (
+                f" (then {locality.accept.value} after {locality.relax_after_s:g} s)"
+                if locality.accept
+                else ""
+            )
+        ]
+        if rec.placement is not None:
+            lines.append(f"placement: {rec.placement.describe()}")
+        if self.policy.demote_after_gpu_h is not None:
+            lines.append(self._service(rec))
+        lines.append(f"now: {self.reason(rec)}")
+        show = when or (lambda t: f"t={t:g}")
+        lines.extend(f"  {show(t)}: {text}" for t, text in rec.log)
+        return "\n".join(lines)
+
+    def _service(self, rec: JobRecord) -> str:
+        waiting = self._waiting
+        served = rec.service(self._books.now)
+        if rec.state is JobState.PENDING:
+            demoted = waiting.waiting_level(rec) == 1
+        else:
+            demoted = waiting.demoted(rec)
+        return f"service: {served / 3600:.2f} GPU-hours" + (
+            " (demoted: ranks after jobs that have had less)" if demoted else ""
+        )
