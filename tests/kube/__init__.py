@@ -1,0 +1,1 @@
+"""Tests of the Kubernetes driver, and the API server emulator they run against."""
