@@ -9,6 +9,7 @@ from toposched.cli import (
     admin_cmd,
     demo_cmd,
     jobs_cmd,
+    kube_cmd,
     perf_cmd,
     place_cmd,
     serve_cmd,
@@ -22,6 +23,7 @@ app = typer.Typer(
     help="toposched: a topology-aware gang scheduler for deep-learning jobs on GPU servers.",
 )
 app.add_typer(topology_cmd.app, name="topology")
+app.add_typer(kube_cmd.app, name="kube")
 app.command("place")(place_cmd.place)
 app.command("demo")(demo_cmd.demo)
 app.command("perf")(perf_cmd.perf)

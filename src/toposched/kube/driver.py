@@ -1,0 +1,613 @@
+"""The Kubernetes driver: what the API server holds, turned into core events, and the core's
+decisions carried out as bindings, evictions, Events and pod conditions.
+
+One loop (`step`) takes what the watches saw, brings its copies of nodes, pods and PodGroups up
+to date, then reconciles them with the core: nodes come and go, gangs whose pods all exist are
+submitted, bound gangs whose pods have all ended finish, and waiting gangs get the core's reason
+on their pods. A gang is bound only whole. Before its pods are bound, the whole plan is written
+on its PodGroup (annotation `toposched.io/placement`), so that a scheduler that dies halfway is
+followed by one that restores the gang from the plan and binds the rest: no GPU is booked twice
+and no gang is left half bound.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from toposched.common.driver import Driver
+from toposched.core import (
+    GpuHealth,
+    JobCancelled,
+    JobFinished,
+    JobState,
+    JobStopped,
+    JobSubmitted,
+    NodeAdded,
+    NodeLabelled,
+    NodeRemoved,
+    Placement,
+    QueueConfigured,
+    Scheduler,
+    SchedulerPolicy,
+    SchedulingError,
+    StartJob,
+    StopJob,
+    Tick,
+    Transition,
+    WorkerFailed,
+    WorkerSlot,
+)
+from toposched.kube.annotations import GPUS, NodeGpus, encode_gpus
+from toposched.kube.api import ApiError, KubeApi
+from toposched.kube.objects import (
+    GROUP_LABEL,
+    Obj,
+    ObjectError,
+    Pod,
+    gang_spec,
+    key_of,
+    min_member,
+    node_from,
+    node_ready,
+    pod_from,
+)
+from toposched.topology.cluster import SCHEDULE_LABEL, Cluster, Node, tier_of
+
+log = logging.getLogger("toposched.kube")
+
+PLAN = "toposched.io/placement"  # on a PodGroup: {"job": ..., "pods": {pod: [node, [gpus]]}}
+PODGROUPS = "/apis/scheduling.x-k8s.io/v1alpha1"
+QUEUES_SELECTOR = "metadata.name=toposched-queues"
+Key = tuple[str, str]
+
+
+@dataclass
+class Gang:
+    """A core job and the pods it stands for."""
+
+    job: str
+    key: Key  # (namespace, PodGroup name, or the pod's own name)
+    workers: list[Key]  # GPU pods, worker i is placement.workers[i]
+    extra: list[Key] = field(default_factory=list)  # pods of the gang without GPUs
+    group: bool = False
+    reason: str = ""  # the last reason written on its pods
+    failed: bool = False  # a WorkerFailed was fed
+    bound: set[Key] = field(default_factory=set)  # pods bound to their node
+    uids: dict[Key, str] = field(default_factory=dict)  # which pod each key was (made again?)
+
+
+class KubeScheduler(Driver):
+    """Drives one core with one Kubernetes cluster. `sync()` once, then `step()` in a loop."""
+
+    def __init__(
+        self,
+        api: KubeApi,
+        policy: SchedulerPolicy,
+        *,
+        scheduler_name: str = "toposched",
+        namespace: str | None = None,
+        rack_label: str = "toposched.io/rack",
+        config_namespace: str = "toposched-system",
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        super().__init__(Scheduler(Cluster(()), policy))
+        self.config_namespace = config_namespace
+        self.shares: dict[str, int] = {}  # guaranteed GPUs per queue, as the core was told
+        self.api = api
+        self.name = scheduler_name
+        self.namespace = namespace
+        self.rack_label = rack_label
+        self.clock = clock
+        self.nodes: dict[str, Obj] = {}
+        self.pods: dict[Key, tuple[Obj, Pod]] = {}
+        self.groups: dict[Key, Obj] = {}
+        self.gangs: dict[str, Gang] = {}
+        self.by_key: dict[Key, str] = {}
+        self.known: dict[str, NodeGpus] = {}  # nodes in the core, with what it was told
+        self.warned: dict[tuple[str, str, str], str] = {}  # the last warning per object
+        self.rejected: dict[Key, str] = {}  # pods refused (bad objects), by key
+        self.evicting: dict[str, set[Key]] = {}  # pods still to evict, per stopping job
+        self._serial = 0
+
+    # ------------------------------------------------------------------ observing
+
+    def pods_path(self) -> str:
+        if self.namespace:
+            return f"/api/v1/namespaces/{self.namespace}/pods"
+        return "/api/v1/pods"
+
+    def pod_selector(self) -> str:
+        return f"spec.schedulerName={self.name}"
+
+    def groups_path(self) -> str:
+        if self.namespace:
+            return f"{PODGROUPS}/namespaces/{self.namespace}/podgroups"
+        return f"{PODGROUPS}/podgroups"
+
+    def config_path(self) -> str:
+        return f"/api/v1/namespaces/{self.config_namespace}/configmaps"
+
+    def sync(self) -> dict[str, str]:
+        """List everything, rebuild the core from bound pods (before anything is bound), and
+        reconcile. Returns the resourceVersion of each list, where watches start."""
+        nodes, nodes_rv = self.api.list("/api/v1/nodes")
+        pods, pods_rv = self.api.list(self.pods_path(), fieldSelector=self.pod_selector())
+        try:
+            groups, groups_rv = self.api.list(self.groups_path())
+        except ApiError as err:
+            if err.status != 404:
+                raise
+            groups, groups_rv = [], ""  # no PodGroup CRD: gangs by Volcano annotation only
+        configs, configs_rv = self.api.list(self.config_path(), fieldSelector=QUEUES_SELECTOR)
+        self._configure(configs[0] if configs else None)
+        self.nodes = {key_of(n)[1]: n for n in nodes}
+        self.groups = {key_of(g): g for g in groups}
+        self.pods = {}
+        for obj in pods:
+            self._observe_pod("ADDED", obj)
+        self._sync_nodes()
+        self._restore_bound()
+        self.reconcile()
+        return {
+            "nodes": nodes_rv,
+            "pods": pods_rv,
+            "podgroups": groups_rv,
+            "configmaps": configs_rv,
+        }
+
+    def observe(self, kind: str, event_type: str, obj: Obj) -> None:
+        """One watch event (or a listed object) into the copies."""
+        if kind == "nodes":
+            name = key_of(obj)[1]
+            if event_type == "DELETED":
+                self.nodes.pop(name, None)
+            else:
+                self.nodes[name] = obj
+        elif kind == "pods":
+            self._observe_pod(event_type, obj)
+        elif kind == "podgroups":
+            if event_type == "DELETED":
+                self.groups.pop(key_of(obj), None)
+            else:
+                self.groups[key_of(obj)] = obj
+        elif kind == "configmaps":
+            self._configure(None if event_type == "DELETED" else obj)
+
+    def _configure(self, config: Obj | None) -> None:
+        """Guaranteed shares from the `toposched-queues` ConfigMap; a bad one is refused
+        whole (a Warning Event) and the shares stay as they were."""
+        try:
+            shares = queues_from(config)
+        except ObjectError as err:
+            if config is not None:
+                self._warn(config, "InvalidQueues", str(err))
+            return
+        now = self.clock()
+        for name in sorted(set(self.shares) | set(shares)):
+            gpus = shares.get(name, 0)
+            if self.shares.get(name, 0) != gpus:
+                self.feed(QueueConfigured(now, name, gpus))
+        self.shares = shares
+
+    def relisted(self, kind: str, objects: list[Obj]) -> None:
+        """A watch came back with a fresh list (after 410 Gone): objects it lacks are gone."""
+        if kind == "nodes":
+            self.nodes = {key_of(n)[1]: n for n in objects}
+        elif kind == "podgroups":
+            self.groups = {key_of(g): g for g in objects}
+        elif kind == "configmaps":
+            self._configure(objects[0] if objects else None)
+        elif kind == "pods":
+            self.pods = {}
+            for obj in objects:
+                self._observe_pod("ADDED", obj)
+
+    def _observe_pod(self, event_type: str, obj: Obj) -> None:
+        key = key_of(obj)
+        if event_type == "DELETED":
+            self.pods.pop(key, None)
+            self.rejected.pop(key, None)
+            return
+        try:
+            pod = pod_from(obj)
+        except ObjectError as err:
+            self.pods.pop(key, None)
+            if self.rejected.get(key) != str(err):
+                self.rejected[key] = str(err)
+                self._warn(obj, "InvalidPod", str(err))
+            return
+        self.rejected.pop(key, None)
+        self.pods[key] = (obj, pod)
+
+    # ------------------------------------------------------------------ reconciling
+
+    def step(self) -> None:
+        """Reconcile and let time pass in the core (reservations, locality deadlines)."""
+        self.reconcile()
+        self.feed(Tick(self.clock()))
+
+    def reconcile(self) -> None:
+        self._sync_nodes()
+        self._sync_bound()
+        self._sync_waiting()
+        self._sync_reasons()
+
+    def _sync_nodes(self) -> None:
+        now = self.clock()
+        wanted: dict[str, tuple[Node, NodeGpus]] = {}
+        for name, obj in self.nodes.items():
+            if not node_ready(obj):
+                continue
+            try:
+                wanted[name] = node_from(obj, self.rack_label)
+            except ObjectError as err:
+                self._warn(obj, "UnknownTopology", str(err))
+        for name in sorted(set(self.known) - set(wanted)):
+            del self.known[name]
+            self.feed(NodeRemoved(now, name))
+        for name, (node, gpus) in sorted(wanted.items()):
+            old = self.known.get(name)
+            if old is not None and old.topology != gpus.topology:
+                del self.known[name]
+                self.feed(NodeRemoved(now, name))  # rewired: its jobs fail, as on a new node
+                old = None
+            if old is None:
+                self.feed(NodeAdded(now, node))
+                old = NodeGpus(gpus.topology, frozenset(), False)
+            for gpu in sorted(gpus.unhealthy ^ old.unhealthy):
+                self.feed(GpuHealth(now, name, gpu, gpu not in gpus.unhealthy))
+            if self.view.labels(name).get(SCHEDULE_LABEL) != node.labels[SCHEDULE_LABEL]:
+                self.feed(NodeLabelled(now, name, SCHEDULE_LABEL, node.labels[SCHEDULE_LABEL]))
+            self.known[name] = gpus
+
+    def _sync_bound(self) -> None:
+        """Bound gangs whose pods ended finish; stopping ones whose pods are gone stop."""
+        now = self.clock()
+        for job, gang in list(self.gangs.items()):
+            if not self.view.knows(job):
+                self._forget(job)
+                continue
+            state = self.view.job(job).state
+            pods = [self._mine(gang, k) for k in gang.workers]
+            alive = [p for p in pods if p is not None and not p[1].done]
+            if state is JobState.STOPPING:
+                self._evict(job)
+                holding = [self._mine(gang, k) for k in gang.bound]
+                if not [p for p in holding if p is not None and not p[1].done]:
+                    self.evicting.pop(job, None)
+                    self.feed(JobStopped(now, job))
+            elif state is JobState.RUNNING:
+                failed = [i for i, p in enumerate(pods) if p is not None and p[1].phase == "Failed"]
+                if failed and alive and not gang.failed:
+                    gang.failed = True
+                    self.feed(WorkerFailed(now, job, failed[0], "its pod failed"))
+                elif not alive:
+                    ok = all(p is not None and p[1].phase == "Succeeded" for p in pods)
+                    why = "all pods succeeded" if ok else "its pods ended or were deleted"
+                    self.feed(JobFinished(now, job, ok, why))
+            if state.terminal:
+                self._forget(job)
+
+    def _sync_waiting(self) -> None:
+        """Submit gangs whose pods all exist; cancel waiting gangs whose pods went away."""
+        now = self.clock()
+        waiting: dict[Key, list[Pod]] = {}
+        for _, pod in self.pods.values():
+            if pod.node is None and not pod.done:
+                waiting.setdefault((pod.namespace, pod.group or pod.name), []).append(pod)
+        for job, gang in list(self.gangs.items()):
+            if self.view.job(job).state is not JobState.PENDING:
+                continue
+            present = {p.key for p in waiting.get(gang.key, []) if gang.uids.get(p.key) == p.uid}
+            if not set(gang.workers) <= present:
+                self.feed(JobCancelled(now, job))
+                self._forget(job)
+        for key, pods in sorted(waiting.items(), key=lambda kv: _created(self, kv[1])):
+            if key not in self.by_key:
+                self._submit(key, sorted(pods, key=lambda p: p.name))
+
+    def _submit(self, key: Key, pods: list[Pod]) -> None:
+        now = self.clock()
+        gpu_pods = [p for p in pods if p.gpus]
+        extra = [p.key for p in pods if not p.gpus]
+        group = pods[0].group
+        obj = self.groups.get((key[0], group)) if group else None
+        if group and obj is None:
+            self._warn_pods(pods, "WaitingForPodGroup", f"no PodGroup {key[0]}/{group} yet")
+            return
+        try:
+            need = min_member(obj) if obj is not None else 1
+        except ObjectError as err:
+            self._warn_pods(pods, "InvalidPodGroup", str(err))
+            return
+        if not gpu_pods:
+            self._bind_without_gpus(pods)
+            return
+        if len(gpu_pods) < need:
+            self._warn_pods(
+                pods, "WaitingForPods", f"gang {key[0]}/{key[1]}: {len(gpu_pods)} of {need} pods"
+            )
+            return
+        self._serial += 1
+        job = f"{key[0]}/{key[1]}#{self._serial}"
+        workers = gpu_pods[:need]
+        try:
+            spec = gang_spec(job, workers, need, obj)
+        except ObjectError as err:
+            self._warn_pods(pods, "InvalidGang", str(err))
+            return
+        never = self.core.never_fits(spec)
+        if never:
+            self._warn_pods(pods, "Unschedulable", never)
+            return
+        gang = Gang(job, key, [p.key for p in workers], extra, group=obj is not None)
+        gang.uids = {p.key: p.uid for p in pods}
+        self.gangs[job] = gang
+        self.by_key[key] = job
+        self.feed(JobSubmitted(now, spec))
+
+    def _sync_reasons(self) -> None:
+        """Each waiting gang's pods say why they wait: a PodScheduled=False condition and an
+        Event, written when the core's reason changes."""
+        for job, gang in self.gangs.items():
+            view = self.view.job(job)
+            if view.state is not JobState.PENDING or view.reason == gang.reason:
+                continue
+            gang.reason = view.reason
+            for key in gang.workers:
+                found = self.pods.get(key)
+                if found is None:
+                    continue
+                try:
+                    self.api.set_scheduled_condition(
+                        key[0], key[1], "Unschedulable", view.reason, _stamp(self.clock())
+                    )
+                    self.api.event(
+                        found[0], "FailedScheduling", view.reason, "Warning", _stamp(self.clock())
+                    )
+                except ApiError as err:
+                    log.info("pod %s/%s: could not say why it waits: %s", *key, err)
+
+    # ------------------------------------------------------------------ carrying out
+
+    def on_transition(
+        self, t: Transition, start: StartJob | None, stop: StopJob | None, now: float
+    ) -> None:
+        gang = self.gangs.get(t.job)
+        if gang is None:
+            return
+        if start is not None:
+            self._bind(gang, start.placement, now)
+        elif stop is not None:
+            self.evicting[t.job] = set(gang.workers) | set(gang.extra)
+            self._evict(t.job)
+
+    def _bind(self, gang: Gang, placement: Placement, now: float) -> None:
+        """Bind the whole gang: write its plan on the PodGroup first, then each pod."""
+        plan = {
+            key[1]: [slot.node, list(slot.gpus)]
+            for key, slot in zip(gang.workers, placement.workers, strict=True)
+        }
+        if gang.group:
+            body = {
+                "metadata": {"annotations": {PLAN: json.dumps({"job": gang.job, "pods": plan})}}
+            }
+            try:
+                self.api.request(
+                    "PATCH",
+                    f"{PODGROUPS}/namespaces/{gang.key[0]}/podgroups/{gang.key[1]}",
+                    body=body,
+                    content_type="application/merge-patch+json",
+                )
+            except ApiError as err:
+                self.post(WorkerFailed(now, gang.job, 0, f"could not record its plan: {err}"))
+                return
+        self._bind_planned(gang, placement.workers, now)
+
+    def _bind_planned(self, gang: Gang, slots: Iterable[WorkerSlot], now: float) -> None:
+        failed: list[str] = []
+        slots = list(slots)
+        for i, (key, slot) in enumerate(zip(gang.workers, slots, strict=True)):
+            found = self.pods.get(key)
+            if found is not None and found[1].node is not None:
+                gang.bound.add(key)
+                continue  # bound before a restart, by the plan
+            try:
+                self.api.bind(key[0], key[1], slot.node, {GPUS: encode_gpus(slot.gpus)})
+                gang.bound.add(key)
+            except ApiError as err:
+                failed.append(f"pod {key[1]} (worker {i}): {err}")
+        for key in gang.extra:
+            try:
+                self.api.bind(key[0], key[1], slots[0].node, {})
+                gang.bound.add(key)
+            except ApiError as err:
+                failed.append(f"pod {key[1]}: {err}")
+        if failed:
+            # Pods cannot be unbound: the gang is stopped whole (its bound pods evicted) and
+            # its job operator makes new pods, which wait as a new gang.
+            self.post(WorkerFailed(now, gang.job, 0, "bind failed: " + "; ".join(failed)))
+
+    def _evict(self, job: str) -> None:
+        """Evict the job's bound pods (those this scheduler bound, or seen bound)."""
+        left = self.evicting.get(job)
+        gang = self.gangs.get(job)
+        if not left or gang is None:
+            return
+        for key in sorted(left):
+            found = self._mine(gang, key)
+            bound = key in gang.bound or (found is not None and found[1].node is not None)
+            if found is None or found[1].done or not bound:
+                left.discard(key)
+                continue
+            try:
+                self.api.evict(key[0], key[1])
+                left.discard(key)
+            except ApiError as err:
+                if err.status == 404:
+                    left.discard(key)
+                elif err.status == 429:
+                    self._warn(found[0], "EvictionBlocked", f"a PodDisruptionBudget: {err.message}")
+                else:
+                    log.warning("evicting %s/%s: %s", *key, err)
+
+    def _bind_without_gpus(self, pods: list[Pod]) -> None:
+        """A pod without GPUs, alone: the node with the fewest of our pods."""
+        load: dict[str, int] = dict.fromkeys(self.known, 0)
+        for _, p in self.pods.values():
+            if p.node in load and not p.done:
+                load[p.node] += 1
+        if not load:
+            self._warn_pods(pods, "NoNodes", "no node is ready for toposched")
+            return
+        for pod in pods:
+            node = min(load, key=lambda n: (load[n], n))
+            try:
+                self.api.bind(pod.namespace, pod.name, node, {})
+                load[node] += 1
+            except ApiError as err:
+                log.info("binding %s/%s: %s", pod.namespace, pod.name, err)
+
+    # ------------------------------------------------------------------ restoring
+
+    def _restore_bound(self) -> None:
+        """Give the core back every gang that holds GPUs: bound pods (their annotation), and the
+        rest of a gang whose plan was written before its scheduler died."""
+        now = self.clock()
+        bound: dict[Key, list[Pod]] = {}
+        for _, pod in self.pods.values():
+            if pod.node is not None and pod.bound_gpus is not None and not pod.done:
+                bound.setdefault((pod.namespace, pod.group or pod.name), []).append(pod)
+        for key, pods in sorted(bound.items()):
+            planned = self._plan_of(key, pods)
+            workers = planned if planned is not None else sorted(pods, key=lambda p: p.name)
+            slots = [
+                WorkerSlot(p.node or "", p.bound_gpus or ())
+                if p.node
+                else WorkerSlot(*self._planned_slot(key, p.name))
+                for p in workers
+            ]
+            self._serial += 1
+            job = f"{key[0]}/{key[1]}#{self._serial}"
+            try:
+                spec = gang_spec(job, workers, len(workers), self.groups.get(key))
+                nodes = [self._node(s.node) for s in slots]
+                placement = Placement(tuple(slots), None, tier_of(nodes))
+                self.restore(now, spec, now, placement)
+            except (ObjectError, SchedulingError, KeyError) as err:
+                log.warning("gang %s/%s cannot be restored (%s): its pods are evicted", *key, err)
+                for p in pods:
+                    self._try_evict(p)
+                continue
+            gang = Gang(job, key, [p.key for p in workers], group=key in self.groups)
+            gang.bound = {p.key for p in workers if p.node is not None}
+            gang.uids = {p.key: p.uid for p in workers}
+            self.gangs[job], self.by_key[key] = gang, job
+            if planned is not None:
+                self._bind_planned(gang, slots, now)
+
+    def _plan_of(self, key: Key, bound: list[Pod]) -> list[Pod] | None:
+        """The workers of the plan on the gang's PodGroup, if it names these bound pods."""
+        group = self.groups.get(key)
+        text = ((group or {}).get("metadata") or {}).get("annotations", {}).get(PLAN)
+        if not text:
+            return None
+        try:
+            names = list(json.loads(text)["pods"])
+        except (ValueError, KeyError, TypeError):
+            return None
+        pods = [self.pods.get((key[0], n)) for n in names]
+        if any(p is None or p[1].done for p in pods) or not {b.name for b in bound} <= set(names):
+            return None
+        return [p[1] for p in pods if p is not None]
+
+    def _planned_slot(self, key: Key, pod: str) -> tuple[str, tuple[int, ...]]:
+        group = self.groups[key]
+        node, gpus = json.loads(group["metadata"]["annotations"][PLAN])["pods"][pod]
+        return str(node), tuple(int(g) for g in gpus)
+
+    def _node(self, name: str) -> Node:
+        if name not in self.known:
+            raise KeyError(f"node {name} is not ready or has no usable topology")
+        node, _ = node_from(self.nodes[name], self.rack_label)
+        return node
+
+    # ------------------------------------------------------------------ small helpers
+
+    def _mine(self, gang: Gang, key: Key) -> tuple[Obj, Pod] | None:
+        """The pod `key` of `gang`, unless it is gone (or a new pod of the same name)."""
+        found = self.pods.get(key)
+        if found is None or gang.uids.get(key, found[1].uid) != found[1].uid:
+            return None
+        return found
+
+    def _forget(self, job: str) -> None:
+        gang = self.gangs.pop(job, None)
+        self.evicting.pop(job, None)
+        if gang is not None and self.by_key.get(gang.key) == job:
+            del self.by_key[gang.key]
+
+    def _try_evict(self, pod: Pod) -> None:
+        try:
+            self.api.evict(pod.namespace, pod.name)
+        except ApiError as err:
+            log.warning("evicting %s/%s: %s", pod.namespace, pod.name, err)
+
+    def _warn_pods(self, pods: list[Pod], reason: str, message: str) -> None:
+        for pod in pods:
+            found = self.pods.get(pod.key)
+            if found is not None:
+                self._warn(found[0], reason, message)
+
+    def _warn(self, obj: Obj, reason: str, message: str) -> None:
+        """A Warning Event on `obj`, once per distinct message."""
+        ns, name = key_of(obj)
+        key = (str(obj.get("kind", "Pod")), ns, name)
+        if self.warned.get(key) == message:
+            return
+        self.warned[key] = message
+        log.info("%s %s/%s: %s", reason, *key_of(obj), message)
+        try:
+            self.api.event(obj, reason, message, "Warning", _stamp(self.clock()))
+        except ApiError as err:
+            log.info("could not post an Event: %s", err)
+
+
+def _created(s: KubeScheduler, pods: list[Pod]) -> tuple[str, str]:
+    """Gangs in the order their first pod was created (then by name)."""
+    stamps = [
+        str(((s.pods[p.key][0].get("metadata") or {}).get("creationTimestamp")) or "") for p in pods
+    ]
+    return (min(stamps), pods[0].name)
+
+
+def _stamp(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+
+
+def queues_from(config: Obj | None) -> dict[str, int]:
+    """Guaranteed GPUs per queue from the `toposched-queues` ConfigMap (`queues.yaml`)."""
+    import yaml
+
+    if not config:
+        return {}
+    text = (config.get("data") or {}).get("queues.yaml") or ""
+    try:
+        data: Any = yaml.safe_load(text) or {}
+    except yaml.YAMLError as err:
+        raise ObjectError(f"queues.yaml is not YAML: {err}") from None
+    out: dict[str, int] = {}
+    for name, entry in ((data.get("queues") or {}) if isinstance(data, dict) else {}).items():
+        gpus = (entry or {}).get("guaranteed_gpus", 0) if isinstance(entry, dict) else None
+        if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 0:
+            raise ObjectError(f"queues.yaml: queue {name!r}: guaranteed_gpus must be >= 0")
+        out[str(name)] = gpus
+    return out
+
+
+__all__ = ["GROUP_LABEL", "Gang", "KubeScheduler", "queues_from"]

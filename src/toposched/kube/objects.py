@@ -1,0 +1,217 @@
+"""Kubernetes objects as the core sees them: nodes, pods, and the gangs pods form.
+
+Everything here is pure: it reads the JSON of Kubernetes objects (as the API returns them) and
+answers with core types, or with an error that says what is wrong with which object.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from toposched.core import JobError, JobSpec, LocalityRule
+from toposched.kube.annotations import (
+    GPUS,
+    TOPOLOGY,
+    AnnotationError,
+    NodeGpus,
+    decode_gpus,
+    decode_topology,
+    opted_in,
+)
+from toposched.topology.cluster import SCHEDULE_LABEL, ClusterError, Node
+
+GPU_RESOURCE = "nvidia.com/gpu"
+GROUP_LABEL = "scheduling.x-k8s.io/pod-group"  # scheduler-plugins coscheduling
+VOLCANO_GROUP = "scheduling.k8s.io/group-name"  # Volcano, set by the Kubeflow operators
+QUEUE_LABEL = "toposched.io/queue"
+LOCALITY = "toposched.io/locality"  # on the PodGroup or the pod: node, rack, any, node,rack@600
+ZONE_LABEL = "topology.kubernetes.io/zone"
+DEFAULT_RACK_LABEL = "toposched.io/rack"
+
+Obj = Mapping[str, Any]
+
+
+class ObjectError(ValueError):
+    """A Kubernetes object toposched cannot use; the message names it and says why."""
+
+
+def meta(obj: Obj) -> Mapping[str, Any]:
+    return obj.get("metadata") or {}
+
+
+def key_of(obj: Obj) -> tuple[str, str]:
+    m = meta(obj)
+    return (m.get("namespace") or "", m.get("name") or "")
+
+
+# ---------------------------------------------------------------------- nodes
+
+
+def node_from(obj: Obj, rack_label: str = DEFAULT_RACK_LABEL) -> tuple[Node, NodeGpus]:
+    """The core's node for a Kubernetes Node, from its topology annotation, labels and
+    allocatable GPUs. ObjectError if it has no usable topology."""
+    m = meta(obj)
+    name = m.get("name") or ""
+    labels = dict(m.get("labels") or {})
+    text = (m.get("annotations") or {}).get(TOPOLOGY)
+    if text is None:
+        raise ObjectError(f"node {name}: no {TOPOLOGY} annotation (unknown GPU topology)")
+    try:
+        gpus = decode_topology(text, name)
+    except AnnotationError as err:
+        raise ObjectError(f"node {name}: {err}") from None
+    if gpus.stale:
+        raise ObjectError(f"node {name}: its agent marked the topology stale")
+    allocatable = _quantity(((obj.get("status") or {}).get("allocatable") or {}).get(GPU_RESOURCE))
+    if allocatable is not None and allocatable < gpus.topology.size:
+        # The device plugin counts fewer GPUs than the agent: the missing ones are not usable.
+        missing = set(range(gpus.topology.size)) - set(range(allocatable))
+        gpus = NodeGpus(gpus.topology, gpus.unhealthy | frozenset(missing), gpus.stale)
+    core_labels = {k: v for k, v in labels.items() if k != SCHEDULE_LABEL}
+    core_labels[SCHEDULE_LABEL] = "topology" if opted_in(labels) else "default"
+    rack = labels.get(rack_label) or "rack-0"
+    zone = labels.get(ZONE_LABEL) or "pod-0"
+    try:
+        return Node(name, gpus.topology, rack=rack, pod=zone, labels=core_labels), gpus
+    except ClusterError as err:
+        raise ObjectError(str(err)) from None
+
+
+def node_ready(obj: Obj) -> bool:
+    """Ready and schedulable."""
+    if (obj.get("spec") or {}).get("unschedulable"):
+        return False
+    for cond in (obj.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Ready":
+            return bool(cond.get("status") == "True")
+    return True  # a node that reports no conditions (an emulated one) counts as ready
+
+
+def _quantity(value: Any) -> int | None:
+    if value is None:
+        return None
+    try:
+        return int(str(value))
+    except ValueError:
+        return None
+
+
+# ---------------------------------------------------------------------- pods
+
+
+@dataclass(frozen=True)
+class Pod:
+    """A pod toposched schedules, as far as scheduling cares."""
+
+    namespace: str
+    name: str
+    uid: str
+    gpus: int
+    group: str | None  # the PodGroup it belongs to, None for a pod of its own
+    queue: str
+    priority: int
+    node: str | None  # bound to
+    bound_gpus: tuple[int, ...] | None  # the GPUs toposched gave it (its annotation)
+    phase: str
+    deleting: bool
+    locality: str | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.namespace, self.name)
+
+    @property
+    def done(self) -> bool:
+        """It holds no GPUs any more: it ended, or it is being deleted."""
+        return self.phase in ("Succeeded", "Failed") or self.deleting
+
+
+def pod_from(obj: Obj) -> Pod:
+    """The scheduling view of a pod; ObjectError says what is wrong with it."""
+    m = meta(obj)
+    ns, name = m.get("namespace") or "default", m.get("name") or ""
+    spec = obj.get("spec") or {}
+    labels = dict(m.get("labels") or {})
+    annotations = m.get("annotations") or {}
+    gpus = 0
+    for container in spec.get("containers") or []:
+        limits = (container.get("resources") or {}).get("limits") or {}
+        value = limits.get(GPU_RESOURCE)
+        if value is None:
+            continue
+        count = _quantity(value)
+        if count is None or count < 0:
+            raise ObjectError(
+                f"pod {ns}/{name}: {GPU_RESOURCE} limit {value!r} in container "
+                f"{container.get('name')!r} is not a whole number of GPUs"
+            )
+        gpus += count
+    bound = annotations.get(GPUS)
+    try:
+        bound_gpus = decode_gpus(bound) if bound else None
+    except AnnotationError as err:
+        raise ObjectError(f"pod {ns}/{name}: {err}") from None
+    priority = spec.get("priority") or 0
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise ObjectError(f"pod {ns}/{name}: spec.priority {priority!r} is not an integer")
+    return Pod(
+        namespace=ns,
+        name=name,
+        uid=m.get("uid") or "",
+        gpus=gpus,
+        group=labels.get(GROUP_LABEL) or annotations.get(VOLCANO_GROUP),
+        queue=labels.get(QUEUE_LABEL) or ns,
+        priority=priority,
+        node=spec.get("nodeName") or None,
+        bound_gpus=bound_gpus,
+        phase=(obj.get("status") or {}).get("phase") or "Pending",
+        deleting=bool(m.get("deletionTimestamp")),
+        locality=annotations.get(LOCALITY),
+        labels=labels,
+    )
+
+
+# ---------------------------------------------------------------------- gangs
+
+
+def min_member(group: Obj) -> int:
+    """A PodGroup's minMember (ObjectError if it is not a positive integer)."""
+    value = (group.get("spec") or {}).get("minMember")
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        ns, name = key_of(group)
+        raise ObjectError(
+            f"podgroup {ns}/{name}: spec.minMember {value!r} is not a positive integer"
+        )
+    return value
+
+
+def gang_spec(job: str, pods: list[Pod], workers: int, group: Obj | None = None) -> JobSpec:
+    """The core's job for a gang of pods (or one pod): `workers` pods of the same GPU count,
+    the queue and priority of its pods, the locality of its PodGroup (default: any)."""
+    first = pods[0]
+    counts = sorted({p.gpus for p in pods if p.gpus})
+    if len(counts) > 1:
+        raise ObjectError(
+            f"{job}: a gang's pods must ask the same number of GPUs, these ask "
+            f"{', '.join(map(str, counts))}"
+        )
+    queues = sorted({p.queue for p in pods})
+    if len(queues) > 1:
+        raise ObjectError(f"{job}: a gang's pods are in one queue, these in {', '.join(queues)}")
+    text = (meta(group).get("annotations") or {}).get(LOCALITY) if group else None
+    text = text or first.locality or "any"
+    try:
+        return JobSpec(
+            job,
+            workers=workers,
+            gpus_per_worker=counts[0] if counts else 1,
+            queue=first.queue,
+            owner=first.namespace,
+            priority=max(p.priority for p in pods),
+            locality=LocalityRule.parse(text),
+        )
+    except JobError as err:
+        raise ObjectError(f"{job}: {err}") from None

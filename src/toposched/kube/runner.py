@@ -1,0 +1,304 @@
+"""Running the Kubernetes scheduler: watches in threads, one loop that steps the driver, leader
+election on a Lease, and the health and metrics endpoints."""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from toposched.kube.api import ApiError, Gone, KubeApi
+from toposched.kube.driver import QUEUES_SELECTOR, KubeScheduler
+
+log = logging.getLogger("toposched.kube")
+
+Seen = tuple[str, str, Any]  # (kind, event type or RELIST, object or list)
+
+
+class Watcher(threading.Thread):
+    """List once, then watch from the list's resourceVersion for ever: a stream the server
+    closes is opened again from the last version seen (bookmarks keep it fresh); a 410 Gone
+    lists again and hands over the whole list."""
+
+    def __init__(
+        self,
+        api: KubeApi,
+        kind: str,
+        path: str,
+        version: str,
+        out: queue.Queue[Seen],
+        stop: threading.Event,
+        timeout_s: int = 60,
+        **query: str,
+    ) -> None:
+        super().__init__(name=f"watch-{kind}", daemon=True)
+        self.api, self.kind, self.path, self.version = api, kind, path, version
+        self.out, self.stop, self.timeout_s, self.query = out, stop, timeout_s, query
+        self.relists = 0
+
+    def run(self) -> None:
+        backoff = 0.5
+        while not self.stop.is_set():
+            try:
+                for event in self.api.watch(self.path, self.version, self.timeout_s, **self.query):
+                    obj = event.get("object") or {}
+                    self.version = (obj.get("metadata") or {}).get(
+                        "resourceVersion"
+                    ) or self.version
+                    if event.get("type") != "BOOKMARK":
+                        self.out.put((self.kind, str(event.get("type")), obj))
+                    if self.stop.is_set():
+                        return
+                backoff = 0.5
+            except Gone:
+                self._relist()
+            except Exception as err:  # the connection: try again, slower each time
+                if self.stop.is_set():
+                    return
+                log.warning("watch %s: %s; again in %.1f s", self.kind, err, backoff)
+                self.stop.wait(backoff)
+                backoff = min(backoff * 2, 10.0)
+
+    def _relist(self) -> None:
+        try:
+            items, self.version = self.api.list(self.path, **self.query)
+        except ApiError as err:
+            log.warning("relist %s: %s", self.kind, err)
+            self.stop.wait(1.0)
+            return
+        self.relists += 1
+        self.out.put((self.kind, "RELIST", items))
+
+
+@dataclass
+class Lease:
+    """Leader election on a `coordination.k8s.io/v1` Lease: whoever holds an unexpired lease
+    leads; the holder renews it, others take it over once it has expired."""
+
+    api: KubeApi
+    namespace: str
+    identity: str
+    name: str = "toposched-scheduler"
+    duration_s: int = 15
+    clock: Callable[[], float] = time.time
+    held_until: float = field(default=0.0, init=False)
+
+    @property
+    def path(self) -> str:
+        return f"/apis/coordination.k8s.io/v1/namespaces/{self.namespace}/leases"
+
+    def try_acquire(self) -> bool:
+        """Take or renew the lease; False if another holds it or the write lost a race."""
+        now = self.clock()
+        spec = {
+            "holderIdentity": self.identity,
+            "leaseDurationSeconds": self.duration_s,
+            "renewTime": _micro(now),
+        }
+        try:
+            lease = self.api.request("GET", f"{self.path}/{self.name}")
+        except ApiError as err:
+            if err.status != 404:
+                raise
+            body = {
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": {"name": self.name, "namespace": self.namespace},
+                "spec": {**spec, "acquireTime": _micro(now)},
+            }
+            return self._write("POST", self.path, body, now)
+        current = lease.get("spec") or {}
+        holder = current.get("holderIdentity")
+        renewed = _parse_micro(current.get("renewTime"))
+        expired = renewed + float(current.get("leaseDurationSeconds") or self.duration_s) < now
+        if holder not in (None, "", self.identity) and not expired:
+            return False
+        if holder != self.identity:
+            spec["acquireTime"] = _micro(now)
+            spec["leaseTransitions"] = int(current.get("leaseTransitions") or 0) + 1
+        lease["spec"] = {**current, **spec}
+        return self._write("PUT", f"{self.path}/{self.name}", lease, now)
+
+    def _write(self, method: str, path: str, body: dict[str, Any], now: float) -> bool:
+        try:
+            self.api.request(method, path, body=body)
+        except ApiError as err:
+            if err.status in (409, 404):
+                return False  # someone else wrote first
+            raise
+        self.held_until = now + self.duration_s
+        return True
+
+
+def _micro(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 1e6):06d}Z"
+
+
+def _parse_micro(text: Any) -> float:
+    if not text:
+        return 0.0
+    try:
+        base, _, frac = str(text).rstrip("Z").partition(".")
+        import calendar
+
+        secs = calendar.timegm(time.strptime(base, "%Y-%m-%dT%H:%M:%S"))
+        return secs + (float("0." + frac) if frac else 0.0)
+    except ValueError:
+        return 0.0
+
+
+class Runner:
+    """The scheduler process: `run()` until `stop` is set."""
+
+    def __init__(
+        self,
+        scheduler: KubeScheduler,
+        *,
+        lease: Lease | None = None,
+        interval_s: float = 0.2,
+        watch_timeout_s: int = 60,
+    ) -> None:
+        self.scheduler = scheduler
+        self.lease = lease
+        self.interval_s = interval_s
+        self.watch_timeout_s = watch_timeout_s
+        self.stop = threading.Event()
+        self.seen: queue.Queue[Seen] = queue.Queue()
+        self.watchers: list[Watcher] = []
+        self.leading = lease is None
+        self.steps = 0
+
+    def run(self) -> None:
+        if self.lease is not None:
+            self._wait_for_lease()
+            if self.stop.is_set():
+                return
+        s = self.scheduler
+        versions = s.sync()
+        api = s.api
+        self.watchers = [
+            Watcher(
+                api,
+                "nodes",
+                "/api/v1/nodes",
+                versions["nodes"],
+                self.seen,
+                self.stop,
+                self.watch_timeout_s,
+            ),
+            Watcher(
+                api,
+                "pods",
+                s.pods_path(),
+                versions["pods"],
+                self.seen,
+                self.stop,
+                self.watch_timeout_s,
+                fieldSelector=s.pod_selector(),
+            ),
+        ]
+        self.watchers.append(
+            Watcher(
+                api,
+                "configmaps",
+                s.config_path(),
+                versions["configmaps"],
+                self.seen,
+                self.stop,
+                self.watch_timeout_s,
+                fieldSelector=QUEUES_SELECTOR,
+            )
+        )
+        if versions["podgroups"]:
+            self.watchers.append(
+                Watcher(
+                    api,
+                    "podgroups",
+                    s.groups_path(),
+                    versions["podgroups"],
+                    self.seen,
+                    self.stop,
+                    self.watch_timeout_s,
+                )
+            )
+        for watcher in self.watchers:
+            watcher.start()
+        renew_at = time.monotonic() + 2.0
+        while not self.stop.is_set():
+            self._drain()
+            s.step()
+            self.steps += 1
+            if self.lease is not None and time.monotonic() >= renew_at:
+                renew_at = time.monotonic() + self.lease.duration_s / 3
+                if not self.lease.try_acquire():
+                    # Crash-only: another replica leads now; this one must bind nothing more.
+                    log.error("lost the lease %s; stopping", self.lease.name)
+                    self.stop.set()
+
+    def _wait_for_lease(self) -> None:
+        assert self.lease is not None
+        while not self.stop.is_set():
+            try:
+                if self.lease.try_acquire():
+                    self.leading = True
+                    log.info("leading as %s", self.lease.identity)
+                    return
+            except ApiError as err:
+                log.warning("lease: %s", err)
+            self.stop.wait(min(2.0, self.lease.duration_s / 3))
+
+    def _drain(self) -> None:
+        try:
+            first = self.seen.get(timeout=self.interval_s)
+        except queue.Empty:
+            return
+        batch = [first]
+        while True:
+            try:
+                batch.append(self.seen.get_nowait())
+            except queue.Empty:
+                break
+        for kind, what, obj in batch:
+            if what == "RELIST":
+                self.scheduler.relisted(kind, obj)
+            else:
+                self.scheduler.observe(kind, what, obj)
+
+
+def serve_health(runner: Runner, host: str, port: int) -> ThreadingHTTPServer:
+    """`/healthz` (200 once the loop runs) and `/metrics` (Prometheus text) in a thread."""
+    from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, generate_latest
+
+    registry = CollectorRegistry()
+    leading = Gauge("toposched_kube_leader", "1 while this replica leads", registry=registry)
+    steps = Gauge("toposched_kube_steps", "Scheduling loop passes", registry=registry)
+    gangs = Gauge("toposched_kube_gangs", "Gangs the core holds", registry=registry)
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path == "/healthz":
+                body, kind, code = b"ok\n", "text/plain", 200
+            elif self.path == "/metrics":
+                leading.set(1 if runner.leading else 0)
+                steps.set(runner.steps)
+                gangs.set(len(runner.scheduler.gangs))
+                body, kind, code = generate_latest(registry), CONTENT_TYPE_LATEST, 200
+            else:
+                body, kind, code = b"not found\n", "text/plain", 404
+            self.send_response(code)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            return
+
+    server = ThreadingHTTPServer((host, port), Handler)
+    threading.Thread(target=server.serve_forever, name="health", daemon=True).start()
+    return server

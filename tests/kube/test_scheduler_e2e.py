@@ -1,0 +1,305 @@
+"""The Kubernetes scheduler end to end, through the API server emulator: gangs bound whole on
+the best-connected GPUs, no deadlock, a successor that finishes a half-bound gang, a watch that
+recovers from 410 Gone, leader failover, freed GPUs, and bad objects refused with an Event."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.kube.emulator import ApiServer
+from toposched.core import make_scheduler_policy
+from toposched.kube.annotations import encode_topology
+from toposched.kube.api import KubeApi
+from toposched.kube.driver import PLAN, KubeScheduler
+from toposched.kube.runner import Lease, Runner
+from toposched.placement.ring import ring_bandwidth
+from toposched.topology import preset
+
+DGX1 = preset("dgx1-v100")
+
+
+def node(name: str, opted_in: bool = True, annotation: str | None = None) -> dict[str, Any]:
+    labels = {"toposched.io/gpu-schedule": "topology"} if opted_in else {}
+    text = annotation if annotation is not None else encode_topology(DGX1)
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": labels,
+            "annotations": {"toposched.io/topology": text},
+        },
+        "status": {
+            "allocatable": {"nvidia.com/gpu": "8"},
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
+
+
+def pod(name: str, gpus: Any = 1, group: str | None = None, ns: str = "team-a") -> dict[str, Any]:
+    labels = {"scheduling.x-k8s.io/pod-group": group} if group else {}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": ns, "labels": labels},
+        "spec": {
+            "schedulerName": "toposched",
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "pytorch",
+                    "resources": {"limits": {"nvidia.com/gpu": gpus}},
+                }
+            ],
+        },
+    }
+
+
+def podgroup(name: str, min_member: Any, ns: str = "team-a") -> dict[str, Any]:
+    return {
+        "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+        "kind": "PodGroup",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"minMember": min_member},
+    }
+
+
+def until(check: Callable[[], Any], what: str, timeout: float = 15.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = check()
+        if found:
+            return found
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+class Cluster:
+    """The emulator and one running scheduler over it."""
+
+    def __init__(self, server: ApiServer, kubeconfig: Path) -> None:
+        self.server = server
+        self.kubeconfig = kubeconfig
+        self.runners: list[tuple[Runner, threading.Thread]] = []
+
+    def start(self, lease: bool = False, name: str = "a", policy: str = "toposched") -> Runner:
+        api = KubeApi.connect(str(self.kubeconfig))
+        chosen = make_scheduler_policy(policy, {"migration": False, "elastic": False})
+        driver = KubeScheduler(api, chosen)
+        runner = Runner(
+            driver,
+            lease=Lease(api, "toposched-system", name, duration_s=2) if lease else None,
+            interval_s=0.05,
+            watch_timeout_s=5,
+        )
+        thread = threading.Thread(target=runner.run, daemon=True)
+        thread.start()
+        self.runners.append((runner, thread))
+        return runner
+
+    def stop(self) -> None:
+        for runner, thread in self.runners:
+            runner.stop.set()
+            thread.join(timeout=10)
+
+    def pod(self, name: str, ns: str = "team-a") -> dict[str, Any]:
+        found = [p for p in self.server.objects("pods", ns) if p["metadata"]["name"] == name]
+        return found[0] if found else {}
+
+    def bound(self, *names: str, ns: str = "team-a") -> dict[str, tuple[str, tuple[int, ...]]]:
+        """Where each named pod is bound, once all are."""
+        out = {}
+        for name in names:
+            p = self.pod(name, ns)
+            node_name = (p.get("spec") or {}).get("nodeName")
+            gpus = ((p.get("metadata") or {}).get("annotations") or {}).get("toposched.io/gpus")
+            if not node_name or not gpus:
+                return {}
+            out[name] = (node_name, tuple(int(g) for g in gpus.split(",")))
+        return out
+
+    def events(self, name: str, ns: str = "team-a") -> list[dict[str, Any]]:
+        return [
+            e
+            for e in self.server.objects("events", ns)
+            if (e.get("involvedObject") or {}).get("name") == name
+        ]
+
+
+@pytest.fixture
+def cluster(apiserver: ApiServer, kubeconfig: Path) -> Iterator[Cluster]:
+    c = Cluster(apiserver, kubeconfig)
+    yield c
+    c.stop()
+
+
+def test_a_gang_lands_on_one_nvlink_ring_of_one_node(cluster: Cluster) -> None:
+    for i in range(4):
+        cluster.server.create(node(f"dgx{i}"))
+    cluster.start()
+    cluster.server.create(podgroup("vgg16", 4))
+    for i in range(4):
+        cluster.server.create(pod(f"vgg16-{i}", 1, group="vgg16"))
+    where = until(lambda: cluster.bound(*(f"vgg16-{i}" for i in range(4))), "the gang bound")
+    nodes = {n for n, _ in where.values()}
+    gpus = sorted(g for _, gs in where.values() for g in gs)
+    assert len(nodes) == 1 and len(set(gpus)) == 4
+    assert ring_bandwidth(DGX1, gpus) == 25.0  # an NVLink ring: 4 workers of VGG16 at 1.9x
+
+
+def test_a_large_gang_takes_the_fewest_whole_nodes(cluster: Cluster) -> None:
+    for i in range(4):
+        cluster.server.create(node(f"dgx{i}"))
+    cluster.start()
+    cluster.server.create(podgroup("big", 2))
+    for i in range(2):
+        cluster.server.create(pod(f"big-{i}", 8, group="big"))
+    where = until(lambda: cluster.bound("big-0", "big-1"), "the gang bound")
+    assert len({n for n, _ in where.values()}) == 2
+    assert all(gpus == tuple(range(8)) for _, gpus in where.values())
+
+
+def test_two_gangs_that_do_not_fit_together_never_deadlock(cluster: Cluster) -> None:
+    cluster.server.create(node("dgx0"))
+    cluster.start()
+    for g in ("a", "b"):
+        cluster.server.create(podgroup(g, 2))
+    for i in range(2):  # interleaved: a binder that takes pods one at a time would split them
+        for g in ("a", "b"):
+            cluster.server.create(pod(f"{g}-{i}", 4, group=g))
+    first = until(
+        lambda: cluster.bound("a-0", "a-1") or cluster.bound("b-0", "b-1"), "one gang bound"
+    )
+    other = "b" if "a-0" in first else "a"
+    time.sleep(0.3)
+    assert not any(cluster.pod(f"{other}-{i}")["spec"].get("nodeName") for i in range(2))
+    waiting = cluster.pod(f"{other}-0")
+    condition = [c for c in waiting["status"].get("conditions", []) if c["type"] == "PodScheduled"]
+    assert condition and condition[0]["status"] == "False" and "GPUs" in condition[0]["message"]
+    assert any(e["reason"] == "FailedScheduling" for e in cluster.events(f"{other}-0"))
+    for name in first:
+        cluster.server.set_phase("team-a", name, "Succeeded")
+    until(lambda: cluster.bound(f"{other}-0", f"{other}-1"), "the other gang bound")
+
+
+def test_a_deleted_pod_frees_its_gpus(cluster: Cluster) -> None:
+    cluster.server.create(node("dgx0"))
+    cluster.start()
+    cluster.server.create(pod("first", 8))
+    until(lambda: cluster.bound("first"), "first bound")
+    cluster.server.create(pod("second", 8))
+    time.sleep(0.3)
+    assert not cluster.bound("second")
+    cluster.server.delete("pods", "first", namespace="team-a")
+    until(lambda: cluster.bound("second"), "second bound once first is gone")
+
+
+def test_a_successor_finishes_a_half_bound_gang_from_its_plan(
+    apiserver: ApiServer, cluster: Cluster
+) -> None:
+    """As if the scheduler died between two binds: the plan is on the PodGroup, one pod is
+    bound, the other not. The next scheduler restores the gang and binds the rest, and a
+    pod that asks for the whole node meanwhile waits (no GPU booked twice)."""
+    apiserver.create(node("dgx0"))
+    plan = {
+        "job": "team-a/g#1",
+        "pods": {"g-0": ["dgx0", [0, 1, 2, 3]], "g-1": ["dgx0", [4, 5, 6, 7]]},
+    }
+    group = podgroup("g", 2)
+    group["metadata"]["annotations"] = {PLAN: json.dumps(plan)}
+    apiserver.create(group)
+    bound = pod("g-0", 4, group="g")
+    bound["spec"]["nodeName"] = "dgx0"
+    bound["metadata"]["annotations"] = {"toposched.io/gpus": "0,1,2,3"}
+    apiserver.create(bound)
+    apiserver.create(pod("g-1", 4, group="g"))
+    apiserver.create(pod("whole", 8))
+    cluster.start()
+    where = until(lambda: cluster.bound("g-0", "g-1"), "the rest of the gang bound")
+    assert where == {"g-0": ("dgx0", (0, 1, 2, 3)), "g-1": ("dgx0", (4, 5, 6, 7))}
+    time.sleep(0.3)
+    assert not cluster.bound("whole")
+
+
+def test_a_watch_that_is_gone_lists_again(apiserver: ApiServer, cluster: Cluster) -> None:
+    apiserver.create(node("dgx0"))
+    runner = cluster.start()
+    apiserver.create(pod("before", 1))
+    until(lambda: cluster.bound("before"), "before bound")
+    apiserver.compact()
+    apiserver.drop_watches()
+    apiserver.create(pod("after", 1))
+    until(lambda: cluster.bound("after"), "a pod created after the compaction bound")
+    assert any(w.relists for w in runner.watchers)
+
+
+def test_only_the_leader_binds_and_a_successor_takes_over(
+    apiserver: ApiServer, cluster: Cluster
+) -> None:
+    apiserver.create(node("dgx0"))
+    first = cluster.start(lease=True, name="first")
+    until(lambda: first.leading, "the first replica leads")
+    second = cluster.start(lease=True, name="second")
+    apiserver.create(pod("p1", 1))
+    until(lambda: cluster.bound("p1"), "p1 bound by the leader")
+    assert not second.leading
+    first.stop.set()  # it dies without giving the lease back
+    until(lambda: second.leading, "the second replica leads once the lease expires", 20)
+    apiserver.create(pod("p2", 1))
+    where = until(lambda: cluster.bound("p1", "p2"), "p2 bound by the successor")
+    assert where["p1"][1] != where["p2"][1]  # it rebuilt p1's GPUs before binding
+
+
+def test_bad_objects_get_an_event_and_change_nothing_else(
+    apiserver: ApiServer, cluster: Cluster
+) -> None:
+    apiserver.create(node("dgx0"))
+    apiserver.create(node("broken", annotation="{not json"))
+    cluster.start()
+    # A fractional GPU count never gets this far: the API server refuses it (as the real one
+    # does, 422 "must be an integer"). What reaches the scheduler is an annotation set by hand.
+    with pytest.raises(Exception, match="must be an integer"):
+        apiserver.create(pod("half", "500m"))
+    bad = pod("two", 1)
+    bad["metadata"]["annotations"] = {"toposched.io/gpus": "two"}
+    apiserver.create(bad)
+    apiserver.create(podgroup("huge", 100))
+    for i in range(100):
+        apiserver.create(pod(f"huge-{i}", 1, group="huge"))
+    apiserver.create(pod("fine", 1))
+    until(lambda: cluster.bound("fine"), "a good pod bound beside the bad ones")
+    invalid = until(lambda: cluster.events("two"), "an Event on the bad pod")
+    assert "toposched.io/gpus must list GPU indices" in invalid[0]["message"]
+    huge = until(lambda: cluster.events("huge-0"), "an Event on the gang that never fits")
+    assert "at most" in huge[0]["message"]
+    node_events = until(
+        lambda: cluster.events("broken", ns="default") or cluster.events("broken", ns=""),
+        "an Event on the node",
+    )
+    assert "not JSON" in node_events[0]["message"]
+    assert not cluster.bound("two") and not cluster.bound("huge-0")
+
+
+def test_a_failed_bind_stops_the_whole_gang_and_it_binds_again_whole(
+    apiserver: ApiServer, cluster: Cluster
+) -> None:
+    """Pods cannot be unbound: when one bind of a gang fails, the pods already bound are
+    evicted, and the pods made again (as a job operator would) wait and bind as a whole."""
+    apiserver.create(node("dgx0"))
+    cluster.start()
+    apiserver.inject_error("POST", r"/pods/g-1/binding$", 409, "Conflict", "injected")
+    apiserver.create(podgroup("g", 2))
+    apiserver.create(pod("g-0", 4, group="g"))
+    apiserver.create(pod("g-1", 4, group="g"))
+    until(lambda: not cluster.pod("g-0"), "the bound pod evicted")
+    assert not cluster.bound("g-1")
+    apiserver.create(pod("g-0", 4, group="g"))  # its operator makes it again
+    where = until(lambda: cluster.bound("g-0", "g-1"), "the gang bound whole")
+    assert sorted(g for _, gs in where.values() for g in gs) == list(range(8))

@@ -1,0 +1,157 @@
+"""Kubernetes objects read as the core sees them: the node topology annotation (the same model
+as `topology parse`), pods, gangs, and clear errors for objects that cannot be used."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from toposched.core import Locality
+from toposched.kube.annotations import (
+    AnnotationError,
+    decode_gpus,
+    decode_topology,
+    encode_gpus,
+    encode_topology,
+    opted_in,
+)
+from toposched.kube.objects import ObjectError, gang_spec, min_member, node_from, pod_from
+from toposched.topology import preset
+from toposched.topology.cluster import SCHEDULE_LABEL, Tier
+from toposched.topology.smi import parse_smi
+
+FIXTURE = "tests/fixtures/topologies/hgx-h100-8gpu-nv18.txt"
+
+
+def node_obj(name: str, annotation: str | None, **labels: str) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "labels": labels}
+    if annotation is not None:
+        meta["annotations"] = {"toposched.io/topology": annotation}
+    return {"kind": "Node", "metadata": meta, "status": {"allocatable": {"nvidia.com/gpu": "8"}}}
+
+
+def pod_obj(name: str, gpus: Any = 1, **extra: Any) -> dict[str, Any]:
+    limits = {} if gpus is None else {"nvidia.com/gpu": gpus}
+    obj: dict[str, Any] = {
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "team-a", "uid": f"uid-{name}", "labels": {}},
+        "spec": {
+            "schedulerName": "toposched",
+            "containers": [{"name": "c", "resources": {"limits": limits}}],
+        },
+        "status": {"phase": "Pending"},
+    }
+    for key, value in extra.items():
+        obj["metadata"][key] = value
+    return obj
+
+
+def test_the_annotation_round_trips_a_real_capture() -> None:
+    with open(FIXTURE) as f:
+        topology = parse_smi(f.read())
+    text = encode_topology(topology, unhealthy=[3])
+    read = decode_topology(text)
+    assert read.topology == topology and read.unhealthy == {3} and not read.stale
+    assert json.loads(text)["links"] == topology.codes()  # the model of `topology parse --json`
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("{", "is not JSON"),
+        ('{"version": 2, "links": [["X"]]}', "version 2 unknown"),
+        ('{"version": 1, "links": "NV1"}', "links must be a list of lists"),
+        ('{"version": 1, "links": [["X", "NV1"], ["NV2", "X"]]}', "not symmetric"),
+        ('{"version": 1, "links": [["X", "QQ"], ["QQ", "X"]]}', "GPU0->GPU1"),
+        ('{"version": 1, "gpus": 3, "links": [["X"]]}', "gpus is 3 but links has 1 rows"),
+        ('{"version": 1, "links": [["X"]], "unhealthy": [4]}', "unhealthy must list GPU"),
+        ('{"version": 1, "links": [["X"]], "numa": [0, 1]}', "numa must list one value per GPU"),
+    ],
+)
+def test_a_bad_annotation_says_what_is_wrong(text: str, words: str) -> None:
+    with pytest.raises(AnnotationError, match=words):
+        decode_topology(text)
+
+
+def test_gpu_annotations() -> None:
+    assert decode_gpus(encode_gpus([3, 1])) == (1, 3)
+    for bad in ("", "a,b", "1,1", "-1"):
+        with pytest.raises(AnnotationError):
+            decode_gpus(bad)
+
+
+def test_a_node_opts_in_by_either_label_and_keeps_its_rack_and_zone() -> None:
+    text = encode_topology(preset("dgx1-v100"))
+    ack, _ = node_from(node_obj("a", text, **{"ack.node.gpu.schedule": "topology"}))
+    own, _ = node_from(
+        node_obj(
+            "b",
+            text,
+            **{
+                "toposched.io/gpu-schedule": "topology",
+                "toposched.io/rack": "r7",
+                "topology.kubernetes.io/zone": "z1",
+            },
+        )
+    )
+    plain, _ = node_from(node_obj("c", text))
+    assert ack.labels[SCHEDULE_LABEL] == own.labels[SCHEDULE_LABEL] == "topology"
+    assert plain.labels[SCHEDULE_LABEL] == "default"
+    assert (own.rack, own.pod) == ("r7", "z1")
+    assert opted_in({"ack.node.gpu.schedule": "topology"}) and not opted_in({})
+
+
+def test_a_node_without_a_usable_annotation_is_refused_with_the_reason() -> None:
+    with pytest.raises(ObjectError, match=r"node n: no toposched\.io/topology annotation"):
+        node_from(node_obj("n", None))
+    with pytest.raises(ObjectError, match=r"node n: toposched\.io/topology is not JSON"):
+        node_from(node_obj("n", "nope"))
+
+
+def test_fewer_allocatable_gpus_than_the_agent_saw_are_unhealthy() -> None:
+    obj = node_obj("n", encode_topology(preset("dgx1-v100")))
+    obj["status"]["allocatable"]["nvidia.com/gpu"] = "6"
+    _, gpus = node_from(obj)
+    assert gpus.unhealthy == {6, 7}
+
+
+def test_pods_and_gangs() -> None:
+    pod = pod_from(pod_obj("w0", "2", labels={"scheduling.x-k8s.io/pod-group": "g"}))
+    assert (pod.gpus, pod.group, pod.queue, pod.node) == (2, "g", "team-a", None)
+    volcano = pod_from(pod_obj("w1", 2, annotations={"scheduling.k8s.io/group-name": "g"}))
+    assert volcano.group == "g"
+    group = {
+        "metadata": {
+            "name": "g",
+            "namespace": "team-a",
+            "annotations": {"toposched.io/locality": "node,rack@60"},
+        },
+        "spec": {"minMember": 2},
+    }
+    spec = gang_spec("team-a/g#1", [pod, volcano], min_member(group), group)
+    assert (spec.workers, spec.gpus_per_worker, spec.queue) == (2, 2, "team-a")
+    assert spec.locality.prefer is Locality.NODE and spec.locality.accept is Locality.RACK
+    assert spec.locality.allowed(0).tier is Tier.NODE
+
+
+@pytest.mark.parametrize(
+    ("obj", "words"),
+    [
+        (pod_obj("p", "two"), "nvidia.com/gpu limit 'two' in container 'c' is not a whole number"),
+        (pod_obj("p", "1.5"), "is not a whole number of GPUs"),
+        (pod_obj("p", 1, annotations={"toposched.io/gpus": "x"}), "toposched.io/gpus must list"),
+    ],
+)
+def test_a_bad_pod_says_what_is_wrong(obj: dict[str, Any], words: str) -> None:
+    with pytest.raises(ObjectError, match=words):
+        pod_from(obj)
+
+
+def test_bad_gangs_say_what_is_wrong() -> None:
+    with pytest.raises(ObjectError, match=r"spec\.minMember 'four' is not a positive integer"):
+        min_member({"metadata": {"name": "g", "namespace": "a"}, "spec": {"minMember": "four"}})
+    mixed = [pod_from(pod_obj("a", 1)), pod_from(pod_obj("b", 2))]
+    with pytest.raises(ObjectError, match="must ask the same number of GPUs, these ask 1, 2"):
+        gang_spec("team-a/g#1", mixed, 2)
