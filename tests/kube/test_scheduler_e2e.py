@@ -303,3 +303,140 @@ def test_a_failed_bind_stops_the_whole_gang_and_it_binds_again_whole(
     apiserver.create(pod("g-0", 4, group="g"))  # its operator makes it again
     where = until(lambda: cluster.bound("g-0", "g-1"), "the gang bound whole")
     assert sorted(g for _, gs in where.values() for g in gs) == list(range(8))
+
+
+def queues(**guaranteed: int) -> dict[str, Any]:
+    text = "queues:\n" + "".join(
+        f"  {q}: {{guaranteed_gpus: {g}}}\n" for q, g in guaranteed.items()
+    )
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "toposched-queues", "namespace": "toposched-system"},
+        "data": {"queues.yaml": text},
+    }
+
+
+def test_a_team_within_its_share_reclaims_borrowed_gpus_by_eviction(
+    apiserver: ApiServer, cluster: Cluster
+) -> None:
+    apiserver.create(node("dgx0"))
+    apiserver.create(queues(**{"team-a": 8}))
+    cluster.start()
+    apiserver.create(pod("borrower", 8, ns="team-b"))
+    until(lambda: cluster.bound("borrower", ns="team-b"), "team-b borrows the idle node")
+    apiserver.create(pod("owner", 8))
+    until(lambda: not cluster.pod("borrower", ns="team-b"), "the borrower evicted")
+    assert ("POST", "/api/v1/namespaces/team-b/pods/borrower/eviction") in apiserver.requests
+    until(lambda: cluster.bound("owner"), "team-a's pod bound on its share")
+
+
+def test_a_disruption_budget_holds_an_eviction_back_and_says_so(
+    apiserver: ApiServer, cluster: Cluster
+) -> None:
+    apiserver.create(node("dgx0"))
+    apiserver.create(queues(**{"team-a": 8}))
+    borrower = pod("borrower", 8, ns="team-b")
+    borrower["metadata"]["labels"] = {"app": "keep"}
+    apiserver.create(
+        {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": "keep", "namespace": "team-b"},
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "keep"}}},
+        }
+    )
+    cluster.start()
+    apiserver.create(borrower)
+    until(lambda: cluster.bound("borrower", ns="team-b"), "team-b borrows the idle node")
+    apiserver.set_phase("team-b", "borrower", "Running")  # ready: the budget counts it
+    apiserver.create(pod("owner", 8))
+    blocked = until(
+        lambda: [
+            e for e in cluster.events("borrower", ns="team-b") if e["reason"] == "EvictionBlocked"
+        ],
+        "an Event saying the budget blocks the eviction",
+    )
+    assert "PodDisruptionBudget" in blocked[0]["message"]
+    assert cluster.pod("borrower", ns="team-b") and not cluster.bound("owner")
+    apiserver.delete("poddisruptionbudgets", "keep", namespace="team-b")
+    until(lambda: cluster.bound("owner"), "the owner bound once the budget is gone")
+
+
+def test_a_higher_priority_pod_preempts_lower_priority_work_of_its_queue(
+    apiserver: ApiServer, cluster: Cluster
+) -> None:
+    apiserver.create(node("dgx0"))
+    apiserver.create(
+        {
+            "apiVersion": "scheduling.k8s.io/v1",
+            "kind": "PriorityClass",
+            "metadata": {"name": "urgent"},
+            "value": 100,
+        }
+    )
+    cluster.start()
+    apiserver.create(pod("running", 8))
+    until(lambda: cluster.bound("running"), "the node taken")
+    apiserver.create(pod("low", 8))
+    high = pod("high", 8)
+    high["spec"]["priorityClassName"] = "urgent"  # admission sets spec.priority from it
+    apiserver.create(high)
+    until(lambda: cluster.bound("high"), "the higher priority pod bound")
+    assert ("POST", "/api/v1/namespaces/team-a/pods/running/eviction") in apiserver.requests
+    assert not cluster.bound("low")
+
+
+def test_the_cli_reads_a_cluster_through_the_read_api(
+    apiserver: ApiServer, cluster: Cluster
+) -> None:
+    """`toposched top node`, `list` and `explain`, as a user types them, against the scheduler."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    from toposched.kube.readapi import make_app, serve
+
+    apiserver.create(node("dgx0"))
+    runner = cluster.start()
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    serve(make_app(runner), "127.0.0.1", port)
+    url = f"http://127.0.0.1:{port}"
+    apiserver.create(pod("big", 8))
+    until(lambda: cluster.bound("big"), "big bound")
+    apiserver.create(pod("waits", 4))
+    until(lambda: cluster.events("waits"), "waits says why")
+    env = {**os.environ, "TOPOSCHED_URL": url}
+
+    def cli(*args: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "toposched", *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    until(lambda: _get(url + "/healthz"), "the read API up")
+    listed = json.loads(cli("list", "--json"))["jobs"]
+    names = {j["name"]: j for j in listed}
+    big = next(j for n, j in names.items() if n.startswith("team-a/big"))
+    waits = next(n for n in names if n.startswith("team-a/waits"))
+    assert big["state"] == "running" and big["placement"][0]["node"] == "dgx0"
+    assert "GPUs" in cli("explain", waits)
+    assert "dgx0" in cli("top", "node")
+
+
+def _get(url: str) -> bool:
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=2) as answer:
+            return bool(answer.status == 200)
+    except OSError:
+        return False

@@ -33,13 +33,16 @@ def scheduler(
         "--lease-namespace",
         help="Where the Lease and the toposched-queues ConfigMap live.",
     ),
-    listen: str = typer.Option("0.0.0.0:8080", "--listen", help="HOST:PORT of /healthz."),
+    listen: str = typer.Option(
+        "0.0.0.0:8080", "--listen", help="HOST:PORT of /healthz, /metrics and the read API."
+    ),
 ) -> None:
     """Watch pods whose schedulerName is --scheduler-name, nodes and PodGroups, and bind whole
     gangs onto the best-connected GPUs of each node."""
     from toposched.kube.api import KubeApi
     from toposched.kube.driver import KubeScheduler
-    from toposched.kube.runner import Lease, Runner, serve_health
+    from toposched.kube.readapi import make_app, serve
+    from toposched.kube.runner import Lease, Runner
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     if kubeconfig is None and not in_cluster:
@@ -60,7 +63,7 @@ def scheduler(
         lease = Lease(api, lease_namespace, f"{socket.gethostname()}-{os.getpid()}")
     runner = Runner(driver, lease=lease)
     host, _, port = listen.rpartition(":")
-    serve_health(runner, host or "0.0.0.0", int(port))
+    serve(make_app(runner), host or "0.0.0.0", int(port))
     signal.signal(signal.SIGTERM, lambda *_: runner.stop.set())
     typer.echo(f"toposched kube scheduler: policy {chosen.name}, scheduler name {scheduler_name}")
     try:

@@ -26,6 +26,9 @@ class JobView:
     reason: str
     restarts: int
     history: tuple[tuple[float, str], ...]
+    spec: JobSpec | None = None
+    submitted: float = 0.0
+    started: float | None = None
 
 
 class CoreView:
@@ -44,7 +47,15 @@ class CoreView:
     def job(self, name: str) -> JobView:
         rec = self._books.job(name)
         return JobView(
-            rec.name, rec.state, rec.placement, self.reason(rec), rec.restarts, tuple(rec.log)
+            rec.name,
+            rec.state,
+            rec.placement,
+            self.reason(rec),
+            rec.restarts,
+            tuple(rec.log),
+            rec.spec,
+            rec.submitted,
+            rec.started,
         )
 
     def jobs(self) -> Iterator[JobView]:

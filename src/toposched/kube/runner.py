@@ -9,7 +9,6 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from toposched.kube.api import ApiError, Gone, KubeApi
@@ -168,6 +167,7 @@ class Runner:
         self.interval_s = interval_s
         self.watch_timeout_s = watch_timeout_s
         self.stop = threading.Event()
+        self.lock = threading.RLock()  # held while stepping; the read API reads under it
         self.seen: queue.Queue[Seen] = queue.Queue()
         self.watchers: list[Watcher] = []
         self.leading = lease is None
@@ -179,7 +179,8 @@ class Runner:
             if self.stop.is_set():
                 return
         s = self.scheduler
-        versions = s.sync()
+        with self.lock:
+            versions = s.sync()
         api = s.api
         self.watchers = [
             Watcher(
@@ -230,8 +231,16 @@ class Runner:
             watcher.start()
         renew_at = time.monotonic() + 2.0
         while not self.stop.is_set():
-            self._drain()
-            s.step()
+            try:
+                batch = self._wait()
+                with self.lock:
+                    self._apply(batch)
+                    s.step()
+            except Exception:
+                # One object the driver could not handle must not stop the scheduling of all
+                # others; the copies are refreshed by the next events, and it tries again.
+                log.exception("scheduling step failed; going on")
+                self.stop.wait(1.0)
             self.steps += 1
             if self.lease is not None and time.monotonic() >= renew_at:
                 renew_at = time.monotonic() + self.lease.duration_s / 3
@@ -252,53 +261,21 @@ class Runner:
                 log.warning("lease: %s", err)
             self.stop.wait(min(2.0, self.lease.duration_s / 3))
 
-    def _drain(self) -> None:
+    def _wait(self) -> list[Seen]:
+        """What the watches saw, waiting at most one interval for the first of it."""
         try:
-            first = self.seen.get(timeout=self.interval_s)
+            batch = [self.seen.get(timeout=self.interval_s)]
         except queue.Empty:
-            return
-        batch = [first]
+            return []
         while True:
             try:
                 batch.append(self.seen.get_nowait())
             except queue.Empty:
-                break
+                return batch
+
+    def _apply(self, batch: list[Seen]) -> None:
         for kind, what, obj in batch:
             if what == "RELIST":
                 self.scheduler.relisted(kind, obj)
             else:
                 self.scheduler.observe(kind, what, obj)
-
-
-def serve_health(runner: Runner, host: str, port: int) -> ThreadingHTTPServer:
-    """`/healthz` (200 once the loop runs) and `/metrics` (Prometheus text) in a thread."""
-    from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, generate_latest
-
-    registry = CollectorRegistry()
-    leading = Gauge("toposched_kube_leader", "1 while this replica leads", registry=registry)
-    steps = Gauge("toposched_kube_steps", "Scheduling loop passes", registry=registry)
-    gangs = Gauge("toposched_kube_gangs", "Gangs the core holds", registry=registry)
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            if self.path == "/healthz":
-                body, kind, code = b"ok\n", "text/plain", 200
-            elif self.path == "/metrics":
-                leading.set(1 if runner.leading else 0)
-                steps.set(runner.steps)
-                gangs.set(len(runner.scheduler.gangs))
-                body, kind, code = generate_latest(registry), CONTENT_TYPE_LATEST, 200
-            else:
-                body, kind, code = b"not found\n", "text/plain", 404
-            self.send_response(code)
-            self.send_header("Content-Type", kind)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            return
-
-    server = ThreadingHTTPServer((host, port), Handler)
-    threading.Thread(target=server.serve_forever, name="health", daemon=True).start()
-    return server
