@@ -29,6 +29,7 @@ by watches; errors raise `ApiError` with `.code`, `.reason`, `.status`):
     compact() -> int; drop_watches(*, bookmark=False) -> int; bookmark() -> int
     watch_count(resource=None) -> int; resource_version -> int
     inject_error(method, path_regex, code=500, reason=..., message=..., times=1)
+    inject_delay(method, path_regex, seconds, times=1); clear_delays() -> int
     wait_until(check, timeout=5.0, interval=0.01)
     requests -> [(method, path)]; request_log -> [RequestRecord(method, path, query,
     content_type, body)]; server_errors -> tracebacks of the emulator's own failures
@@ -1508,6 +1509,14 @@ class _Injected:
 
 
 @dataclass
+class _Delay:
+    method: str
+    pattern: re.Pattern[str]
+    seconds: float
+    times: int
+
+
+@dataclass
 class _Answer:
     code: int
     body: Any  # JSON, or bytes (text/plain)
@@ -1540,6 +1549,8 @@ class ApiServer:
         self._history: list[_Change] = []
         self._watches: list[_Watch] = []
         self._injected: list[_Injected] = []
+        self._delays: list[_Delay] = []
+        self._sleeping: set[threading.Event] = set()  # one per request sleeping on a delay
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self._connections: set[socket.socket] = set()
@@ -1581,6 +1592,7 @@ class ApiServer:
     def stop(self) -> None:
         if self._httpd is None:
             return
+        self.clear_delays()
         self.drop_watches()
         self._httpd.shutdown()
         self._httpd.server_close()
@@ -1794,6 +1806,27 @@ class ApiServer:
                     times,
                 )
             )
+
+    def inject_delay(self, method: str, path_regex: str, seconds: float, times: int = 1) -> None:
+        """Serve the next `times` requests whose method and path (re.search, no query) match
+        only after sleeping `seconds`. The request is logged when it arrives; the sleep holds no
+        lock (other requests and watches go on) and does not watch the client: a request whose
+        client is gone, even killed, is still served when the sleep ends, as a real API server
+        may complete a request it has received (the answer then goes nowhere). An error
+        injected for the same request is answered after the sleep."""
+        with self.lock:
+            self._delays.append(_Delay(method.upper(), re.compile(path_regex), seconds, times))
+
+    def clear_delays(self) -> int:
+        """Drop the delays not yet used and end the sleeps in progress (those requests are
+        served at once). Returns how many requests were sleeping. `stop()` does this too."""
+        with self.lock:
+            self._delays = []
+            sleeping = list(self._sleeping)
+            self._sleeping.clear()
+        for wake in sleeping:
+            wake.set()
+        return len(sleeping)
 
     def wait_until(self, check: Callable[[], T], timeout: float = 5.0, interval: float = 0.01) -> T:
         """Poll `check` until it returns something truthy; AssertionError on timeout."""
@@ -3018,13 +3051,32 @@ class ApiServer:
     def _record(
         self, method: str, path: str, query: dict[str, str], content_type: str, body: Any
     ) -> None:
+        """Log the request, sleep if a delay is injected for it (outside the lock), and raise
+        the error injected for it, if any."""
+        seconds: float | None = None
+        wake = threading.Event()
+        error: ApiError | None = None
         with self.lock:
             self.request_log.append(RequestRecord(method, path, dict(query), content_type, body))
+            for d in self._delays:
+                if d.times > 0 and d.method == method and d.pattern.search(path):
+                    d.times -= 1
+                    self._delays = [i for i in self._delays if i.times > 0]
+                    seconds = d.seconds
+                    self._sleeping.add(wake)
+                    break
             for inj in self._injected:
                 if inj.times > 0 and inj.method == method and inj.pattern.search(path):
                     inj.times -= 1
                     self._injected = [i for i in self._injected if i.times > 0]
-                    raise inj.error
+                    error = inj.error
+                    break
+        if seconds is not None:
+            wake.wait(seconds)
+            with self.lock:
+                self._sleeping.discard(wake)
+        if error is not None:
+            raise error
 
     def _route(
         self, method: str, path: str, query: dict[str, str], headers: Any, raw: bytes
@@ -3525,8 +3577,11 @@ class _Handler(BaseHTTPRequestHandler):
             )
         if isinstance(answer, _Watch):
             self._stream(answer, query)
-        else:
+            return
+        try:
             self._send(answer, head=method == "HEAD")
+        except OSError:  # the client is gone (a delayed request's client may have died)
+            self.close_connection = True
 
     def _send(self, answer: _Answer, head: bool = False) -> None:
         data = (

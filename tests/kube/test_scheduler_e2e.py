@@ -7,13 +7,14 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.kube.emulator import ApiServer
+from tests.server import wait_for as until
 from toposched.core import make_scheduler_policy
 from toposched.kube.annotations import encode_topology
 from toposched.kube.api import KubeApi
@@ -69,16 +70,6 @@ def podgroup(name: str, min_member: Any, ns: str = "team-a") -> dict[str, Any]:
         "metadata": {"name": name, "namespace": ns},
         "spec": {"minMember": min_member},
     }
-
-
-def until(check: Callable[[], Any], what: str, timeout: float = 15.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = check()
-        if found:
-            return found
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 class Cluster:
@@ -251,7 +242,7 @@ def test_only_the_leader_binds_and_a_successor_takes_over(
     until(lambda: cluster.bound("p1"), "p1 bound by the leader")
     assert not second.leading
     first.stop.set()  # it dies without giving the lease back
-    until(lambda: second.leading, "the second replica leads once the lease expires", 20)
+    until(lambda: second.leading, "the second replica leads once the lease expires", 20.0)
     apiserver.create(pod("p2", 1))
     where = until(lambda: cluster.bound("p1", "p2"), "p2 bound by the successor")
     assert where["p1"][1] != where["p2"][1]  # it rebuilt p1's GPUs before binding
@@ -277,7 +268,10 @@ def test_bad_objects_get_an_event_and_change_nothing_else(
     until(lambda: cluster.bound("fine"), "a good pod bound beside the bad ones")
     invalid = until(lambda: cluster.events("two"), "an Event on the bad pod")
     assert "toposched.io/gpus must list GPU indices" in invalid[0]["message"]
-    huge = until(lambda: cluster.events("huge-0"), "an Event on the gang that never fits")
+    huge = until(
+        lambda: [e for e in cluster.events("huge-0") if e["reason"] == "Unschedulable"],
+        "an Event on the gang that never fits",
+    )
     assert "at most" in huge[0]["message"]
     node_events = until(
         lambda: cluster.events("broken", ns="default") or cluster.events("broken", ns=""),
@@ -440,3 +434,68 @@ def _get(url: str) -> bool:
             return bool(answer.status == 200)
     except OSError:
         return False
+
+
+def test_a_cordoned_node_keeps_its_gang_and_takes_no_new_work(
+    apiserver: ApiServer, cluster: Cluster
+) -> None:
+    apiserver.create(node("dgx0"))
+    cluster.start()
+    apiserver.create(pod("running", 4))
+    until(lambda: cluster.bound("running"), "running bound")
+    apiserver.patch("nodes", "dgx0", {"spec": {"unschedulable": True}})
+    apiserver.create(pod("new", 4))
+    time.sleep(0.4)
+    assert cluster.pod("running") and not cluster.bound("new")  # kept, and nothing added
+    apiserver.patch("nodes", "dgx0", {"spec": {"unschedulable": False}})
+    until(lambda: cluster.bound("new"), "new bound once the node is uncordoned")
+
+
+def test_a_pod_in_its_grace_period_keeps_its_gpus(tmp_path: Path) -> None:
+    with ApiServer(graceful_pod_deletion=True) as server:
+        c = Cluster(server, server.kubeconfig(tmp_path / "kubeconfig"))
+        try:
+            server.create(node("dgx0"))
+            c.start()
+            server.create(pod("old", 8))
+            until(lambda: c.bound("old"), "old bound")
+            server.set_phase("team-a", "old", "Running")
+            user = KubeApi.connect(str(tmp_path / "kubeconfig"))
+            user.request("DELETE", "/api/v1/namespaces/team-a/pods/old")  # as kubectl delete
+            assert server.get("pods", "old", "team-a")["metadata"]["deletionTimestamp"]
+            server.create(pod("next", 8))
+            time.sleep(0.4)
+            assert not c.bound("next")
+            server.set_phase("team-a", "old", "Succeeded")  # its containers have exited
+            until(lambda: c.bound("next"), "next bound once old has ended")
+        finally:
+            c.stop()
+
+
+def test_a_deleted_worker_stops_its_gang_which_binds_again_whole(
+    apiserver: ApiServer, cluster: Cluster
+) -> None:
+    apiserver.create(node("dgx0"))
+    cluster.start()
+    apiserver.create(podgroup("g", 2))
+    for i in range(2):
+        apiserver.create(pod(f"g-{i}", 4, group="g"))
+    until(lambda: cluster.bound("g-0", "g-1"), "the gang bound")
+    apiserver.delete("pods", "g-1", namespace="team-a")
+    until(lambda: not cluster.pod("g-0"), "the rest of the gang evicted")
+    for i in range(2):  # its operator makes the gang again
+        apiserver.create(pod(f"g-{i}", 4, group="g"))
+    until(lambda: cluster.bound("g-0", "g-1"), "the gang bound whole again")
+
+
+def test_a_gang_that_lost_a_member_is_not_restored_smaller(
+    apiserver: ApiServer, cluster: Cluster
+) -> None:
+    apiserver.create(node("dgx0"))
+    apiserver.create(podgroup("g", 2))
+    alone = pod("g-0", 4, group="g")
+    alone["spec"]["nodeName"] = "dgx0"
+    alone["metadata"]["annotations"] = {"toposched.io/gpus": "0,1,2,3"}
+    apiserver.create(alone)
+    cluster.start()
+    until(lambda: not cluster.pod("g-0"), "the lone member evicted")

@@ -52,6 +52,7 @@ from toposched.core import (
     Locality,
     LocalityRule,
     NodeAdded,
+    NodeCordoned,
     NodeRemoved,
     Placement,
     RestartPolicy,
@@ -158,6 +159,7 @@ class Driver:
     nodes: dict[str, Node] = field(init=False)
     present: set[str] = field(init=False)
     unhealthy: dict[str, set[int]] = field(default_factory=dict)
+    cordoned: set[str] = field(default_factory=set)
     jobs: dict[str, Known] = field(default_factory=dict)
     now: float = 0.0
     log: list[str] = field(default_factory=list)
@@ -213,9 +215,16 @@ class Driver:
             case NodeRemoved(node=name):
                 self.present.discard(name)
                 self.unhealthy.pop(name, None)
+                self.cordoned.discard(name)
             case NodeAdded(node=node):
                 self.present.add(node.name)
                 self.unhealthy.pop(node.name, None)
+                self.cordoned.discard(node.name)
+            case NodeCordoned(node=name, cordoned=on):
+                if on:
+                    self.cordoned.add(name)
+                else:
+                    self.cordoned.discard(name)
             case GpuHealth(node=name, gpu=gpu, healthy=healthy):
                 bad = self.unhealthy.setdefault(name, set())
                 if healthy:
@@ -440,6 +449,8 @@ class Driver:
         cap = Capacity(nodes)
         for i, node in enumerate(nodes):
             bad = sum(1 << g for g in self.unhealthy.get(node.name, ()))
+            if node.name in self.cordoned:
+                bad = cap.free[i]  # a cordoned node takes no new work
             if bad:
                 cap.take(i, bad)
         return cap
@@ -627,6 +638,12 @@ class SchedulerMachine(RuleBasedStateMachine):
         d = self.driver
         name = pick(sorted(d.present), index)
         d.send(GpuHealth(d.advance(dt), name, gpu % d.nodes[name].size, healthy))
+
+    @precondition(lambda self: self.driver.present)
+    @rule(index=INDEX, on=st.booleans(), dt=SMALL_DT)
+    def cordon(self, index: int, on: bool, dt: float) -> None:
+        d = self.driver
+        d.send(NodeCordoned(d.advance(dt), pick(sorted(d.present), index), on))
 
     @rule(dt=st.sampled_from([1.0, 61.0, 400.0]))
     def tick(self, dt: float) -> None:

@@ -56,7 +56,12 @@ def scheduler(
     chosen = replace(chosen, migration=False, elastic=False)
     api = KubeApi.connect(str(kubeconfig) if kubeconfig else None, in_cluster=in_cluster)
     driver = KubeScheduler(
-        api, chosen, scheduler_name=scheduler_name, namespace=namespace, rack_label=rack_label
+        api,
+        chosen,
+        scheduler_name=scheduler_name,
+        namespace=namespace,
+        rack_label=rack_label,
+        config_namespace=lease_namespace,
     )
     lease = None
     if leader_elect:

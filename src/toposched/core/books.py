@@ -31,6 +31,7 @@ class Books:
         self.capacity = Capacity(cluster.nodes)
         self.labels: dict[str, dict[str, str]] = {n.name: dict(n.labels) for n in cluster.nodes}
         self.unhealthy: dict[int, int] = {}  # failed GPUs of present nodes that have any
+        self.cordoned: set[int] = set()  # nodes that take no new work; none of their GPUs is free
         self.owner: dict[tuple[int, int], str] = {}
         # The same by node, by job, and the jobs holding any GPU: what reclaim and
         # reservations walk, instead of every GPU.
@@ -167,7 +168,8 @@ class Books:
                 del on_node[rec.name], nodes[i]
                 if not nodes:
                     del self.job_nodes[rec.name]
-            if self.capacity.present[i] and not self.unhealthy.get(i, 0) >> gpu & 1:
+            usable = self.capacity.present[i] and i not in self.cordoned
+            if usable and not self.unhealthy.get(i, 0) >> gpu & 1:
                 self.capacity.give(i, 1 << gpu)
             self.touch(i)
         queue = self.queues[rec.spec.queue]
@@ -202,6 +204,7 @@ class Books:
             raise SchedulingError(f"node {node.name!r} is already in the cluster")
         i = self.capacity.add_node(node)
         self.touch(i)
+        self.cordoned.discard(i)
         self.labels[node.name] = dict(node.labels)
         self.unhealthy.pop(i, None)
         held = 0
@@ -215,9 +218,27 @@ class Books:
         """Forget a node whose jobs have let go of it."""
         self.capacity.remove_node(i)
         self.touch(i)
+        self.cordoned.discard(i)
         self.unhealthy.pop(i, None)
         if self.reservation is not None and i in self.reservation.gpus:
             self.reservation = None
+
+    def cordon(self, i: int, on: bool) -> None:
+        """No GPU of node `i` is free while it is cordoned; uncordoned, those neither held nor
+        failed are free again."""
+        if on and i not in self.cordoned:
+            self.cordoned.add(i)
+            self.capacity.take(i, self.capacity.free[i])
+        elif not on and i in self.cordoned:
+            self.cordoned.discard(i)
+            held = 0
+            for mask in self.node_jobs.get(i, {}).values():
+                held |= mask
+            size = self.capacity.nodes[i].size
+            self.capacity.give(i, ((1 << size) - 1) & ~held & ~self.unhealthy.get(i, 0))
+        self.touch(i)
+        if on and self.reservation is not None and i in self.reservation.gpus:
+            self.reservation = None  # its GPUs will not free up there
 
     def holders_on(self, i: int) -> list[str]:
         """The jobs holding GPUs of node `i`, by name."""

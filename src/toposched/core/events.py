@@ -85,6 +85,16 @@ class NodeLabelled(Event):
 
 
 @dataclass(frozen=True)
+class NodeCordoned(Event):
+    """A node takes no new work (cordoned, drained, not ready), or takes it again
+    (`cordoned=False`); the jobs running there go on, and their GPUs stay off limits once they
+    end."""
+
+    node: str
+    cordoned: bool = True
+
+
+@dataclass(frozen=True)
 class GpuHealth(Event):
     node: str
     gpu: int

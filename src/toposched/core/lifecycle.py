@@ -245,6 +245,12 @@ class Lifecycle:
             rec.note(self.books.now, f"move abandoned: {why}")
         return []
 
+    def cordon(self, name: str, on: bool) -> None:
+        i = self.books.node_index(name)
+        if on != (i in self.books.cordoned):
+            self.books.cordon(i, on)
+            self.books.note(f"node {name} {'cordoned' if on else 'takes work again'}")
+
     def label(self, name: str, key: str, value: str | None) -> None:
         i = self.books.node_index(name)
         labels = dict(self.books.labels[name])
@@ -274,13 +280,14 @@ class Lifecycle:
             if self.books.reservation is not None and self.books.reservation.gpus.get(i, 0) & bit:
                 self.books.reservation = None  # re-planned in this cycle, around the failed GPU
             if holder is None:
-                self.books.capacity.take(i, bit)
+                if i not in self.books.cordoned:  # a cordoned node has no free GPU
+                    self.books.capacity.take(i, bit)
                 return []
             return self._lost(
                 self.books.jobs[holder], name, gpu, f"GPU {gpu} of node {name} failed"
             )
         if bad & bit:
             self.books.unhealthy[i] = bad & ~bit
-            if holder is None:
+            if holder is None and i not in self.books.cordoned:
                 self.books.capacity.give(i, bit)
         return []

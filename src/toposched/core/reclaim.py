@@ -305,7 +305,7 @@ class Reclaim:
                     per_node.setdefault(i, {})[job] = (mask, cost)
         best: tuple[tuple[float, ...], tuple[str, ...], dict[int, int]] | None = None
         for i, per in per_node.items():
-            if not cap.present[i]:
+            if not cap.present[i] or i in self.books.cordoned:
                 continue
             everything = cap.free[i]
             for mask, _ in per.values():
@@ -327,7 +327,7 @@ class Reclaim:
         best: tuple[tuple[Cost, int, str], int] | None = None
         for job, cost in costs.items():
             for i, mask in self.books.job_nodes.get(job, {}).items():
-                if not cap.present[i]:
+                if not cap.present[i] or i in self.books.cordoned:
                     continue
                 avail = (cap.free[i] | mask) & ~self.books.unhealthy.get(i, 0)
                 if avail and (best is None or (cost, i, job) < best[0]):
@@ -346,7 +346,8 @@ class Reclaim:
         everything: dict[int, int] = {}
         for job in costs:
             for i, mask in self.books.job_nodes.get(job, {}).items():
-                everything[i] = everything.get(i, 0) | mask
+                if i not in self.books.cordoned:
+                    everything[i] = everything.get(i, 0) | mask
         with self.books.capacity.assuming_free(everything):
             found = self.place(self.books.capacity, request, self.books.network_gbps)
         if isinstance(found, Shortfall):

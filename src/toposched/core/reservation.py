@@ -41,6 +41,8 @@ class Reserver:
         # those compete on the ring they would give.
         soonest: list[tuple[float, int, int, int]] = []
         for i in cap.present_indices():
+            if i in self.books.cordoned:
+                continue  # its GPUs will not free up for others
             healthy = full_mask(cap.nodes[i].size) & ~self.books.unhealthy.get(i, 0)
             if healthy.bit_count() < k:
                 continue
@@ -109,6 +111,8 @@ class Reserver:
         g = request.gpus_per_worker
         domains: dict[tuple[str, ...], list[tuple[float, int, int, int]]] = {}
         for i in cap.present_indices():
+            if i in self.books.cordoned:
+                continue
             healthy = full_mask(cap.nodes[i].size) & ~self.books.unhealthy.get(i, 0)
             if healthy.bit_count() < g:
                 continue

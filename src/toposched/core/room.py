@@ -51,6 +51,7 @@ def plan_shrink(
             and r.placement is not None
             and len(r.placement.workers) > r.spec.min_workers
             and r.spec.priority <= rec.spec.priority
+            and not any(books.capacity.index[w.node] in books.cordoned for w in r.placement.workers)
         ),
         key=lambda r: (r.spec.priority, -(r.started or 0.0), r.seq),
     )
@@ -111,7 +112,8 @@ def plan_defragment(
         if len(by_node) != 1:
             continue
         ((node, held),) = by_node.items()
-        movable.setdefault(cap.index[node], []).append((r, to_mask(held)))
+        if cap.index[node] not in books.cordoned:  # moving off it would open nothing
+            movable.setdefault(cap.index[node], []).append((r, to_mask(held)))
     plan = plan_defrag(cap, request, movable, books.network_gbps, place)
     if plan is None:
         return None

@@ -35,6 +35,7 @@ from toposched.core.events import (
     JobStopped,
     JobSubmitted,
     NodeAdded,
+    NodeCordoned,
     NodeLabelled,
     NodeRemoved,
     QueueConfigured,
@@ -58,7 +59,7 @@ from toposched.topology.cluster import Cluster
 __all__ = ["JobView", "Scheduler", "SchedulingError"]
 
 # Events that may change what reclaim finds (a node, a GPU, a guarantee).
-RECLAIM_EVENTS = (NodeAdded, NodeRemoved, NodeLabelled, GpuHealth, QueueConfigured)
+RECLAIM_EVENTS = (NodeAdded, NodeRemoved, NodeLabelled, NodeCordoned, GpuHealth, QueueConfigured)
 
 
 class Scheduler:
@@ -148,6 +149,8 @@ class Scheduler:
                 return life.remove_node(name)
             case NodeLabelled(node=name, key=key, value=value):
                 life.label(name, key, value)
+            case NodeCordoned(node=name, cordoned=on):
+                life.cordon(name, on)
             case GpuHealth(node=name, gpu=gpu, healthy=healthy):
                 return life.gpu_health(name, gpu, healthy)
             case QueueConfigured(queue=name, guaranteed_gpus=gpus):

@@ -113,6 +113,8 @@ def _check_free(s: Books, owner: dict[tuple[int, int], str]) -> None:
             if (i, gpu) in owner:
                 held_mask |= 1 << gpu
         expected = full_mask(size) & ~held_mask & ~s.unhealthy.get(i, 0)
+        if i in s.cordoned:
+            expected = 0
         if s.capacity.free[i] != expected:
             raise InvariantViolation(f"node {s.capacity.nodes[i].name}: free GPUs disagree")
         total += expected.bit_count()

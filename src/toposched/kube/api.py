@@ -82,8 +82,11 @@ class KubeApi:
         body: Any = None,
         content_type: str = "application/json",
     ) -> JSON:
-        resp = self._send(method, path, query, body, content_type)
-        data = resp.read()
+        try:
+            resp = self._send(method, path, query, body, content_type)
+            data = resp.read()
+        except Exception as err:  # the connection, a timeout: no answer at all
+            raise ApiError(0, "Unreachable", f"{method} {path}: {err}") from err
         answer = json.loads(data) if data else {}
         if resp.status >= 400:
             raise _error(resp.status, answer)
@@ -137,12 +140,23 @@ class KubeApi:
 
     # ------------------------------------------------------------------ scheduling verbs
 
-    def bind(self, namespace: str, pod: str, node: str, annotations: Mapping[str, str]) -> None:
-        """`pods/binding`; the answer is a Status (201), read as such."""
+    def bind(
+        self,
+        namespace: str,
+        pod: str,
+        node: str,
+        annotations: Mapping[str, str],
+        uid: str = "",
+    ) -> None:
+        """`pods/binding`; the answer is a Status (201), read as such. With `uid`, only that
+        pod is bound (a pod made again under the same name answers 409)."""
+        meta: JSON = {"name": pod, "namespace": namespace, "annotations": dict(annotations)}
+        if uid:
+            meta["uid"] = uid
         body = {
             "apiVersion": "v1",
             "kind": "Binding",
-            "metadata": {"name": pod, "namespace": namespace, "annotations": dict(annotations)},
+            "metadata": meta,
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
         self.request("POST", f"/api/v1/namespaces/{namespace}/pods/{pod}/binding", body=body)
@@ -166,16 +180,17 @@ class KubeApi:
     ) -> None:
         """A core/v1 Event about `involved` (what `kubectl describe` lists)."""
         meta = involved.get("metadata") or {}
-        namespace = meta.get("namespace") or "default"
+        kind = str(involved.get("kind") or "Pod")
+        namespace = meta.get("namespace") or "default"  # events of cluster objects: default
         body = {
             "apiVersion": "v1",
             "kind": "Event",
             "metadata": {"generateName": f"{meta.get('name')}.", "namespace": namespace},
             "involvedObject": {
                 "apiVersion": involved.get("apiVersion", "v1"),
-                "kind": involved.get("kind", "Pod"),
+                "kind": kind,
                 "name": meta.get("name"),
-                "namespace": namespace,
+                "namespace": meta.get("namespace") or "",
                 "uid": meta.get("uid"),
             },
             "reason": reason,

@@ -12,6 +12,7 @@ and no gang is left half bound.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
@@ -28,6 +29,7 @@ from toposched.core import (
     JobStopped,
     JobSubmitted,
     NodeAdded,
+    NodeCordoned,
     NodeLabelled,
     NodeRemoved,
     Placement,
@@ -37,6 +39,7 @@ from toposched.core import (
     SchedulingError,
     StartJob,
     StopJob,
+    StopKind,
     Tick,
     Transition,
     WorkerFailed,
@@ -81,6 +84,10 @@ class Gang:
     uids: dict[Key, str] = field(default_factory=dict)  # which pod each key was (made again?)
 
 
+class LeaseLost(RuntimeError):
+    """This replica no longer holds the lease: it must not write anything more."""
+
+
 class KubeScheduler(Driver):
     """Drives one core with one Kubernetes cluster. `sync()` once, then `step()` in a loop."""
 
@@ -109,9 +116,13 @@ class KubeScheduler(Driver):
         self.gangs: dict[str, Gang] = {}
         self.by_key: dict[Key, str] = {}
         self.known: dict[str, NodeGpus] = {}  # nodes in the core, with what it was told
+        self.cordoned: set[str] = set()  # nodes in the core that take no new work
+        self._parsed: dict[str, tuple[str, tuple[Node, NodeGpus] | None]] = {}
         self.warned: dict[tuple[str, str, str], str] = {}  # the last warning per object
         self.rejected: dict[Key, str] = {}  # pods refused (bad objects), by key
         self.evicting: dict[str, set[Key]] = {}  # pods still to evict, per stopping job
+        # Whether writes may go out now (a leader checks that its lease still holds).
+        self.fence: Callable[[], bool] = lambda: True
         self._serial = 0
 
     # ------------------------------------------------------------------ observing
@@ -144,6 +155,9 @@ class KubeScheduler(Driver):
                 raise
             groups, groups_rv = [], ""  # no PodGroup CRD: gangs by Volcano annotation only
         configs, configs_rv = self.api.list(self.config_path(), fieldSelector=QUEUES_SELECTOR)
+        for kind, objects in (("nodes", nodes), ("pods", pods), ("podgroups", groups)):
+            for obj in objects:
+                _kind(kind, obj)  # items of a list carry no kind; Events about them need it
         self._configure(configs[0] if configs else None)
         self.nodes = {key_of(n)[1]: n for n in nodes}
         self.groups = {key_of(g): g for g in groups}
@@ -162,6 +176,7 @@ class KubeScheduler(Driver):
 
     def observe(self, kind: str, event_type: str, obj: Obj) -> None:
         """One watch event (or a listed object) into the copies."""
+        _kind(kind, obj)
         if kind == "nodes":
             name = key_of(obj)[1]
             if event_type == "DELETED":
@@ -196,6 +211,8 @@ class KubeScheduler(Driver):
 
     def relisted(self, kind: str, objects: list[Obj]) -> None:
         """A watch came back with a fresh list (after 410 Gone): objects it lacks are gone."""
+        for obj in objects:
+            _kind(kind, obj)
         if kind == "nodes":
             self.nodes = {key_of(n)[1]: n for n in objects}
         elif kind == "podgroups":
@@ -238,32 +255,58 @@ class KubeScheduler(Driver):
         self._sync_reasons()
 
     def _sync_nodes(self) -> None:
+        """Nodes join the core once ready with a usable topology and leave it only when
+        deleted. A cordoned, NotReady or stale node keeps its running gangs but takes no new
+        work (cordoned in the core); a node rewired while gangs run on it keeps its old
+        topology until they end."""
         now = self.clock()
-        wanted: dict[str, tuple[Node, NodeGpus]] = {}
-        for name, obj in self.nodes.items():
-            if not node_ready(obj):
-                continue
-            try:
-                wanted[name] = node_from(obj, self.rack_label)
-            except ObjectError as err:
-                self._warn(obj, "UnknownTopology", str(err))
-        for name in sorted(set(self.known) - set(wanted)):
+        for name in sorted(set(self.known) - set(self.nodes)):
             del self.known[name]
+            self.cordoned.discard(name)
             self.feed(NodeRemoved(now, name))
-        for name, (node, gpus) in sorted(wanted.items()):
+        for name, obj in sorted(self.nodes.items()):
+            parsed = self._parse_node(name, obj)
             old = self.known.get(name)
-            if old is not None and old.topology != gpus.topology:
-                del self.known[name]
-                self.feed(NodeRemoved(now, name))  # rewired: its jobs fail, as on a new node
-                old = None
             if old is None:
-                self.feed(NodeAdded(now, node))
-                old = NodeGpus(gpus.topology, frozenset(), False)
+                if parsed is None or not node_ready(obj):
+                    continue
+                self.feed(NodeAdded(now, parsed[0]))
+                old = self.known[name] = NodeGpus(parsed[1].topology, frozenset(), False)
+            elif parsed is not None and parsed[1].topology != old.topology:
+                if any(node == name for node, _ in self.view.owners()):
+                    self._warn(obj, "TopologyChanged", "applied once the gangs on it end")
+                    parsed = None
+                else:
+                    self.feed(NodeRemoved(now, name))
+                    self.feed(NodeAdded(now, parsed[0]))
+                    old = self.known[name] = NodeGpus(parsed[1].topology, frozenset(), False)
+            usable = parsed is not None and node_ready(obj)
+            if usable == (name in self.cordoned):
+                self.feed(NodeCordoned(now, name, not usable))
+                (self.cordoned.discard if usable else self.cordoned.add)(name)
+            if parsed is None:
+                continue
+            node, gpus = parsed
             for gpu in sorted(gpus.unhealthy ^ old.unhealthy):
                 self.feed(GpuHealth(now, name, gpu, gpu not in gpus.unhealthy))
             if self.view.labels(name).get(SCHEDULE_LABEL) != node.labels[SCHEDULE_LABEL]:
                 self.feed(NodeLabelled(now, name, SCHEDULE_LABEL, node.labels[SCHEDULE_LABEL]))
             self.known[name] = gpus
+
+    def _parse_node(self, name: str, obj: Obj) -> tuple[Node, NodeGpus] | None:
+        """The node as the core sees it, or None (with a Warning Event): kept per
+        resourceVersion, since a large cluster's annotations cost more than the rest."""
+        version = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+        kept = self._parsed.get(name)
+        if kept is not None and kept[0] == version and version:
+            return kept[1]
+        try:
+            found: tuple[Node, NodeGpus] | None = node_from(obj, self.rack_label)
+        except ObjectError as err:
+            self._warn(obj, "UnknownTopology", str(err))
+            found = None
+        self._parsed[name] = (version, found)
+        return found
 
     def _sync_bound(self) -> None:
         """Bound gangs whose pods ended finish; stopping ones whose pods are gone stop."""
@@ -282,10 +325,12 @@ class KubeScheduler(Driver):
                     self.evicting.pop(job, None)
                     self.feed(JobStopped(now, job))
             elif state is JobState.RUNNING:
-                failed = [i for i, p in enumerate(pods) if p is not None and p[1].phase == "Failed"]
+                # A worker that failed, or was deleted (or made again): the gang stops whole.
+                failed = [i for i, p in enumerate(pods) if p is None or p[1].phase == "Failed"]
                 if failed and alive and not gang.failed:
                     gang.failed = True
-                    self.feed(WorkerFailed(now, job, failed[0], "its pod failed"))
+                    why = "its pod failed or was deleted"
+                    self.feed(WorkerFailed(now, job, failed[0], why))
                 elif not alive:
                     ok = all(p is not None and p[1].phase == "Succeeded" for p in pods)
                     why = "all pods succeeded" if ok else "its pods ended or were deleted"
@@ -298,7 +343,7 @@ class KubeScheduler(Driver):
         now = self.clock()
         waiting: dict[Key, list[Pod]] = {}
         for _, pod in self.pods.values():
-            if pod.node is None and not pod.done:
+            if pod.node is None and not pod.done and not pod.deleting:
                 waiting.setdefault((pod.namespace, pod.group or pod.name), []).append(pod)
         for job, gang in list(self.gangs.items()):
             if self.view.job(job).state is not JobState.PENDING:
@@ -417,21 +462,49 @@ class KubeScheduler(Driver):
             if found is not None and found[1].node is not None:
                 gang.bound.add(key)
                 continue  # bound before a restart, by the plan
-            try:
-                self.api.bind(key[0], key[1], slot.node, {GPUS: encode_gpus(slot.gpus)})
-                gang.bound.add(key)
-            except ApiError as err:
-                failed.append(f"pod {key[1]} (worker {i}): {err}")
+            why = self._bind_one(gang, key, slot.node, {GPUS: encode_gpus(slot.gpus)})
+            if why:
+                failed.append(f"pod {key[1]} (worker {i}): {why}")
         for key in gang.extra:
-            try:
-                self.api.bind(key[0], key[1], slots[0].node, {})
-                gang.bound.add(key)
-            except ApiError as err:
-                failed.append(f"pod {key[1]}: {err}")
+            why = self._bind_one(gang, key, slots[0].node, {})
+            if why:
+                failed.append(f"pod {key[1]}: {why}")
         if failed:
             # Pods cannot be unbound: the gang is stopped whole (its bound pods evicted) and
             # its job operator makes new pods, which wait as a new gang.
             self.post(WorkerFailed(now, gang.job, 0, "bind failed: " + "; ".join(failed)))
+
+    def _bind_one(self, gang: Gang, key: Key, node: str, annotations: dict[str, str]) -> str:
+        """Bind one pod of `gang`; returns why it failed, or "" once it is bound as asked. A
+        409 may be our own bind, sent by a predecessor that died with it in flight: the pod
+        is read back, and counts as bound if it is where the plan put it."""
+        self._fenced()
+        try:
+            self.api.bind(key[0], key[1], node, annotations, uid=gang.uids.get(key, ""))
+        except ApiError as err:
+            if err.status == 409 and self._bound_as(key, node, annotations):
+                gang.bound.add(key)
+                return ""
+            if err.status == 0:  # no answer: the bind may yet land, so it counts as bound
+                gang.bound.add(key)
+            return str(err)
+        gang.bound.add(key)
+        return ""
+
+    def _bound_as(self, key: Key, node: str, annotations: dict[str, str]) -> bool:
+        try:
+            obj = self.api.request("GET", f"/api/v1/namespaces/{key[0]}/pods/{key[1]}")
+        except ApiError:
+            return False
+        have = (obj.get("metadata") or {}).get("annotations") or {}
+        return bool((obj.get("spec") or {}).get("nodeName") == node) and all(
+            have.get(k) == v for k, v in annotations.items()
+        )
+
+    def _fenced(self) -> None:
+        """Writes go out only while this replica may make them (it holds the lease)."""
+        if not self.fence():
+            raise LeaseLost("the lease ran out: another replica may be scheduling")
 
     def _evict(self, job: str) -> None:
         """Evict the job's bound pods (those this scheduler bound, or seen bound)."""
@@ -445,6 +518,7 @@ class KubeScheduler(Driver):
             if found is None or found[1].done or not bound:
                 left.discard(key)
                 continue
+            self._fenced()
             try:
                 self.api.evict(key[0], key[1])
                 left.discard(key)
@@ -484,32 +558,45 @@ class KubeScheduler(Driver):
             if pod.node is not None and pod.bound_gpus is not None and not pod.done:
                 bound.setdefault((pod.namespace, pod.group or pod.name), []).append(pod)
         for key, pods in sorted(bound.items()):
-            planned = self._plan_of(key, pods)
-            workers = planned if planned is not None else sorted(pods, key=lambda p: p.name)
+            self._restore_gang(key, pods, now)
+
+    def _restore_gang(self, key: Key, pods: list[Pod], now: float) -> None:
+        """One gang: from its plan (binding the rest), else from its bound pods. A gang with
+        fewer live pods than its PodGroup asks is given back as stopping, and its pods are
+        evicted: a smaller gang is never kept running."""
+        planned = self._plan_of(key, pods)
+        workers = planned if planned is not None else sorted(pods, key=lambda p: p.name)
+        group = self.groups.get(key)
+        need = len(workers)
+        if planned is None and group is not None:
+            with contextlib.suppress(ObjectError):  # a bad minMember: its own Event says so
+                need = min_member(group)
+        broken = len(workers) < need
+        self._serial += 1
+        job = f"{key[0]}/{key[1]}#{self._serial}"
+        try:
             slots = [
-                WorkerSlot(p.node or "", p.bound_gpus or ())
+                WorkerSlot(p.node, p.bound_gpus or ())
                 if p.node
                 else WorkerSlot(*self._planned_slot(key, p.name))
                 for p in workers
             ]
-            self._serial += 1
-            job = f"{key[0]}/{key[1]}#{self._serial}"
-            try:
-                spec = gang_spec(job, workers, len(workers), self.groups.get(key))
-                nodes = [self._node(s.node) for s in slots]
-                placement = Placement(tuple(slots), None, tier_of(nodes))
-                self.restore(now, spec, now, placement)
-            except (ObjectError, SchedulingError, KeyError) as err:
-                log.warning("gang %s/%s cannot be restored (%s): its pods are evicted", *key, err)
-                for p in pods:
-                    self._try_evict(p)
-                continue
-            gang = Gang(job, key, [p.key for p in workers], group=key in self.groups)
-            gang.bound = {p.key for p in workers if p.node is not None}
-            gang.uids = {p.key: p.uid for p in workers}
-            self.gangs[job], self.by_key[key] = gang, job
-            if planned is not None:
-                self._bind_planned(gang, slots, now)
+            spec = gang_spec(job, workers, len(workers), group)
+            placement = Placement(tuple(slots), None, tier_of(self._node(s.node) for s in slots))
+            self.restore(now, spec, now, placement, 0, StopKind.FAILURE if broken else None)
+        except (ObjectError, SchedulingError, KeyError, ValueError, TypeError) as err:
+            log.warning("gang %s/%s cannot be restored (%s): its pods are evicted", *key, err)
+            for p in pods:
+                self._try_evict(p)
+            return
+        gang = Gang(job, key, [p.key for p in workers], group=group is not None)
+        gang.bound = {p.key for p in workers if p.node is not None}
+        gang.uids = {p.key: p.uid for p in workers}
+        self.gangs[job], self.by_key[key] = gang, job
+        if broken:
+            self.evicting[job] = set(gang.bound)
+        elif planned is not None:
+            self._bind_planned(gang, slots, now)
 
     def _plan_of(self, key: Key, bound: list[Pod]) -> list[Pod] | None:
         """The workers of the plan on the gang's PodGroup, if it names these bound pods."""
@@ -578,6 +665,14 @@ class KubeScheduler(Driver):
             log.info("could not post an Event: %s", err)
 
 
+KINDS = {"nodes": "Node", "pods": "Pod", "podgroups": "PodGroup", "configmaps": "ConfigMap"}
+
+
+def _kind(resource: str, obj: Obj) -> None:
+    if isinstance(obj, dict) and not obj.get("kind"):
+        obj["kind"] = KINDS.get(resource, "")
+
+
 def _created(s: KubeScheduler, pods: list[Pod]) -> tuple[str, str]:
     """Gangs in the order their first pod was created (then by name)."""
     stamps = [
@@ -601,12 +696,17 @@ def queues_from(config: Obj | None) -> dict[str, int]:
         data: Any = yaml.safe_load(text) or {}
     except yaml.YAMLError as err:
         raise ObjectError(f"queues.yaml is not YAML: {err}") from None
+    queues = data.get("queues") if isinstance(data, dict) else None
+    if not isinstance(queues, dict):
+        raise ObjectError("queues.yaml: expected `queues:` mapping each queue to its share")
     out: dict[str, int] = {}
-    for name, entry in ((data.get("queues") or {}) if isinstance(data, dict) else {}).items():
-        gpus = (entry or {}).get("guaranteed_gpus", 0) if isinstance(entry, dict) else None
+    for name, entry in queues.items():
+        if not isinstance(name, str) or not name:
+            raise ObjectError(f"queues.yaml: a queue needs a name, got {name!r}")
+        gpus = entry.get("guaranteed_gpus", 0) if isinstance(entry, dict) else None
         if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 0:
             raise ObjectError(f"queues.yaml: queue {name!r}: guaranteed_gpus must be >= 0")
-        out[str(name)] = gpus
+        out[name] = gpus
     return out
 
 

@@ -64,11 +64,8 @@ def node_from(obj: Obj, rack_label: str = DEFAULT_RACK_LABEL) -> tuple[Node, Nod
         raise ObjectError(f"node {name}: {err}") from None
     if gpus.stale:
         raise ObjectError(f"node {name}: its agent marked the topology stale")
-    allocatable = _quantity(((obj.get("status") or {}).get("allocatable") or {}).get(GPU_RESOURCE))
-    if allocatable is not None and allocatable < gpus.topology.size:
-        # The device plugin counts fewer GPUs than the agent: the missing ones are not usable.
-        missing = set(range(gpus.topology.size)) - set(range(allocatable))
-        gpus = NodeGpus(gpus.topology, gpus.unhealthy | frozenset(missing), gpus.stale)
+    # The device plugin's allocatable count says how many GPUs, not which: the agent's
+    # `unhealthy` list is what names failed GPUs (a plugin restart reports 0 for a moment).
     core_labels = {k: v for k, v in labels.items() if k != SCHEDULE_LABEL}
     core_labels[SCHEDULE_LABEL] = "topology" if opted_in(labels) else "default"
     rack = labels.get(rack_label) or "rack-0"
@@ -125,8 +122,9 @@ class Pod:
 
     @property
     def done(self) -> bool:
-        """It holds no GPUs any more: it ended, or it is being deleted."""
-        return self.phase in ("Succeeded", "Failed") or self.deleting
+        """Its containers ended, so it holds no GPUs any more. A pod being deleted still runs
+        through its grace period: it holds its GPUs until it is gone."""
+        return self.phase in ("Succeeded", "Failed")
 
 
 def pod_from(obj: Obj) -> Pod:

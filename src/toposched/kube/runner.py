@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from toposched.kube.api import ApiError, Gone, KubeApi
-from toposched.kube.driver import QUEUES_SELECTOR, KubeScheduler
+from toposched.kube.driver import QUEUES_SELECTOR, KubeScheduler, LeaseLost
 
 log = logging.getLogger("toposched.kube")
 
@@ -66,7 +66,7 @@ class Watcher(threading.Thread):
     def _relist(self) -> None:
         try:
             items, self.version = self.api.list(self.path, **self.query)
-        except ApiError as err:
+        except Exception as err:  # the API or the connection: list again after a pause
             log.warning("relist %s: %s", self.kind, err)
             self.stop.wait(1.0)
             return
@@ -77,7 +77,9 @@ class Watcher(threading.Thread):
 @dataclass
 class Lease:
     """Leader election on a `coordination.k8s.io/v1` Lease: whoever holds an unexpired lease
-    leads; the holder renews it, others take it over once it has expired."""
+    leads; the holder renews it, others take it over once it has expired. As client-go does,
+    another holder's lease is timed from when this replica saw its record change, on its own
+    monotonic clock, so that clocks that disagree between hosts cannot make two leaders."""
 
     api: KubeApi
     namespace: str
@@ -86,6 +88,7 @@ class Lease:
     duration_s: int = 15
     clock: Callable[[], float] = time.time
     held_until: float = field(default=0.0, init=False)
+    _seen: tuple[str, str, float] = field(default=("", "", 0.0), init=False)
 
     @property
     def path(self) -> str:
@@ -112,10 +115,13 @@ class Lease:
             }
             return self._write("POST", self.path, body, now)
         current = lease.get("spec") or {}
-        holder = current.get("holderIdentity")
-        renewed = _parse_micro(current.get("renewTime"))
-        expired = renewed + float(current.get("leaseDurationSeconds") or self.duration_s) < now
-        if holder not in (None, "", self.identity) and not expired:
+        holder = str(current.get("holderIdentity") or "")
+        record = (holder, str(current.get("renewTime") or ""))
+        if record != self._seen[:2]:
+            self._seen = (*record, time.monotonic())  # it changed: the holder is alive
+        duration = float(current.get("leaseDurationSeconds") or self.duration_s)
+        expired = time.monotonic() - self._seen[2] > duration
+        if holder not in ("", self.identity) and not expired:
             return False
         if holder != self.identity:
             spec["acquireTime"] = _micro(now)
@@ -136,19 +142,6 @@ class Lease:
 
 def _micro(t: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 1e6):06d}Z"
-
-
-def _parse_micro(text: Any) -> float:
-    if not text:
-        return 0.0
-    try:
-        base, _, frac = str(text).rstrip("Z").partition(".")
-        import calendar
-
-        secs = calendar.timegm(time.strptime(base, "%Y-%m-%dT%H:%M:%S"))
-        return secs + (float("0." + frac) if frac else 0.0)
-    except ValueError:
-        return 0.0
 
 
 class Runner:
@@ -172,6 +165,7 @@ class Runner:
         self.watchers: list[Watcher] = []
         self.leading = lease is None
         self.steps = 0
+        self.failed = False
 
     def run(self) -> None:
         if self.lease is not None:
@@ -179,6 +173,11 @@ class Runner:
             if self.stop.is_set():
                 return
         s = self.scheduler
+        if self.lease is not None:
+            lease = self.lease
+            # A write must go out before the lease could pass to another replica, with a
+            # margin for the write itself (renewals come every third of the duration).
+            s.fence = lambda: lease.clock() < lease.held_until - lease.duration_s / 4
         with self.lock:
             versions = s.sync()
         api = s.api
@@ -229,22 +228,33 @@ class Runner:
             )
         for watcher in self.watchers:
             watcher.start()
-        renew_at = time.monotonic() + 2.0
+        renew_at = time.monotonic()  # renew at once: sync may have taken a while
         while not self.stop.is_set():
             try:
                 batch = self._wait()
                 with self.lock:
                     self._apply(batch)
                     s.step()
+            except LeaseLost as err:
+                log.error("%s; stopping", err)
+                self.stop.set()
+                return
             except Exception:
-                # One object the driver could not handle must not stop the scheduling of all
-                # others; the copies are refreshed by the next events, and it tries again.
-                log.exception("scheduling step failed; going on")
-                self.stop.wait(1.0)
+                # Crash-only: the copies and the core may no longer agree with the cluster. A
+                # restart rebuilds both from the API server (`sync`) before binding anything.
+                log.exception("scheduling step failed; stopping (a restart rebuilds the state)")
+                self.failed = True
+                self.stop.set()
+                return
             self.steps += 1
             if self.lease is not None and time.monotonic() >= renew_at:
                 renew_at = time.monotonic() + self.lease.duration_s / 3
-                if not self.lease.try_acquire():
+                try:
+                    renewed = self.lease.try_acquire()
+                except ApiError as err:
+                    log.warning("renewing the lease: %s", err)
+                    renewed = True  # the fence stops writes once it has run out
+                if not renewed:
                     # Crash-only: another replica leads now; this one must bind nothing more.
                     log.error("lost the lease %s; stopping", self.lease.name)
                     self.stop.set()
@@ -275,7 +285,10 @@ class Runner:
 
     def _apply(self, batch: list[Seen]) -> None:
         for kind, what, obj in batch:
-            if what == "RELIST":
-                self.scheduler.relisted(kind, obj)
-            else:
-                self.scheduler.observe(kind, what, obj)
+            try:
+                if what == "RELIST":
+                    self.scheduler.relisted(kind, obj)
+                else:
+                    self.scheduler.observe(kind, what, obj)
+            except Exception:  # one object it cannot read must not hide the others
+                log.exception("could not take a %s %s event", kind, what)

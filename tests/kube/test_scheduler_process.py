@@ -1,0 +1,241 @@
+"""The Kubernetes scheduler as a real process (`python -m toposched kube scheduler`) against the
+API server emulator, killed with SIGKILL where it hurts most: between two binds of one gang, and
+while it leads. What must hold: the gang ends bound whole as its plan says, no GPU is given to
+two live pods, and a second replica takes over the lease and goes on binding."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.kube.emulator import ApiServer
+from tests.kube.test_scheduler_e2e import node, pod, podgroup
+from toposched.kube.driver import PLAN
+
+LEASE_NAMESPACE = "toposched-system"
+LEASE = "toposched-scheduler"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Scheduler:
+    """One `toposched kube scheduler` process; its output goes to a log file."""
+
+    def __init__(self, kubeconfig: Path, log: Path, *args: str) -> None:
+        self.port = free_port()
+        self.log = log
+        command = [sys.executable, "-m", "toposched", "kube", "scheduler"]
+        command += ["--kubeconfig", str(kubeconfig), "--listen", f"127.0.0.1:{self.port}", *args]
+        with log.open("wb") as out:
+            self.proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")[-4000:]
+
+    def healthy(self) -> bool:
+        if self.proc.poll() is not None:
+            raise AssertionError(f"the scheduler exited ({self.proc.returncode}):\n{self.output()}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/healthz", timeout=1) as r:
+                return bool(r.status == 200)
+        except OSError:
+            return False
+
+    def kill(self) -> None:
+        """SIGKILL: no cleanup, no lease given back, requests in flight left as they are."""
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=10)
+
+
+@pytest.fixture
+def start(kubeconfig: Path, tmp_path: Path) -> Iterator[Callable[..., Scheduler]]:
+    """Start scheduler processes (waiting for /healthz); every one is killed and reaped after."""
+    started: list[Scheduler] = []
+
+    def run(*args: str) -> Scheduler:
+        s = Scheduler(kubeconfig, tmp_path / f"scheduler-{len(started)}.log", *args)
+        started.append(s)
+        until(s.healthy, f"/healthz of scheduler {len(started)}", 20)
+        return s
+
+    try:
+        yield run
+    finally:
+        for s in started:
+            s.kill()
+
+
+def until(check: Callable[[], Any], what: str, timeout: float = 15.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = check()
+        if found:
+            return found
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def where(api: ApiServer, name: str, ns: str = "team-a") -> tuple[str, tuple[int, ...]] | None:
+    """(node, GPUs) of a bound pod, None while it is not bound."""
+    found = api.get("pods", name, ns)
+    if not found or not found["spec"].get("nodeName"):
+        return None
+    text = (found["metadata"].get("annotations") or {}).get("toposched.io/gpus", "")
+    return found["spec"]["nodeName"], tuple(int(g) for g in text.split(",") if g)
+
+
+def assert_no_gpu_booked_twice(api: ApiServer) -> dict[str, dict[int, str]]:
+    """Every bound, live pod's GPUs, per node: no GPU twice, none beyond the node's 8."""
+    owners: dict[str, dict[int, str]] = {}
+    for p in api.objects("pods"):
+        node_name = p["spec"].get("nodeName")
+        if not node_name or p.get("status", {}).get("phase") in ("Succeeded", "Failed"):
+            continue
+        text = (p["metadata"].get("annotations") or {}).get("toposched.io/gpus", "")
+        gpus = [int(g) for g in text.split(",") if g]
+        want = int(p["spec"]["containers"][0]["resources"]["limits"].get("nvidia.com/gpu", 0))
+        assert len(gpus) == want, f"{p['metadata']['name']}: GPUs {text!r}, wants {want}"
+        for gpu in gpus:
+            assert 0 <= gpu < 8, f"{p['metadata']['name']}: GPU {gpu} on {node_name}"
+            other = owners.setdefault(node_name, {}).setdefault(gpu, p["metadata"]["name"])
+            assert other == p["metadata"]["name"], f"{node_name} GPU {gpu}: {other} and {p}"
+    return owners
+
+
+def bindings(api: ApiServer, name: str) -> int:
+    return sum(1 for m, path in api.requests if m == "POST" and path.endswith(f"/{name}/binding"))
+
+
+@pytest.mark.parametrize("dying_bind", ["lands-before-the-successor", "lands-after-it"])
+def test_a_scheduler_killed_between_two_binds_is_followed_by_one_that_binds_the_rest(
+    apiserver: ApiServer, start: Callable[..., Scheduler], dying_bind: str
+) -> None:
+    """The first scheduler writes the plan, binds g-0, and hangs in the bind of g-1 (the API
+    server is slow to answer it); it is killed there. Its bind of g-1 was received, so the API
+    server may still carry it out: right after the kill, or once the successor has bound g-1
+    itself (then it is refused, 409). Either way the successor ends with the gang whole, as
+    planned, and a pod that wants a whole node meanwhile takes the other node."""
+    apiserver.create(node("dgx0"))
+    apiserver.create(node("dgx1"))
+    apiserver.create(podgroup("g", 2))
+    apiserver.inject_delay("POST", r"/namespaces/team-a/pods/g-1/binding$", 30.0)
+    apiserver.create(pod("g-0", 4, group="g"))
+    apiserver.create(pod("g-1", 4, group="g"))
+    first = start()
+    until(lambda: where(apiserver, "g-0") and bindings(apiserver, "g-1"), "g-0 bound, g-1 asked")
+    group = apiserver.get("podgroups", "g", "team-a") or {}
+    plan = json.loads(group["metadata"]["annotations"][PLAN])["pods"]
+    assert set(plan) == {"g-0", "g-1"}
+    assert where(apiserver, "g-0") == (plan["g-0"][0], tuple(plan["g-0"][1]))
+    assert not where(apiserver, "g-1")
+    first.kill()
+
+    planned = {name: (str(n), tuple(gpus)) for name, (n, gpus) in plan.items()}
+    if dying_bind == "lands-before-the-successor":
+        assert apiserver.clear_delays() == 1  # the dead scheduler's bind is served now
+        until(lambda: where(apiserver, "g-1"), "the dead scheduler's bind of g-1 carried out")
+    apiserver.create(pod("whole", 8))
+    start()
+    until(lambda: where(apiserver, "g-1") and where(apiserver, "whole"), "g-1 and whole bound")
+    if dying_bind == "lands-after-it":
+        assert apiserver.clear_delays() == 1  # now served: refused, g-1 is bound already
+        time.sleep(0.5)
+    time.sleep(0.5)  # and nothing more happens: no eviction, no second binding
+
+    assert where(apiserver, "g-0") == planned["g-0"]
+    assert where(apiserver, "g-1") == planned["g-1"]
+    assert not set(planned["g-0"][1]) & set(planned["g-1"][1])
+    gang_nodes = {planned["g-0"][0], planned["g-1"][0]}
+    assert len(gang_nodes) == 1, f"2 x 4 GPUs should share one DGX-1: {plan}"
+    whole = where(apiserver, "whole")
+    assert whole is not None and whole[0] not in gang_nodes and whole[1] == tuple(range(8))
+    owners = assert_no_gpu_booked_twice(apiserver)
+    assert sum(len(gpus) for gpus in owners.values()) == 16
+    assert bindings(apiserver, "g-0") == 1  # the successor took g-0 from its annotation
+    # the dead scheduler's bind of g-1, and the successor's unless it found g-1 bound
+    assert bindings(apiserver, "g-1") == (1 if dying_bind == "lands-before-the-successor" else 2)
+
+
+def lease_holder(api: ApiServer) -> str:
+    lease = api.get("leases", LEASE, LEASE_NAMESPACE) or {}
+    return str((lease.get("spec") or {}).get("holderIdentity") or "")
+
+
+def test_a_second_process_takes_the_lease_of_a_killed_leader_and_binds(
+    apiserver: ApiServer, start: Callable[..., Scheduler]
+) -> None:
+    apiserver.create(node("dgx0"))
+    args = ("--leader-elect", "--lease-namespace", LEASE_NAMESPACE)
+    replicas = {s.pid: s for s in (start(*args), start(*args))}
+    identities = {f"{socket.gethostname()}-{pid}": pid for pid in replicas}
+    leader = until(lambda: identities.get(lease_holder(apiserver)), "a replica holding the lease")
+    apiserver.create(pod("p1", 3))
+    until(lambda: where(apiserver, "p1"), "p1 bound by the leader")
+
+    replicas[leader].kill()
+    killed = time.monotonic()
+    apiserver.create(pod("p2", 5))
+    (follower,) = set(replicas) - {leader}
+    until(lambda: where(apiserver, "p2"), "p2 bound by the follower", 40)
+    took = time.monotonic() - killed
+    assert identities[lease_holder(apiserver)] == follower
+    assert took < 40, took
+    lease = apiserver.get("leases", LEASE, LEASE_NAMESPACE) or {}
+    assert lease["spec"].get("leaseTransitions", 0) >= 1
+    time.sleep(0.5)
+
+    p1, p2 = where(apiserver, "p1"), where(apiserver, "p2")
+    assert p1 is not None and p2 is not None and p1[0] == p2[0] == "dgx0"
+    assert not set(p1[1]) & set(p2[1])  # the follower rebuilt p1's GPUs before binding p2
+    assert_no_gpu_booked_twice(apiserver)
+    assert bindings(apiserver, "p1") == 1 and bindings(apiserver, "p2") == 1
+    assert replicas[follower].proc.poll() is None, replicas[follower].output()
+
+
+def test_a_delayed_request_holds_up_only_itself(apiserver: ApiServer) -> None:
+    """inject_delay: the delayed request waits; the others (and the Python side) go on."""
+
+    def get(path: str) -> dict[str, Any]:
+        with urllib.request.urlopen(apiserver.url + path, timeout=10) as answer:
+            return dict(json.loads(answer.read()))
+
+    apiserver.inject_delay("get", r"/namespaces/default$", 5.0)
+    done: list[float] = []
+    began = time.monotonic()
+
+    def slow() -> None:
+        get("/api/v1/namespaces/default")
+        done.append(time.monotonic() - began)
+
+    thread = threading.Thread(target=slow)
+    thread.start()
+    until(lambda: ("GET", "/api/v1/namespaces/default") in apiserver.requests, "the slow GET")
+    assert get("/api/v1/namespaces/kube-system")["metadata"]["name"] == "kube-system"
+    apiserver.create(node("dgx0"))
+    assert not done
+    assert apiserver.clear_delays() == 1
+    thread.join(5)
+    assert done and done[0] < 4.0
+    get("/api/v1/namespaces/default")  # times=1: the next one is not delayed
+    assert time.monotonic() - began < 4.0
