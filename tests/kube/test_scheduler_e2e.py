@@ -440,10 +440,11 @@ def test_a_cordoned_node_keeps_its_gang_and_takes_no_new_work(
     apiserver: ApiServer, cluster: Cluster
 ) -> None:
     apiserver.create(node("dgx0"))
-    cluster.start()
+    runner = cluster.start()
     apiserver.create(pod("running", 4))
     until(lambda: cluster.bound("running"), "running bound")
     apiserver.patch("nodes", "dgx0", {"spec": {"unschedulable": True}})
+    until(lambda: "dgx0" in runner.scheduler.cordoned, "the scheduler sees the cordon")
     apiserver.create(pod("new", 4))
     time.sleep(0.4)
     assert cluster.pod("running") and not cluster.bound("new")  # kept, and nothing added
@@ -499,3 +500,21 @@ def test_a_gang_that_lost_a_member_is_not_restored_smaller(
     apiserver.create(alone)
     cluster.start()
     until(lambda: not cluster.pod("g-0"), "the lone member evicted")
+
+
+def test_an_mpi_gang_binds_its_launcher_with_its_workers(
+    apiserver: ApiServer, cluster: Cluster
+) -> None:
+    """As the MPI operator makes them: a launcher without GPUs first, then the workers; every
+    member counts toward minMember, and the launcher is not bound alone."""
+    apiserver.create(node("dgx0"))
+    cluster.start()
+    apiserver.create(podgroup("mpi", 3))
+    apiserver.create(pod("mpi-launcher", 0, group="mpi"))
+    time.sleep(0.3)
+    assert not cluster.pod("mpi-launcher")["spec"].get("nodeName")
+    for i in range(2):
+        apiserver.create(pod(f"mpi-worker-{i}", 4, group="mpi"))
+    where = until(lambda: cluster.bound("mpi-worker-0", "mpi-worker-1"), "the workers bound")
+    launcher = until(lambda: cluster.pod("mpi-launcher")["spec"].get("nodeName"), "the launcher")
+    assert launcher == where["mpi-worker-0"][0]

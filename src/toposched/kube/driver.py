@@ -66,6 +66,7 @@ log = logging.getLogger("toposched.kube")
 PLAN = "toposched.io/placement"  # on a PodGroup: {"job": ..., "pods": {pod: [node, [gpus]]}}
 PODGROUPS = "/apis/scheduling.x-k8s.io/v1alpha1"
 QUEUES_SELECTOR = "metadata.name=toposched-queues"
+REASON_EVERY_S = 10.0  # how often a waiting gang's pods may be told a new reason
 Key = tuple[str, str]
 
 
@@ -79,6 +80,7 @@ class Gang:
     extra: list[Key] = field(default_factory=list)  # pods of the gang without GPUs
     group: bool = False
     reason: str = ""  # the last reason written on its pods
+    written: float = float("-inf")  # when
     failed: bool = False  # a WorkerFailed was fed
     bound: set[Key] = field(default_factory=set)  # pods bound to their node
     uids: dict[Key, str] = field(default_factory=dict)  # which pod each key was (made again?)
@@ -370,19 +372,21 @@ class KubeScheduler(Driver):
         except ObjectError as err:
             self._warn_pods(pods, "InvalidPodGroup", str(err))
             return
+        # Every member counts toward minMember, as coscheduling counts them: an MPI job's
+        # launcher (no GPU) and its workers are one gang, bound together.
+        if len(pods) < need:
+            self._warn_pods(
+                pods, "WaitingForPods", f"gang {key[0]}/{key[1]}: {len(pods)} of {need} pods"
+            )
+            return
         if not gpu_pods:
             self._bind_without_gpus(pods)
             return
-        if len(gpu_pods) < need:
-            self._warn_pods(
-                pods, "WaitingForPods", f"gang {key[0]}/{key[1]}: {len(gpu_pods)} of {need} pods"
-            )
-            return
         self._serial += 1
         job = f"{key[0]}/{key[1]}#{self._serial}"
-        workers = gpu_pods[:need]
+        workers = gpu_pods  # all of them: a pod beyond minMember would never bind later
         try:
-            spec = gang_spec(job, workers, need, obj)
+            spec = gang_spec(job, workers, len(workers), obj)
         except ObjectError as err:
             self._warn_pods(pods, "InvalidGang", str(err))
             return
@@ -403,7 +407,10 @@ class KubeScheduler(Driver):
             view = self.view.job(job)
             if view.state is not JobState.PENDING or view.reason == gang.reason:
                 continue
-            gang.reason = view.reason
+            now = self.clock()
+            if now - gang.written < REASON_EVERY_S:
+                continue  # a busy queue changes every reason often: each gang's at most this often
+            gang.reason, gang.written = view.reason, now
             for key in gang.workers:
                 found = self.pods.get(key)
                 if found is None:
