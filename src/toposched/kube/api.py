@@ -206,31 +206,21 @@ class KubeApi:
     def set_scheduled_condition(
         self, namespace: str, pod: str, reason: str, message: str, now: str
     ) -> None:
-        """`PodScheduled=False` with the core's reason, by read-modify-write of the status
-        (a stale read gets 409 and is tried again)."""
-        path = f"/api/v1/namespaces/{namespace}/pods/{pod}"
-        for _ in range(3):
-            obj = self.request("GET", path)
-            status = obj.setdefault("status", {})
-            conditions = [
-                c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"
-            ]
-            conditions.append(
-                {
-                    "type": "PodScheduled",
-                    "status": "False",
-                    "reason": reason,
-                    "message": message,
-                    "lastTransitionTime": now,
-                }
-            )
-            status["conditions"] = conditions
-            try:
-                self.request("PUT", f"{path}/status", body=obj)
-                return
-            except ApiError as err:
-                if err.status != 409:
-                    raise
+        """`PodScheduled=False` with the core's reason: one strategic merge patch of the
+        status, which merges conditions by type (the other conditions stay as they are)."""
+        condition = {
+            "type": "PodScheduled",
+            "status": "False",
+            "reason": reason,
+            "message": message,
+            "lastTransitionTime": now,
+        }
+        self.request(
+            "PATCH",
+            f"/api/v1/namespaces/{namespace}/pods/{pod}/status",
+            body={"status": {"conditions": [condition]}},
+            content_type="application/strategic-merge-patch+json",
+        )
 
 
 def _error(status: int, answer: Any) -> ApiError:

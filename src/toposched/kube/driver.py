@@ -17,11 +17,13 @@ import json
 import logging
 import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from toposched.common.driver import Driver
 from toposched.core import (
+    Action,
     GpuHealth,
     JobCancelled,
     JobFinished,
@@ -67,6 +69,8 @@ PLAN = "toposched.io/placement"  # on a PodGroup: {"job": ..., "pods": {pod: [no
 PODGROUPS = "/apis/scheduling.x-k8s.io/v1alpha1"
 QUEUES_SELECTOR = "metadata.name=toposched-queues"
 REASON_EVERY_S = 10.0  # how often a waiting gang's pods may be told a new reason
+BIND_CONNECTIONS = 8  # binds sent at once
+Bind = tuple[str, tuple[str, str], str, dict[str, str]]  # (what, pod, node, annotations)
 Key = tuple[str, str]
 
 
@@ -126,6 +130,8 @@ class KubeScheduler(Driver):
         # Whether writes may go out now (a leader checks that its lease still holds).
         self.fence: Callable[[], bool] = lambda: True
         self._serial = 0
+        self._binds: list[tuple[Gang, list[Bind], float]] = []
+        self._pool = ThreadPoolExecutor(BIND_CONNECTIONS, thread_name_prefix="bind")
 
     # ------------------------------------------------------------------ observing
 
@@ -168,6 +174,7 @@ class KubeScheduler(Driver):
             self._observe_pod("ADDED", obj)
         self._sync_nodes()
         self._restore_bound()
+        self._flush_binds()
         self.reconcile()
         return {
             "nodes": nodes_rv,
@@ -462,24 +469,42 @@ class KubeScheduler(Driver):
         self._bind_planned(gang, placement.workers, now)
 
     def _bind_planned(self, gang: Gang, slots: Iterable[WorkerSlot], now: float) -> None:
-        failed: list[str] = []
+        """Queue the binds of a gang's pods not bound yet; `_flush_binds` sends them."""
         slots = list(slots)
+        binds: list[Bind] = []
         for i, (key, slot) in enumerate(zip(gang.workers, slots, strict=True)):
             found = self.pods.get(key)
             if found is not None and found[1].node is not None:
                 gang.bound.add(key)
                 continue  # bound before a restart, by the plan
-            why = self._bind_one(gang, key, slot.node, {GPUS: encode_gpus(slot.gpus)})
+            binds.append(
+                (f"pod {key[1]} (worker {i})", key, slot.node, {GPUS: encode_gpus(slot.gpus)})
+            )
+        binds.extend((f"pod {key[1]}", key, slots[0].node, {}) for key in gang.extra)
+        self._binds.append((gang, binds, now))
+
+    def carry_out(self, actions: Iterable[Action], now: float) -> None:
+        super().carry_out(actions, now)
+        self._flush_binds()
+
+    def _flush_binds(self) -> None:
+        """Send every queued bind at once, on several connections (each costs a round trip to
+        the API server), then stop whole any gang one of whose binds failed: pods cannot be
+        unbound, so its bound pods are evicted and the pods its operator makes again wait as a
+        new gang."""
+        queued, self._binds = self._binds, []
+        calls = [(gang, bind) for gang, binds, _ in queued for bind in binds]
+        if not calls:
+            return
+        answers = list(self._pool.map(lambda c: self._bind_one(c[0], *c[1][1:]), calls))
+        failed: dict[str, list[str]] = {}
+        for (gang, (what, *_)), why in zip(calls, answers, strict=True):
             if why:
-                failed.append(f"pod {key[1]} (worker {i}): {why}")
-        for key in gang.extra:
-            why = self._bind_one(gang, key, slots[0].node, {})
-            if why:
-                failed.append(f"pod {key[1]}: {why}")
-        if failed:
-            # Pods cannot be unbound: the gang is stopped whole (its bound pods evicted) and
-            # its job operator makes new pods, which wait as a new gang.
-            self.post(WorkerFailed(now, gang.job, 0, "bind failed: " + "; ".join(failed)))
+                failed.setdefault(gang.job, []).append(f"{what}: {why}")
+        for gang, _, now in queued:
+            if gang.job in failed:
+                why = "bind failed: " + "; ".join(failed[gang.job])
+                self.post(WorkerFailed(now, gang.job, 0, why))
 
     def _bind_one(self, gang: Gang, key: Key, node: str, annotations: dict[str, str]) -> str:
         """Bind one pod of `gang`; returns why it failed, or "" once it is bound as asked. A
