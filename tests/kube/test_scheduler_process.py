@@ -22,6 +22,7 @@ import pytest
 
 from tests.kube.emulator import ApiServer
 from tests.kube.test_scheduler_e2e import node, pod, podgroup
+from tests.server import wait_for as until
 from toposched.kube.driver import PLAN
 
 LEASE_NAMESPACE = "toposched-system"
@@ -84,16 +85,6 @@ def start(kubeconfig: Path, tmp_path: Path) -> Iterator[Callable[..., Scheduler]
     finally:
         for s in started:
             s.kill()
-
-
-def until(check: Callable[[], Any], what: str, timeout: float = 15.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = check()
-        if found:
-            return found
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def where(api: ApiServer, name: str, ns: str = "team-a") -> tuple[str, tuple[int, ...]] | None:
