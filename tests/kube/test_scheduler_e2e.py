@@ -518,3 +518,15 @@ def test_an_mpi_gang_binds_its_launcher_with_its_workers(
     where = until(lambda: cluster.bound("mpi-worker-0", "mpi-worker-1"), "the workers bound")
     launcher = until(lambda: cluster.pod("mpi-launcher")["spec"].get("nodeName"), "the launcher")
     assert launcher == where["mpi-worker-0"][0]
+
+
+def test_a_pod_named_like_a_podgroup_does_not_block_its_gang(
+    apiserver: ApiServer, cluster: Cluster
+) -> None:
+    apiserver.create(node("dgx0"))
+    cluster.start()
+    apiserver.create(pod("train", 2))  # a pod of its own, named as the gang below
+    apiserver.create(podgroup("train", 2))
+    for i in range(2):
+        apiserver.create(pod(f"train-{i}", 2, group="train"))
+    until(lambda: cluster.bound("train", "train-0", "train-1"), "the pod and the gang bound")

@@ -353,7 +353,7 @@ class KubeScheduler(Driver):
         waiting: dict[Key, list[Pod]] = {}
         for _, pod in self.pods.values():
             if pod.node is None and not pod.done and not pod.deleting:
-                waiting.setdefault((pod.namespace, pod.group or pod.name), []).append(pod)
+                waiting.setdefault(gang_key(pod), []).append(pod)
         for job, gang in list(self.gangs.items()):
             if self.view.job(job).state is not JobState.PENDING:
                 continue
@@ -383,14 +383,14 @@ class KubeScheduler(Driver):
         # launcher (no GPU) and its workers are one gang, bound together.
         if len(pods) < need:
             self._warn_pods(
-                pods, "WaitingForPods", f"gang {key[0]}/{key[1]}: {len(pods)} of {need} pods"
+                pods, "WaitingForPods", f"gang {shown(key)}: {len(pods)} of {need} pods"
             )
             return
         if not gpu_pods:
             self._bind_without_gpus(pods)
             return
         self._serial += 1
-        job = f"{key[0]}/{key[1]}#{self._serial}"
+        job = f"{shown(key)}#{self._serial}"
         workers = gpu_pods  # all of them: a pod beyond minMember would never bind later
         try:
             spec = gang_spec(job, workers, len(workers), obj)
@@ -459,7 +459,7 @@ class KubeScheduler(Driver):
             try:
                 self.api.request(
                     "PATCH",
-                    f"{PODGROUPS}/namespaces/{gang.key[0]}/podgroups/{gang.key[1]}",
+                    f"{PODGROUPS}/namespaces/{gang.key[0]}/podgroups/{name_of(gang.key)}",
                     body=body,
                     content_type="application/merge-patch+json",
                 )
@@ -588,7 +588,7 @@ class KubeScheduler(Driver):
         bound: dict[Key, list[Pod]] = {}
         for _, pod in self.pods.values():
             if pod.node is not None and pod.bound_gpus is not None and not pod.done:
-                bound.setdefault((pod.namespace, pod.group or pod.name), []).append(pod)
+                bound.setdefault(gang_key(pod), []).append(pod)
         for key, pods in sorted(bound.items()):
             self._restore_gang(key, pods, now)
 
@@ -598,14 +598,14 @@ class KubeScheduler(Driver):
         evicted: a smaller gang is never kept running."""
         planned = self._plan_of(key, pods)
         workers = planned if planned is not None else sorted(pods, key=lambda p: p.name)
-        group = self.groups.get(key)
+        group = self.groups.get((key[0], name_of(key))) if is_group(key) else None
         need = len(workers)
         if planned is None and group is not None:
             with contextlib.suppress(ObjectError):  # a bad minMember: its own Event says so
                 need = min_member(group)
         broken = len(workers) < need
         self._serial += 1
-        job = f"{key[0]}/{key[1]}#{self._serial}"
+        job = f"{shown(key)}#{self._serial}"
         try:
             slots = [
                 WorkerSlot(p.node, p.bound_gpus or ())
@@ -632,7 +632,7 @@ class KubeScheduler(Driver):
 
     def _plan_of(self, key: Key, bound: list[Pod]) -> list[Pod] | None:
         """The workers of the plan on the gang's PodGroup, if it names these bound pods."""
-        group = self.groups.get(key)
+        group = self.groups.get((key[0], name_of(key))) if is_group(key) else None
         text = ((group or {}).get("metadata") or {}).get("annotations", {}).get(PLAN)
         if not text:
             return None
@@ -646,7 +646,7 @@ class KubeScheduler(Driver):
         return [p[1] for p in pods if p is not None]
 
     def _planned_slot(self, key: Key, pod: str) -> tuple[str, tuple[int, ...]]:
-        group = self.groups[key]
+        group = self.groups[(key[0], name_of(key))]
         node, gpus = json.loads(group["metadata"]["annotations"][PLAN])["pods"][pod]
         return str(node), tuple(int(g) for g in gpus)
 
@@ -695,6 +695,24 @@ class KubeScheduler(Driver):
             self.api.event(obj, reason, message, "Warning", _stamp(self.clock()))
         except ApiError as err:
             log.info("could not post an Event: %s", err)
+
+
+def gang_key(pod: Pod) -> Key:
+    """A gang's key: its PodGroup's, or the pod's own (the two never meet, whatever names)."""
+    return (pod.namespace, f"podgroup/{pod.group}" if pod.group else f"pod/{pod.name}")
+
+
+def is_group(key: Key) -> bool:
+    return key[1].startswith("podgroup/")
+
+
+def name_of(key: Key) -> str:
+    return key[1].split("/", 1)[1]
+
+
+def shown(key: Key) -> str:
+    """`namespace/name` of a gang, as its jobs are named."""
+    return f"{key[0]}/{name_of(key)}"
 
 
 KINDS = {"nodes": "Node", "pods": "Pod", "podgroups": "PodGroup", "configmaps": "ConfigMap"}
