@@ -1,24 +1,29 @@
-"""Fixtures: a started API server emulator, and a kubeconfig pointing at it."""
+"""Fixtures: a started API server emulator, and a kubeconfig pointing at it.
+
+With `TOPOSCHED_KUBECONFIG` set, `apiserver` is a `tests.kube.live.LiveCluster` over that
+cluster instead (a scratch cluster: see tests/kube/live.py), and `kubeconfig` is that file."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.kube.emulator import ApiServer
+from tests.kube.live import cluster_for_tests
 
 
 @pytest.fixture
-def apiserver() -> Iterator[ApiServer]:
-    """A started emulator on 127.0.0.1 and a free port; stopped (every watch ended) after."""
-    with ApiServer() as api:
+def apiserver() -> Iterator[Any]:
+    """A started emulator on 127.0.0.1 and a free port; stopped (every watch ended) after.
+    Or, with TOPOSCHED_KUBECONFIG set, the real cluster, cleaned of what the test made after."""
+    with cluster_for_tests() as api:
         yield api
-        assert not api.server_errors, api.server_errors[0]
 
 
 @pytest.fixture
-def kubeconfig(apiserver: ApiServer, tmp_path: Path) -> Path:
-    """A kubeconfig file for `apiserver` (plain http, any token), namespace `default`."""
-    return apiserver.kubeconfig(tmp_path / "kubeconfig")
+def kubeconfig(apiserver: Any, tmp_path: Path) -> Path:
+    """A kubeconfig file for `apiserver` (plain http, any token), namespace `default`; on a
+    real cluster, TOPOSCHED_KUBECONFIG itself."""
+    return Path(apiserver.kubeconfig(tmp_path / "kubeconfig"))

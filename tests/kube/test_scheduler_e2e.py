@@ -5,6 +5,7 @@ recovers from 410 Gone, leader failover, freed GPUs, and bad objects refused wit
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -14,6 +15,7 @@ from typing import Any
 import pytest
 
 from tests.kube.emulator import ApiServer
+from tests.kube.live import ENV, LiveCluster, cluster_for_tests
 from tests.server import wait_for as until
 from toposched.core import make_scheduler_policy
 from toposched.kube.annotations import encode_topology
@@ -72,10 +74,16 @@ def podgroup(name: str, min_member: Any, ns: str = "team-a") -> dict[str, Any]:
     }
 
 
-class Cluster:
-    """The emulator and one running scheduler over it."""
+def node_name(server: ApiServer | LiveCluster, name: str) -> str:
+    """A test node's name as the scheduler knows it: `dgx0` on the emulator; on a real cluster,
+    where the adapter makes it `toposched-e2e-dgx0` (tests/kube/live.py), that name."""
+    return LiveCluster.node_name(name) if isinstance(server, LiveCluster) else name
 
-    def __init__(self, server: ApiServer, kubeconfig: Path) -> None:
+
+class Cluster:
+    """The emulator (or a real cluster, see tests/kube/live.py) and one running scheduler."""
+
+    def __init__(self, server: ApiServer | LiveCluster, kubeconfig: Path) -> None:
         self.server = server
         self.kubeconfig = kubeconfig
         self.runners: list[tuple[Runner, threading.Thread]] = []
@@ -125,7 +133,7 @@ class Cluster:
 
 
 @pytest.fixture
-def cluster(apiserver: ApiServer, kubeconfig: Path) -> Iterator[Cluster]:
+def cluster(apiserver: ApiServer | LiveCluster, kubeconfig: Path) -> Iterator[Cluster]:
     c = Cluster(apiserver, kubeconfig)
     yield c
     c.stop()
@@ -421,7 +429,8 @@ def test_the_cli_reads_a_cluster_through_the_read_api(
     names = {j["name"]: j for j in listed}
     big = next(j for n, j in names.items() if n.startswith("team-a/big"))
     waits = next(n for n in names if n.startswith("team-a/waits"))
-    assert big["state"] == "running" and big["placement"][0]["node"] == "dgx0"
+    assert big["state"] == "running"
+    assert big["placement"][0]["node"] == node_name(apiserver, "dgx0")
     assert "GPUs" in cli("explain", waits)
     assert "dgx0" in cli("top", "node")
 
@@ -444,7 +453,10 @@ def test_a_cordoned_node_keeps_its_gang_and_takes_no_new_work(
     apiserver.create(pod("running", 4))
     until(lambda: cluster.bound("running"), "running bound")
     apiserver.patch("nodes", "dgx0", {"spec": {"unschedulable": True}})
-    until(lambda: "dgx0" in runner.scheduler.cordoned, "the scheduler sees the cordon")
+    until(
+        lambda: node_name(apiserver, "dgx0") in runner.scheduler.cordoned,
+        "the scheduler sees the cordon",
+    )
     apiserver.create(pod("new", 4))
     time.sleep(0.4)
     assert cluster.pod("running") and not cluster.bound("new")  # kept, and nothing added
@@ -530,3 +542,74 @@ def test_a_pod_named_like_a_podgroup_does_not_block_its_gang(
     for i in range(2):
         apiserver.create(pod(f"train-{i}", 2, group="train"))
     until(lambda: cluster.bound("train", "train-0", "train-1"), "the pod and the gang bound")
+
+
+def test_live_mode_is_skipped_without_a_kubeconfig(
+    apiserver: ApiServer | LiveCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without TOPOSCHED_KUBECONFIG the fixture is the emulator; with it, a LiveCluster (here
+    pointed at an emulator, the only cluster there is)."""
+    if os.environ.get(ENV):
+        assert isinstance(apiserver, LiveCluster)
+    else:
+        assert isinstance(apiserver, ApiServer)
+    monkeypatch.delenv(ENV, raising=False)
+    with cluster_for_tests() as chosen:
+        assert isinstance(chosen, ApiServer) and chosen.url.startswith("http://127.0.0.1:")
+    with ApiServer() as server:
+        monkeypatch.setenv(ENV, str(server.kubeconfig(tmp_path / "kubeconfig")))
+        with cluster_for_tests() as chosen:
+            assert isinstance(chosen, LiveCluster)
+            assert chosen.kubeconfig(tmp_path / "ignored") == tmp_path / "kubeconfig"
+            assert not (tmp_path / "ignored").exists()
+
+
+def test_live_adapter_speaks_the_same_api(tmp_path: Path) -> None:
+    """The adapter, pointed at the emulator: create/get/objects/patch/delete round trips, the
+    fake nodes' names, the emulator-only hooks skipping, and everything it made deleted."""
+    with ApiServer() as server:
+        live = LiveCluster(server.kubeconfig(tmp_path / "kubeconfig"))
+        assert {"team-a", "team-b", "toposched-system"} <= {
+            n["metadata"]["name"] for n in server.objects("namespaces")
+        }
+        made = live.create(node("dgx0"))
+        assert made["metadata"]["name"] == "dgx0"
+        assert server.get("nodes", "toposched-e2e-dgx0") and not server.get("nodes", "dgx0")
+        assert [n["metadata"]["name"] for n in live.objects("nodes")] == ["dgx0"]
+        live.create(podgroup("g", 2))
+        bound = pod("g-0", 4, group="g")
+        bound["spec"]["nodeName"] = "dgx0"
+        live.create(bound)
+        live.create(pod("other", 1, ns="team-b"))
+        stored = server.get("pods", "g-0", "team-a")
+        assert stored is not None and stored["spec"]["nodeName"] == "toposched-e2e-dgx0"
+        got = live.get("pods", "g-0", "team-a")
+        assert got is not None and got["spec"]["nodeName"] == "dgx0"
+        assert live.get("pods", "missing", "team-a") is None
+        assert [p["metadata"]["name"] for p in live.objects("pods", "team-a")] == ["g-0"]
+        everywhere = live.objects("pods")
+        assert [(p["metadata"]["namespace"], p["metadata"]["name"]) for p in everywhere] == [
+            ("team-a", "g-0"),
+            ("team-b", "other"),
+        ]
+        with pytest.raises(Exception, match="must be an integer"):
+            live.create(pod("half", "500m"))
+        live.patch("nodes", "dgx0", {"spec": {"unschedulable": True}})
+        assert server.get("nodes", "toposched-e2e-dgx0")["spec"]["unschedulable"] is True
+        patched = live.patch("podgroups", "g", {"metadata": {"labels": {"x": "y"}}}, "team-a")
+        assert patched["metadata"]["labels"] == {"x": "y"}
+        deleted = live.delete("pods", "other", namespace="team-b")
+        assert deleted is not None and server.get("pods", "other", "team-b") is None
+        assert live.delete("pods", "other", namespace="team-b") is None
+        for hook in (
+            lambda: live.requests,
+            lambda: live.set_phase("team-a", "g-0", "Running"),
+            lambda: live.inject_error("POST", "/binding$", 409),
+            live.compact,
+            live.drop_watches,
+        ):
+            with pytest.raises(pytest.skip.Exception, match="needs the emulator"):
+                hook()
+        live.close()
+        assert not server.objects("pods") and not server.objects("podgroups")
+        assert not server.objects("nodes")
