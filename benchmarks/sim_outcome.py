@@ -13,8 +13,8 @@ simulator to do with it, in order: each start with its time, network tier and GP
 GPU indices, worker by worker), each stop with its time, kind and grace, and each state
 change with its time. Times are rounded to 6 decimals; the actions' reason texts are left out,
 so that rewording them changes nothing. The actions are seen by wrapping the simulation's
-`scheduler.handle` (the one call the simulator makes into the core), which returns them
-unchanged. --json also gives `result_digest` (the SimResult fields alone) and `stream_digest`
+`decide` (the driver kit's one call into the core), which returns them unchanged. --json also
+gives `result_digest` (the SimResult fields alone) and `stream_digest`
 (every action in the order the scheduler emitted it, so a reordering within an instant shows
 even where each job's own story is the same).
 The same seed gives the same digests on every run; wall time is printed but is not the point
@@ -75,10 +75,10 @@ class Recorder:
         self.by_job: dict[str, list[list[object]]] = {}
         self.stream = hashlib.sha256()
         self.actions = 0
-        handle: Callable[..., list[Action]] = simulation.scheduler.handle
+        decide: Callable[[Event], list[Action]] = simulation.decide
 
-        def recorded(*events: Event) -> list[Action]:
-            actions = handle(*events)
+        def recorded(event: Event) -> list[Action]:
+            actions = decide(event)
             now = _t(simulation.now)
             for action in actions:
                 item = _describe(action, now)
@@ -89,7 +89,7 @@ class Recorder:
                 self.stream.update(_line([action.job, *item]))
             return actions
 
-        simulation.scheduler.handle = recorded  # type: ignore[method-assign]
+        simulation.decide = recorded  # type: ignore[method-assign]
 
 
 def _line(value: object) -> bytes:

@@ -29,23 +29,24 @@ class Result:
         return [json.loads(line) for line in self.out.splitlines() if line.strip()]
 
 
+def run_cli(*args: str, stdin: str | None = None, **env: str) -> Result:
+    """`toposched ARGS` in a subprocess, with `env` added to this process's environment."""
+    # pytest exports COLUMNS=80 to children; a user's pipe has no such limit.
+    base = {key: value for key, value in os.environ.items() if key != "COLUMNS"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "toposched", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**base, **env},
+    )
+    return Result(proc.returncode, proc.stdout, proc.stderr)
+
+
 @pytest.fixture
 def cli() -> Callable[..., Result]:
-    # pytest exports COLUMNS=80 to children; a user's pipe has no such limit.
-    env = {key: value for key, value in os.environ.items() if key != "COLUMNS"}
-
-    def run(*args: str, stdin: str | None = None) -> Result:
-        proc = subprocess.run(
-            [sys.executable, "-m", "toposched", *args],
-            input=stdin,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env=env,
-        )
-        return Result(proc.returncode, proc.stdout, proc.stderr)
-
-    return run
+    return run_cli
 
 
 @pytest.fixture

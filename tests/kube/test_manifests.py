@@ -52,14 +52,10 @@ CLUSTER_GRANTS: dict[tuple[str, str], set[str]] = {
     ("", "pods"): {"get", "list", "watch"},
     ("", "pods/binding"): {"create"},
     ("", "pods/eviction"): {"create"},
-    ("", "pods/status"): {"patch", "update"},
+    ("", "pods/status"): {"patch"},
     ("", "nodes"): {"get", "list", "watch"},
-    ("", "events"): {"create", "patch"},
-    ("events.k8s.io", "events"): {"create", "patch"},
+    ("", "events"): {"create"},
     ("scheduling.x-k8s.io", "podgroups"): {"get", "list", "watch", "patch"},
-    ("scheduling.x-k8s.io", "podgroups/status"): {"update", "patch"},
-    ("scheduling.k8s.io", "priorityclasses"): {"get", "list", "watch"},
-    ("policy", "poddisruptionbudgets"): {"get", "list", "watch"},
 }
 # In the scheduler's own namespace only.
 NAMESPACED_GRANTS: dict[tuple[str, str], set[str]] = {

@@ -14,8 +14,10 @@ from typing import Any
 
 import pytest
 
+from tests.e2e.conftest import run_cli
 from tests.kube.emulator import ApiServer
 from tests.kube.live import ENV, LiveCluster, cluster_for_tests
+from tests.server import free_port
 from tests.server import wait_for as until
 from toposched.core import make_scheduler_policy
 from toposched.kube.annotations import encode_topology
@@ -393,36 +395,22 @@ def test_the_cli_reads_a_cluster_through_the_read_api(
     apiserver: ApiServer, cluster: Cluster
 ) -> None:
     """`toposched top node`, `list` and `explain`, as a user types them, against the scheduler."""
-    import os
-    import socket
-    import subprocess
-    import sys
-
     from toposched.kube.readapi import make_app, serve
 
     apiserver.create(node("dgx0"))
     runner = cluster.start()
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     serve(make_app(runner), "127.0.0.1", port)
     url = f"http://127.0.0.1:{port}"
     apiserver.create(pod("big", 8))
     until(lambda: cluster.bound("big"), "big bound")
     apiserver.create(pod("waits", 4))
     until(lambda: cluster.events("waits"), "waits says why")
-    env = {**os.environ, "TOPOSCHED_URL": url}
 
     def cli(*args: str) -> str:
-        done = subprocess.run(
-            [sys.executable, "-m", "toposched", *args],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert done.returncode == 0, done.stderr
-        return done.stdout
+        done = run_cli(*args, TOPOSCHED_URL=url)
+        assert done.code == 0, done.err
+        return done.out
 
     until(lambda: _get(url + "/healthz"), "the read API up")
     listed = json.loads(cli("list", "--json"))["jobs"]

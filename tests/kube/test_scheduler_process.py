@@ -22,17 +22,12 @@ import pytest
 
 from tests.kube.emulator import ApiServer
 from tests.kube.test_scheduler_e2e import node, pod, podgroup
+from tests.server import free_port
 from tests.server import wait_for as until
 from toposched.kube.driver import PLAN
 
 LEASE_NAMESPACE = "toposched-system"
 LEASE = "toposched-scheduler"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Scheduler:

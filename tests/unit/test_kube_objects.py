@@ -4,6 +4,10 @@ as `topology parse`), pods, gangs, and clear errors for objects that cannot be u
 from __future__ import annotations
 
 import json
+import re
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -157,3 +161,19 @@ def test_bad_gangs_say_what_is_wrong() -> None:
     mixed = [pod_from(pod_obj("a", 1)), pod_from(pod_obj("b", 2))]
     with pytest.raises(ObjectError, match="must ask the same number of GPUs, these ask 1, 2"):
         gang_spec("team-a/g#1", mixed, 2)
+
+
+def test_the_docs_annotation_command_runs_as_written(tmp_path: Path) -> None:
+    """docs/kubernetes.md's `python -c` that turns `nvidia-smi topo -m` into the annotation."""
+    text = (Path(__file__).parents[2] / "docs" / "kubernetes.md").read_text()
+    found = re.search(r"python -c '(.*?)' topo\.txt", text, re.S)
+    assert found is not None, "the example is gone from docs/kubernetes.md"
+    capture = tmp_path / "topo.txt"
+    capture.write_text(Path(FIXTURE).read_text())
+    done = subprocess.run(
+        [sys.executable, "-c", found.group(1), str(capture)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert decode_topology(done.stdout).topology == parse_smi(capture.read_text())

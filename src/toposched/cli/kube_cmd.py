@@ -14,6 +14,7 @@ import typer
 from toposched.cli.output import fail
 from toposched.cli.params import policy_params
 from toposched.core import SCHEDULER_POLICIES, PolicyError, make_scheduler_policy
+from toposched.kube.objects import DEFAULT_RACK_LABEL
 
 app = typer.Typer(no_args_is_help=True, help="toposched on Kubernetes.")
 
@@ -26,7 +27,7 @@ def scheduler(
     policy: str = typer.Option("toposched", "--policy", help=", ".join(SCHEDULER_POLICIES)),
     param: list[str] = typer.Option([], "--param", help="[POLICY.]KEY=VALUE"),
     namespace: str | None = typer.Option(None, "--namespace", help="Only pods of this one."),
-    rack_label: str = typer.Option("toposched.io/rack", "--rack-label"),
+    rack_label: str = typer.Option(DEFAULT_RACK_LABEL, "--rack-label"),
     leader_elect: bool = typer.Option(False, "--leader-elect", help="Lead on a Lease first."),
     lease_namespace: str = typer.Option(
         os.environ.get("POD_NAMESPACE", "toposched-system"),
@@ -75,3 +76,5 @@ def scheduler(
         runner.run()
     except KeyboardInterrupt:
         runner.stop.set()
+    if runner.failed:
+        raise typer.Exit(1)  # crash-only: its Deployment starts it again, and it rebuilds

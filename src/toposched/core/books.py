@@ -208,9 +208,8 @@ class Books:
         self.labels[node.name] = dict(node.labels)
         self.unhealthy.pop(i, None)
         held = 0
-        for (j, gpu), _ in self.owner.items():
-            if j == i:
-                held |= 1 << gpu
+        for mask in self.node_jobs.get(i, {}).values():  # jobs that kept GPUs of a lost node
+            held |= mask
         if held:
             self.capacity.take(i, held)
 

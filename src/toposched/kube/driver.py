@@ -50,7 +50,6 @@ from toposched.core import (
 from toposched.kube.annotations import GPUS, NodeGpus, encode_gpus
 from toposched.kube.api import ApiError, KubeApi
 from toposched.kube.objects import (
-    GROUP_LABEL,
     Obj,
     ObjectError,
     Pod,
@@ -418,17 +417,16 @@ class KubeScheduler(Driver):
             if now - gang.written < REASON_EVERY_S:
                 continue  # a busy queue changes every reason often: each gang's at most this often
             gang.reason, gang.written = view.reason, now
+            stamp = _stamp(now)
             for key in gang.workers:
                 found = self.pods.get(key)
                 if found is None:
                     continue
                 try:
                     self.api.set_scheduled_condition(
-                        key[0], key[1], "Unschedulable", view.reason, _stamp(self.clock())
+                        key[0], key[1], "Unschedulable", view.reason, stamp
                     )
-                    self.api.event(
-                        found[0], "FailedScheduling", view.reason, "Warning", _stamp(self.clock())
-                    )
+                    self.api.event(found[0], "FailedScheduling", view.reason, "Warning", stamp)
                 except ApiError as err:
                     log.info("pod %s/%s: could not say why it waits: %s", *key, err)
 
@@ -651,10 +649,10 @@ class KubeScheduler(Driver):
         return str(node), tuple(int(g) for g in gpus)
 
     def _node(self, name: str) -> Node:
-        if name not in self.known:
+        kept = self._parsed.get(name)
+        if name not in self.known or kept is None or kept[1] is None:
             raise KeyError(f"node {name} is not ready or has no usable topology")
-        node, _ = node_from(self.nodes[name], self.rack_label)
-        return node
+        return kept[1][0]
 
     # ------------------------------------------------------------------ small helpers
 
@@ -760,4 +758,4 @@ def queues_from(config: Obj | None) -> dict[str, int]:
     return out
 
 
-__all__ = ["GROUP_LABEL", "Gang", "KubeScheduler", "queues_from"]
+__all__ = ["Gang", "KubeScheduler", "queues_from"]

@@ -14,6 +14,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, gen
 from toposched import __version__
 from toposched.core import JobState
 from toposched.core.views import JobView
+from toposched.server.localnode import topology_name
 from toposched.server.schemas import (
     Explanation,
     GpuOut,
@@ -25,6 +26,7 @@ from toposched.server.schemas import (
     NodeOut,
     QueueList,
     QueueOut,
+    WhoAmI,
     WorkerOut,
 )
 
@@ -68,9 +70,9 @@ def make_app(runner: Runner) -> FastAPI:
             auth=False,
         )
 
-    @app.get("/api/v1/whoami")
-    def whoami() -> dict[str, str]:
-        return {"user": "anonymous", "team": "", "role": "reader"}
+    @app.get("/api/v1/whoami", response_model=WhoAmI)
+    def whoami() -> WhoAmI:
+        return WhoAmI(user="anonymous", team="", role="reader")
 
     @app.get("/api/v1/nodes", response_model=NodeList)
     def nodes() -> NodeList:
@@ -83,7 +85,7 @@ def make_app(runner: Runner) -> FastAPI:
                 out.append(
                     NodeOut(
                         name=name,
-                        topology=gpus.topology.name or f"{size}-GPU node",
+                        topology=topology_name(gpus.topology),
                         source="annotation toposched.io/topology",
                         gpus=[
                             GpuOut(index=g, job=owners.get((name, g)), healthy=g not in sick)

@@ -149,7 +149,6 @@ class Simulation(Driver):
             rng=random.Random(seed),
         )
         super().__init__(scheduler)
-        self.scheduler = scheduler  # the core this simulation drives
         self.jobs = {j.name: SimJob(j, j.duration_s) for j in trace.jobs}
         # Per node: each job's GPUs there (as a mask), and all busy GPUs (a mask).
         self.on_node: dict[str, dict[str, int]] = {n.name: {} for n in cluster.nodes}
