@@ -22,7 +22,7 @@ from toposched.placement.capacity import Capacity
 from toposched.placement.gang import GangRequest, Placement, Shortfall, place_gang
 from toposched.placement.request import Mode
 from toposched.topology import NodeTopology, preset
-from toposched.topology.cluster import SCHEDULE_LABEL, Node, Tier, tier_of
+from toposched.topology.cluster import SCHEDULE_LABEL, Node, NodeSelector, Tier, tier_of
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -82,8 +82,9 @@ class Case:
     network: dict[Tier, float]
 
     def avail(self, i: int) -> tuple[int, ...]:
-        """GPUs of node i the gang may use: present, not busy, not excluded."""
-        if not self.present[i]:
+        """GPUs of node i the gang may use: present, matched by its selector, not busy, not
+        excluded."""
+        if not self.present[i] or not self.request.selector.matches(self.nodes[i].labels):
             return ()
         blocked = self.busy[i] | self.excluded[i]
         return tuple(g for g in range(self.nodes[i].size) if g not in blocked)
@@ -189,6 +190,7 @@ def cases(
     max_per_worker: int = 2,
     extras: bool = True,
     labels: bool = False,
+    pools: bool = False,
 ) -> Case:
     count = draw(st.integers(2, 4))
     nodes, busy, excluded, present, aware = [], [], [], [], []
@@ -196,6 +198,8 @@ def cases(
         topo = draw(topology)
         node_aware = not (labels and draw(st.booleans()))
         node_labels = {} if node_aware else {SCHEDULE_LABEL: "default"}
+        if pools:
+            node_labels["pool"] = draw(st.sampled_from(["a", "b"]))
         nodes.append(
             Node(
                 f"n{i}",
@@ -229,7 +233,12 @@ def cases(
     if lo <= hi and draw(st.booleans()):
         workers = st.integers(lo, hi)
     widest = st.sampled_from([Tier.NODE, Tier.RACK, Tier.POD, Tier.CLUSTER, Tier.CLUSTER])
-    request = GangRequest(draw(workers), g, draw(widest), draw(st.sampled_from(list(Mode))))
+    selector = NodeSelector()
+    if pools:
+        selector = draw(st.sampled_from([NodeSelector.of({"pool": p}) for p in "ab"]))
+    request = GangRequest(
+        draw(workers), g, draw(widest), draw(st.sampled_from(list(Mode))), selector
+    )
     return replace(case, request=request)
 
 
@@ -314,6 +323,14 @@ def test_gang_bottleneck_is_optimal_when_rings_nest(case: Case) -> None:
 @given(cases(any_small_topology, labels=True))
 def test_gang_placement_with_default_labelled_nodes(case: Case) -> None:
     """Nodes opted out of topology placement: still whole, valid, fewest nodes, lowest tier."""
+    check_against_brute_force(case, exact_multi=False)
+
+
+@SETTINGS
+@given(cases(any_small_topology, labels=True, pools=True))
+def test_gang_placement_only_on_nodes_its_selector_matches(case: Case) -> None:
+    """A selector (`pool=a` or `pool=b`): the brute force sees only the matching nodes, and the
+    placement must equal its optimum there, never touching a node of the other pool."""
     check_against_brute_force(case, exact_multi=False)
 
 

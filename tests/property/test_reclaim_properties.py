@@ -86,7 +86,7 @@ def test_one_gpu_shortcut_matches_the_general_search(
     chosen = data.draw(st.lists(st.sampled_from(running), unique=True) if running else st.just([]))
     costs = {name: victim_cost(s.books.jobs[name]) for name in chosen}
     general = s.reclaim.plan_on_nodes(costs, GangRequest(1, 1, Tier.NODE, mode))
-    shortcut = s.reclaim.plan_one_gpu(costs, mode)
+    shortcut = s.reclaim.plan_one_gpu(costs, GangRequest(1, 1, Tier.NODE, mode))
     assert names(shortcut) == names(general)
 
 

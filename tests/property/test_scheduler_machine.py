@@ -9,7 +9,7 @@ of docs/architecture.md and the job semantics of docs/scheduler.md, "Jobs"):
   stop, when a migration or resize resumes it), never twice without a stop in between, never
   after its cancellation; a StopJob targets a running job and names a cause that happened;
 - every StartJob is a whole gang on present, healthy GPUs that no other job's processes hold,
-  within the locality the job allows at that moment;
+  within the locality the job allows at that moment, on nodes its selector matches;
 - state transitions follow the allowed edges, each from the right event; terminal states are
   final; a job leaves its GPUs only when its processes are gone (JobStopped or JobFinished);
 - the scheduler's own view (`job(name)`) agrees with the driver's;
@@ -70,7 +70,7 @@ from toposched.core.policy import Order
 from toposched.placement.capacity import Capacity
 from toposched.placement.gang import GangRequest, place_gang
 from toposched.topology import preset
-from toposched.topology.cluster import Cluster, Node, tier_of
+from toposched.topology.cluster import Cluster, Node, NodeSelector, tier_of
 
 # More examples for a long local run: TOPOSCHED_HYPOTHESIS_SCALE=10.
 SCALE = int(os.environ.get("TOPOSCHED_HYPOTHESIS_SCALE", "1"))
@@ -103,6 +103,8 @@ RESUMING = (StopKind.MIGRATE, StopKind.RESIZE)
 
 PRESETS = ("pcie-4gpu-2socket", "pcie-8gpu-2socket", "dgx1-v100", "hgx-h100")
 GANG_POLICIES = sorted(name for name, info in SCHEDULER_POLICIES.items() if info.base.gang)
+POOLS = st.sampled_from(["a", "b"])  # a label of every node, that some jobs select
+SELECTORS = (NodeSelector(), NodeSelector(), NodeSelector.of({"pool": "a"}))
 LOCALITIES = (
     LocalityRule(),
     LocalityRule(Locality.NODE),
@@ -342,6 +344,12 @@ class Driver:
         }
         clash = {pair: busy[pair] for pair in pairs if pair in busy}
         self.expect(not clash, f"{where}: GPUs still held by {clash}")
+        for slot in workers:
+            labels = self.nodes[slot.node].labels
+            self.expect(
+                spec.selector.matches(labels),
+                f"{where}: node {slot.node} ({labels}) is not {spec.selector.describe()}",
+            )
         tier = tier_of(self.nodes[slot.node] for slot in workers)
         self.expect(placement.tier == tier, f"{where}: says tier {placement.tier}, is {tier}")
         if resume:
@@ -461,7 +469,9 @@ class Driver:
         for name in self.named(P):
             spec = self.jobs[name].spec
             widest = spec.locality.allowed(self.now - self.jobs[name].waiting_since).tier
-            request = GangRequest(spec.min_workers, spec.gpus_per_worker, widest)
+            request = GangRequest(
+                spec.min_workers, spec.gpus_per_worker, widest, selector=spec.selector
+            )
             found = place_gang(cap, request, self.cluster.network_gbps)
             self.expect(
                 not isinstance(found, Placement),
@@ -509,8 +519,16 @@ class Setup:
 def setups(draw: st.DrawFn, policies: tuple[str, ...] | list[str] = GANG_POLICIES) -> Setup:
     kinds = draw(st.lists(st.sampled_from(PRESETS), min_size=2, max_size=3))
     racks = draw(st.integers(1, 2))
-    nodes = tuple(Node(f"n{i}", preset(k), rack=f"r{i % racks}") for i, k in enumerate(kinds))
-    spare = Node("spare", preset(draw(st.sampled_from(PRESETS))), rack=f"r{racks - 1}")
+    nodes = tuple(
+        Node(f"n{i}", preset(k), rack=f"r{i % racks}", labels={"pool": draw(POOLS)})
+        for i, k in enumerate(kinds)
+    )
+    spare = Node(
+        "spare",
+        preset(draw(st.sampled_from(PRESETS))),
+        rack=f"r{racks - 1}",
+        labels={"pool": draw(POOLS)},
+    )
     total = sum(n.size for n in nodes)
     queues = {f"q{i}": draw(st.integers(0, total // 2)) for i in range(draw(st.integers(1, 2)))}
     policy = SCHEDULER_POLICIES[draw(st.sampled_from(sorted(policies)))].base
@@ -536,6 +554,7 @@ def job_specs(
     max_workers: int = 3,
     max_gpus: int = 4,
     elastic: bool = True,
+    selector: bool = True,
 ) -> JobSpec:
     workers = draw(st.integers(1, max_workers))
     stretch = None
@@ -554,6 +573,7 @@ def job_specs(
         restart=draw(st.sampled_from(list(RestartPolicy))),
         max_restarts=draw(st.integers(0, 2)),
         limit_s=draw(st.sampled_from([None, None, 20.0, 500.0])),
+        selector=draw(st.sampled_from(SELECTORS)) if selector else NodeSelector(),
     )
 
 
@@ -732,10 +752,30 @@ def test_drain_ends_every_job(setup: Setup, data: st.DataObject) -> None:
             d.send(Tick(d.advance(data.draw(SMALL_DT))))
     # Each job runs once per preemption, resize or migration; bound those generously.
     drain(d, data, steps=40 * (len(d.jobs) + 2))
-    left = {n: (k.state, d.sched.job(n).reason) for n, k in d.jobs.items() if not k.state.terminal}
+    # A job whose selector leaves it too few GPUs even on the empty cluster waits, saying so
+    # (never dropped); without backfill it holds up every job behind it (strict order).
+    stuck = {n for n, k in d.jobs.items() if k.state is P and not fits_when_empty(d, k.spec)}
+    for name in stuck:
+        reason = d.sched.job(name).reason
+        d.expect("labelled" in reason or "labels" in reason, f"{name} waits: {reason}")
+    if stuck and not setup.policy.backfill:
+        return
+    left = {
+        n: (k.state, d.sched.job(n).reason)
+        for n, k in d.jobs.items()
+        if not k.state.terminal and n not in stuck
+    }
     d.expect(not left, f"jobs never ended: {left}")
-    wrong = {n: k.state for n, k in d.jobs.items() if k.state not in (OK, REJECTED)}
+    wrong = {n: k.state for n, k in d.jobs.items() if k.state not in (OK, REJECTED, P)}
     d.expect(not wrong, f"jobs ended other than succeeded: {wrong}")
+
+
+def fits_when_empty(d: Driver, spec: JobSpec) -> bool:
+    """Whether the job fits the present nodes its selector matches, with every GPU free."""
+    cap = Capacity([d.nodes[name] for name in sorted(d.present)])
+    widest = (spec.locality.accept or spec.locality.prefer).tier
+    request = GangRequest(spec.min_workers, spec.gpus_per_worker, widest, selector=spec.selector)
+    return isinstance(place_gang(cap, request, d.cluster.network_gbps), Placement)
 
 
 @LIVE
@@ -758,7 +798,7 @@ def test_guaranteed_job_runs_while_another_queue_borrows(setup: Setup, data: st.
 
     for _ in range(data.draw(st.integers(1, 8), label="before")):
         borrow()
-    spec = data.draw(job_specs("owner", ["own"], elastic=False), label="owner")
+    spec = data.draw(job_specs("owner", ["own"], elastic=False, selector=False), label="owner")
     if spec.gpus > guaranteed:
         spec = replace(spec, workers=1, gpus_per_worker=min(spec.gpus_per_worker, guaranteed))
     d.submit(spec)

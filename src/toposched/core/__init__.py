@@ -44,6 +44,7 @@ from toposched.core.policy import (
 )
 from toposched.core.scheduler import JobView, Scheduler, SchedulingError
 from toposched.core.validate import InvariantViolation
+from toposched.topology.cluster import NodeSelector
 
 __all__ = [
     "SCHEDULER_POLICIES",
@@ -68,6 +69,7 @@ __all__ = [
     "NodeCordoned",
     "NodeLabelled",
     "NodeRemoved",
+    "NodeSelector",
     "Placement",
     "PolicyError",
     "QueueConfigured",

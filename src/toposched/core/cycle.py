@@ -36,9 +36,10 @@ from toposched.core.room import RoomPlan, plan_defragment, plan_preempt, plan_sh
 from toposched.placement.gang import GangRequest, Placement, Shortfall
 from toposched.placement.policies import GangPlacer
 from toposched.placement.request import Mode
-from toposched.topology.cluster import Tier
+from toposched.topology.cluster import NodeSelector, Tier
 
-Failed = tuple[int, int, Tier, bool]  # (workers, GPUs each, tier, off the reservation)
+# (workers, GPUs each, tier, nodes, off the reservation)
+Failed = tuple[int, int, Tier, NodeSelector, bool]
 
 
 class GangCycle:
@@ -104,7 +105,20 @@ class GangCycle:
 
     def request(self, rec: JobRecord, widest: Tier) -> GangRequest:
         spec = rec.spec
-        return GangRequest(spec.min_workers, spec.gpus_per_worker, widest, self.mode)
+        return GangRequest(
+            spec.min_workers, spec.gpus_per_worker, widest, self.mode, selector=spec.selector
+        )
+
+    def on_selected(self, short: Shortfall, selector: NodeSelector) -> Shortfall:
+        """A shortfall that says which nodes the job's selector leaves it."""
+        if not selector:
+            return short
+        cap = self.books.capacity
+        matching = sum(cap.present) - len(cap.ruled_out(selector))
+        labels = selector.describe()
+        if not matching:
+            return Shortfall(f"no node has the labels {labels} (the job's selector)")
+        return Shortfall(f"{short.reason} (on the {matching} node(s) labelled {labels})")
 
     # ------------------------------------------------------------------ phases 4 and 5
 
@@ -266,6 +280,8 @@ class Turn:
             result = Shortfall(f"needs {request.gpus} GPUs; {free} are free")
         else:
             result = cycle.place(books.capacity, request, books.network_gbps, exclude)
+        if isinstance(result, Shortfall):
+            result = cycle.on_selected(result, request.selector)
         if isinstance(result, Placement):
             why = "best placement now"
             if exclude is not None and books.reservation is not None:
@@ -298,7 +314,7 @@ class Turn:
             rec.note(
                 now, f"{short.reason}; {res.describe(books.capacity)}" if res and mine else text
             )
-        whole = failed[:3]
+        whole = failed[:4]
         if not off:
             self.hopeless.add(whole)
             self.waiting.shape_notes[whole] = (self.cycle.cycles, text)

@@ -1,11 +1,12 @@
-"""What a job asks for (docs/scheduler.md): gang shape, queue, priority, locality, elasticity."""
+"""What a job asks for (docs/scheduler.md): gang shape, queue, priority, locality, elasticity,
+and the nodes it may use."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
 
-from toposched.topology.cluster import Tier
+from toposched.topology.cluster import EVERY_NODE, NodeSelector, Tier
 
 
 class JobError(ValueError):
@@ -133,6 +134,7 @@ class JobSpec:
     restart: RestartPolicy = RestartPolicy.NEVER
     max_restarts: int = 3
     limit_s: float | None = None
+    selector: NodeSelector = EVERY_NODE  # the node labels it needs
 
     def __post_init__(self) -> None:
         if not self.name or not isinstance(self.name, str):

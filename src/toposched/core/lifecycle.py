@@ -16,7 +16,7 @@ from toposched.core.ordering import Waiting
 from toposched.core.policy import SchedulerPolicy
 from toposched.core.records import JobRecord
 from toposched.placement.gang import Placement, node_domain
-from toposched.topology.cluster import Node, Tier, check_labels, topology_aware
+from toposched.topology.cluster import Node, Tier, check_labels
 
 
 class Lifecycle:
@@ -263,7 +263,7 @@ class Lifecycle:
         except ValueError as err:
             raise SchedulingError(str(err)) from None
         self.books.labels[name] = labels
-        self.books.capacity.set_aware(i, topology_aware(labels))
+        self.books.capacity.set_labels(i, labels)
 
     def gpu_health(self, name: str, gpu: int, healthy: bool) -> list[Action]:
         i = self.books.node_index(name)

@@ -55,7 +55,7 @@ def plan_growth(
     room = spec.max_workers - len(current.workers)
     own_nodes = {cap.index[s.node] for s in current.workers}
     for extra in range(room, 0, -1):
-        request = GangRequest(extra, spec.gpus_per_worker, widest)
+        request = GangRequest(extra, spec.gpus_per_worker, widest, selector=spec.selector)
         if widest == Tier.NODE:
             # Only the job's own node will do: hide every other node from the search.
             others = {i: cap.free[i] for i in cap.present_indices() if i not in own_nodes}
@@ -92,8 +92,11 @@ def plan_defrag(
     GPUs to reserve for the blocked job.
     """
     k = request.gpus
+    ruled_out = cap.ruled_out(request.selector)
     best: tuple[tuple[float, ...], list[Move], dict[int, int]] | None = None
     for i, jobs in sorted(movable.items()):
+        if i in ruled_out:
+            continue  # the blocked job may not run there
         node = cap.nodes[i]
         for size in range(1, min(len(jobs), MAX_MOVES) + 1):
             for subset in combinations(jobs, size):
@@ -105,7 +108,9 @@ def plan_defrag(
                 moves = _relocate(cap, i, [rec for rec, _ in subset], network, place_gang)
                 if moves is None:
                     continue
-                single = GangRequest(request.workers, request.gpus_per_worker, Tier.NODE)
+                single = GangRequest(
+                    request.workers, request.gpus_per_worker, Tier.NODE, selector=request.selector
+                )
                 hidden = {j: cap.free[j] for j in cap.present_indices() if j != i}
                 with cap.assuming_free({i: opened}):
                     found = place_gang(cap, single, network, hidden)
@@ -135,7 +140,9 @@ def _relocate(
             spec = rec.spec
             current = rec.placement
             assert current is not None
-            request = GangRequest(len(current.workers), spec.gpus_per_worker, Tier.NODE)
+            request = GangRequest(
+                len(current.workers), spec.gpus_per_worker, Tier.NODE, selector=spec.selector
+            )
             found = place_gang(cap, request, network, {source: cap.free[source]})
             if isinstance(found, Shortfall):
                 return None

@@ -13,6 +13,7 @@ from toposched.core.ordering import Waiting
 from toposched.core.records import JobRecord
 from toposched.placement.gang import Placement
 from toposched.placement.policies import WorkerPicker
+from toposched.placement.random_pick import Room
 from toposched.topology.cluster import Tier
 
 
@@ -38,7 +39,7 @@ class WorkerBinding:
     def run(self) -> list[Action]:
         books = self.books
         waiting: list[JobRecord] = []
-        room: dict[int, list[int]] = {}  # GPUs per worker -> nodes with that many free
+        room: Room = {}  # (GPUs per worker, selector) -> nodes with that many free
         # The first round walks the queue only as far as free GPUs last; later rounds go
         # over the jobs met so far.
         bound = False
@@ -56,12 +57,12 @@ class WorkerBinding:
             out += self._settle(rec)
         return out
 
-    def _bind_one(self, rec: JobRecord, room: dict[int, list[int]]) -> bool:
+    def _bind_one(self, rec: JobRecord, room: Room) -> bool:
         books = self.books
         g = rec.spec.gpus_per_worker
         if len(rec.partial) >= rec.spec.min_workers or books.capacity.total_free < g:
             return False
-        slot = self.pick(books.capacity, g, self.rng, room)
+        slot = self.pick(books.capacity, g, rec.spec.selector, self.rng, room)
         if slot is None:
             return False
         books.allocate(rec, Placement((slot,), None, Tier.NODE))

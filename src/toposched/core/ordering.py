@@ -22,9 +22,9 @@ from toposched.core.books import Books
 from toposched.core.demotion import Demotions
 from toposched.core.policy import Order, SchedulerPolicy
 from toposched.core.records import JobRecord, QueueRecord
-from toposched.topology.cluster import Tier
+from toposched.topology.cluster import NodeSelector, Tier
 
-Shape = tuple[int, int, Tier]
+Shape = tuple[int, int, Tier, NodeSelector]  # workers, GPUs each, widest tier, nodes
 Key = tuple[str, Shape]  # (queue, shape)
 Rank = tuple[float, ...]
 Entry = tuple[Any, ...]  # a list entry: the job key, then the job's name
@@ -79,7 +79,7 @@ def shape_now(rec: JobRecord, now: float) -> Shape:
     tier = spec.locality.allowed(waited).tier
     if spec.min_workers == 1:
         tier = Tier.NODE  # one worker is on one node whatever it would accept
-    return (spec.min_workers, spec.gpus_per_worker, tier)
+    return (spec.min_workers, spec.gpus_per_worker, tier, spec.selector)
 
 
 class PendingJobs:

@@ -265,7 +265,7 @@ class Reclaim:
         if not costs:
             return None
         if request.gpus == 1:
-            plan = self.plan_one_gpu(costs, request.mode)
+            plan = self.plan_one_gpu(costs, request)
         else:
             plan = self.plan_on_nodes(costs, request, by_node)
             if plan is None and request.widest != Tier.NODE and request.workers > 1:
@@ -297,6 +297,7 @@ class Reclaim:
         victims are looked at, found through the victims (or `by_node`: the same, gathered)."""
         cap = self.books.capacity
         k = request.gpus
+        ruled_out = cap.ruled_out(request.selector)
         per_node = by_node
         if per_node is None:
             per_node = {}
@@ -305,7 +306,7 @@ class Reclaim:
                     per_node.setdefault(i, {})[job] = (mask, cost)
         best: tuple[tuple[float, ...], tuple[str, ...], dict[int, int]] | None = None
         for i, per in per_node.items():
-            if not cap.present[i] or i in self.books.cordoned:
+            if not cap.present[i] or i in self.books.cordoned or i in ruled_out:
                 continue
             everything = cap.free[i]
             for mask, _ in per.values():
@@ -319,15 +320,16 @@ class Reclaim:
             return None
         return [self.books.jobs[name] for name in best[1]], best[2]
 
-    def plan_one_gpu(self, costs: dict[str, Cost], mode: Mode) -> Plan | None:
+    def plan_one_gpu(self, costs: dict[str, Cost], request: GangRequest) -> Plan | None:
         """`plan_on_nodes` for one GPU, without walking victim sets: one victim always does, and
         no larger set is cheaper, so the answer is the cheapest victim (lowest node, then name,
         among equals), as the general search finds it."""
         cap = self.books.capacity
+        ruled_out = cap.ruled_out(request.selector)
         best: tuple[tuple[Cost, int, str], int] | None = None
         for job, cost in costs.items():
             for i, mask in self.books.job_nodes.get(job, {}).items():
-                if not cap.present[i] or i in self.books.cordoned:
+                if not cap.present[i] or i in self.books.cordoned or i in ruled_out:
                     continue
                 avail = (cap.free[i] | mask) & ~self.books.unhealthy.get(i, 0)
                 if avail and (best is None or (cost, i, job) < best[0]):
@@ -335,7 +337,7 @@ class Reclaim:
         if best is None:
             return None
         (_, i, job), avail = best
-        gpus = node_gpus(cap.nodes[i].topology, avail, 1, cap.aware[i], mode)
+        gpus = node_gpus(cap.nodes[i].topology, avail, 1, cap.aware[i], request.mode)
         return [self.books.jobs[job]], {i: to_mask(gpus)}
 
     def plan_reclaim_nodes(

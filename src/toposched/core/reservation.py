@@ -37,12 +37,13 @@ class Reserver:
         """The GPUs that free up first for `rec` (one node if it fits in one, else whole nodes)."""
         cap = self.books.capacity
         k = request.gpus
+        ruled_out = cap.ruled_out(request.selector)
         # First the nodes whose GPUs free up soonest (fewest GPUs to wait for among equals); only
         # those compete on the ring they would give.
         soonest: list[tuple[float, int, int, int]] = []
         for i in cap.present_indices():
-            if i in self.books.cordoned:
-                continue  # its GPUs will not free up for others
+            if i in self.books.cordoned or i in ruled_out:
+                continue  # its GPUs will not free up for others, or the job may not use them
             healthy = full_mask(cap.nodes[i].size) & ~self.books.unhealthy.get(i, 0)
             if healthy.bit_count() < k:
                 continue
@@ -109,9 +110,10 @@ class Reserver:
         """Whole nodes of one domain the job accepts, those that free up first."""
         cap = self.books.capacity
         g = request.gpus_per_worker
+        ruled_out = cap.ruled_out(request.selector)
         domains: dict[tuple[str, ...], list[tuple[float, int, int, int]]] = {}
         for i in cap.present_indices():
-            if i in self.books.cordoned:
+            if i in self.books.cordoned or i in ruled_out:
                 continue
             healthy = full_mask(cap.nodes[i].size) & ~self.books.unhealthy.get(i, 0)
             if healthy.bit_count() < g:

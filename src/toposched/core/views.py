@@ -135,6 +135,7 @@ class CoreView:
                 if locality.accept
                 else ""
             )
+            + (f", on nodes labelled {spec.selector.describe()}" if spec.selector else "")
         ]
         if rec.placement is not None:
             lines.append(f"placement: {rec.placement.describe()}")

@@ -10,7 +10,7 @@ import heapq
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
-from toposched.topology.cluster import Node, topology_aware
+from toposched.topology.cluster import Node, NodeSelector, topology_aware
 from toposched.topology.node import NodeTopology
 
 Signature = tuple[NodeTopology, int, bool]
@@ -28,12 +28,15 @@ class Capacity:
         self.free: list[int] = []
         self.aware: list[bool] = []
         self.present: list[bool] = []
+        self.labels: list[Mapping[str, str]] = []
         self.index: dict[str, int] = {}
         self.total_free = 0
         self.total_gpus = 0  # of present nodes, busy or not
         self._groups: dict[Signature, set[int]] = {}
         # The lowest member of each group, lazily: stale entries are dropped when met.
         self._lowest: dict[Signature, list[int]] = {}
+        # Per selector, every GPU of each present node it rules out (node -> mask).
+        self._ruled_out: dict[NodeSelector, dict[int, int]] = {}
         for node in nodes:
             self.add_node(node)
 
@@ -47,12 +50,15 @@ class Capacity:
             self.free.append(0)
             self.aware.append(True)
             self.present.append(False)
+            self.labels.append({})
         elif self.present[i]:
             raise ValueError(f"node {node.name!r} is already present")
         self.nodes[i] = node
         self.present[i] = True
+        self.labels[i] = node.labels
         self.aware[i] = topology_aware(node.labels)
         self.free[i] = full_mask(node.size)
+        self._ruled_out.clear()
         self.total_free += node.size
         self.total_gpus += node.size
         self._join(i)
@@ -64,6 +70,7 @@ class Capacity:
         self.total_gpus -= self.nodes[i].size
         self.free[i] = 0
         self.present[i] = False
+        self._ruled_out.clear()
 
     def take(self, i: int, mask: int) -> None:
         if self.free[i] & mask != mask:
@@ -83,10 +90,41 @@ class Capacity:
         self.total_free += mask.bit_count()
         self._join(i)
 
-    def set_aware(self, i: int, aware: bool) -> None:
+    def set_labels(self, i: int, labels: Mapping[str, str]) -> None:
+        """New labels for node i: they say whether it is topology-aware and which jobs'
+        selectors it matches."""
         self._leave(i)
-        self.aware[i] = aware
+        self.labels[i] = labels
+        self.aware[i] = topology_aware(labels)
         self._join(i)
+        self._ruled_out.clear()
+
+    def ruled_out(self, selector: NodeSelector) -> Mapping[int, int]:
+        """Every GPU of the present nodes whose labels `selector` does not match (node ->
+        mask); nothing for the empty selector. Kept until a node or its labels change."""
+        if not selector:
+            return {}
+        out = self._ruled_out.get(selector)
+        if out is None:
+            out = self._ruled_out[selector] = {
+                i: full_mask(self.nodes[i].size)
+                for i in self.present_indices()
+                if not selector.matches(self.labels[i])
+            }
+        return out
+
+    def hidden(
+        self, selector: NodeSelector, exclude: Mapping[int, int] | None
+    ) -> Mapping[int, int]:
+        """`exclude` (node -> GPU mask) and the nodes `selector` rules out, together."""
+        out = self.ruled_out(selector)
+        if not exclude:
+            return out
+        if not out:
+            return exclude
+        merged = dict(exclude)
+        merged.update(out)
+        return merged
 
     @contextmanager
     def assuming_free(self, extra: Mapping[int, int]) -> Iterator[Capacity]:

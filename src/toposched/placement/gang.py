@@ -22,7 +22,7 @@ from toposched.placement.capacity import Capacity
 from toposched.placement.request import Mode
 from toposched.placement.tables import from_mask, subset_tables, to_mask
 from toposched.placement.topology_aware import choose
-from toposched.topology.cluster import Node, Tier
+from toposched.topology.cluster import EVERY_NODE, Node, NodeSelector, Tier
 from toposched.topology.node import NodeTopology
 
 
@@ -66,12 +66,14 @@ class Placement:
 
 @dataclass(frozen=True)
 class GangRequest:
-    """`workers` x `gpus_per_worker`, no wider apart than `widest`; `mode` for 1-GPU jobs."""
+    """`workers` x `gpus_per_worker`, no wider apart than `widest`, on nodes `selector`
+    matches; `mode` for 1-GPU jobs."""
 
     workers: int
     gpus_per_worker: int
     widest: Tier = Tier.CLUSTER
     mode: Mode = Mode.PACK
+    selector: NodeSelector = EVERY_NODE
 
     @property
     def gpus(self) -> int:
@@ -141,7 +143,7 @@ def place_gang(
     exclude: Mapping[int, int] | None = None,
 ) -> Placement | Shortfall:
     """The best placement of `request` on the free GPUs of `cap`, minus `exclude` (node -> mask)."""
-    exclude = exclude or {}
+    exclude = cap.hidden(request.selector, exclude)
     single = _place_on_one_node(cap, request, exclude)
     if single is not None:
         return single

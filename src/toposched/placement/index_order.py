@@ -37,7 +37,7 @@ def first_fit(
     exclude: Mapping[int, int] | None = None,
 ) -> Placement | Shortfall:
     """The gang on the lowest-numbered nodes with room, the lowest free GPU indices on each."""
-    exclude = exclude or {}
+    exclude = cap.hidden(request.selector, exclude)
     g, k = request.gpus_per_worker, request.gpus
     for i in cap.present_indices():
         free = cap.free[i] & ~exclude.get(i, 0)

@@ -16,8 +16,9 @@ from typing import Any, Protocol
 from toposched.placement import gang, index_order, pair_score, random_pick, topology_aware
 from toposched.placement.capacity import Capacity
 from toposched.placement.gang import GangRequest, Placement, Shortfall, WorkerSlot
+from toposched.placement.random_pick import Room
 from toposched.placement.request import NodePlacement, NodeRequest, PlacementError
-from toposched.topology.cluster import Tier
+from toposched.topology.cluster import NodeSelector, Tier
 
 
 class NodePolicy(Protocol):
@@ -36,7 +37,7 @@ class GangPlacer(Protocol):
     ) -> Placement | Shortfall: ...
 
 
-WorkerPicker = Callable[[Capacity, int, random.Random, dict[int, list[int]]], WorkerSlot | None]
+WorkerPicker = Callable[[Capacity, int, NodeSelector, random.Random, Room], WorkerSlot | None]
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,9 @@ from toposched.placement.gang import WorkerSlot
 from toposched.placement.request import NodePlacement, NodeRequest
 from toposched.placement.ring import placed
 from toposched.placement.tables import from_mask
+from toposched.topology.cluster import NodeSelector
+
+Room = dict[tuple[int, NodeSelector], list[int]]
 
 
 @dataclass
@@ -28,13 +31,17 @@ class RandomPick:
 
 
 def random_worker(
-    cap: Capacity, g: int, rng: random.Random, room: dict[int, list[int]]
+    cap: Capacity, g: int, selector: NodeSelector, rng: random.Random, room: Room
 ) -> WorkerSlot | None:
-    """`g` random free GPUs of a random node that has them; `room` caches, per `g`, the nodes
-    that had them (a caller binding many workers in one pass keeps it between calls)."""
-    nodes = room.get(g)
+    """`g` random free GPUs of a random node that has them and that `selector` matches; `room`
+    caches, per `g` and selector, the nodes that had them (a caller binding many workers in one
+    pass keeps it between calls)."""
+    nodes = room.get((g, selector))
     if nodes is None:
-        nodes = room[g] = [i for i in cap.present_indices() if cap.free[i].bit_count() >= g]
+        ruled_out = cap.ruled_out(selector)
+        nodes = room[(g, selector)] = [
+            i for i in cap.present_indices() if cap.free[i].bit_count() >= g and i not in ruled_out
+        ]
     while nodes:
         k = rng.randrange(len(nodes))
         i = nodes[k]

@@ -81,6 +81,35 @@ def check_labels(node: str, labels: Mapping[str, str]) -> None:
         )
 
 
+@dataclass(frozen=True)
+class NodeSelector:
+    """Node labels a job requires, every one of them (as Kubernetes' `nodeSelector`); the
+    empty selector takes every node."""
+
+    match: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def of(cls, labels: Mapping[str, str] | None) -> NodeSelector:
+        """A selector from a mapping; ClusterError names a key or value that is not a string."""
+        labels = labels or {}
+        for key, value in labels.items():
+            if not isinstance(key, str) or not isinstance(value, str) or not key:
+                raise ClusterError(f"selector: labels map names to strings, got {key!r}: {value!r}")
+        return cls(tuple(sorted(labels.items())))
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        return all(labels.get(key) == value for key, value in self.match)
+
+    def __bool__(self) -> bool:
+        return bool(self.match)
+
+    def describe(self) -> str:
+        return ",".join(f"{key}={value}" for key, value in self.match)
+
+
+EVERY_NODE = NodeSelector()
+
+
 def topology_aware(labels: Mapping[str, str]) -> bool:
     """Whether a node with these labels takes part in topology-aware placement (the default)."""
     return labels.get(SCHEDULE_LABEL, "topology") == "topology"
