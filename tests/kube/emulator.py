@@ -16,7 +16,8 @@ The Python-side handle (every method takes `api.lock`, an RLock, and returns cop
 writes go through the same code as HTTP requests, so they are validated, defaulted and seen
 by watches; errors raise `ApiError` with `.code`, `.reason`, `.status`):
 
-    ApiServer(*, graceful_pod_deletion=False, watch_timeout_s=1800.0, version="v1.32.4")
+    ApiServer(*, graceful_pod_deletion=False, watch_timeout_s=1800.0, version="v1.32.4",
+              crds=CUSTOM)                 # the CRDs installed (both PodGroups by default)
     start() / stop() / with ApiServer() as api; api.url; api.kubeconfig(path, namespace)
     create(obj, namespace=None) -> dict            # kind from apiVersion/kind, like a POST
     get(resource, name, namespace=None) -> dict | None
@@ -34,8 +35,10 @@ by watches; errors raise `ApiError` with `.code`, `.reason`, `.status`):
     requests -> [(method, path)]; request_log -> [RequestRecord(method, path, query,
     content_type, body)]; server_errors -> tracebacks of the emulator's own failures
 
-`resource` is a plural, singular, kind or short name ("pods", "pg", "leases"); a namespace of
-None means "default" for get/patch/delete and all namespaces for objects.
+`resource` is a plural, singular, kind, short name or `plural.group` ("pods", "pg", "leases",
+"podgroups.scheduling.volcano.sh"): a name two resources share means the first installed one,
+in discovery order, as kubectl picks; a namespace of None means "default" for get/patch/delete
+and all namespaces for objects.
 
 What is faithful (the real API server's behaviour, as of Kubernetes 1.32):
 
@@ -100,7 +103,7 @@ What is faithful (the real API server's behaviour, as of Kubernetes 1.32):
   1.32 asks for aggregated discovery (`as=APIGroupDiscoveryList`) with `application/json` as
   its last choice, and takes an `application/json` answer as the legacy form.
 - `kubectl get` asks for `as=Table`: lists and gets answer Tables with the real default
-  columns for the served resources (the PodGroup CRD's printer columns for podgroups);
+  columns for the served resources (each PodGroup CRD's printer columns for its podgroups);
   `as=PartialObjectMetadata(List)` is served too; 406 when nothing acceptable is asked for.
 - Built in at start, as a real cluster has them: namespaces default, kube-system, kube-public,
   kube-node-lease; priority classes system-cluster-critical and system-node-critical.
@@ -108,7 +111,9 @@ What is faithful (the real API server's behaviour, as of Kubernetes 1.32):
 Resources: core v1 namespaces, nodes, pods (+status, binding, eviction), events, configmaps;
 coordination.k8s.io/v1 leases; policy/v1 poddisruptionbudgets (+status); scheduling.k8s.io/v1
 priorityclasses; scheduling.x-k8s.io/v1alpha1 podgroups (+status, the scheduler-plugins CRD,
-short names pg and pgs).
+short names pg and pgs); scheduling.volcano.sh/v1beta1 podgroups (+status, Volcano's CRD, short
+names pg and podgroup-v1beta1). `crds` names the CRDs installed (`CUSTOM`, both, by default):
+one left out is absent from discovery and its paths answer 404, as on a cluster without it.
 
 Corners cut (differences from a real API server):
 
@@ -137,9 +142,9 @@ Corners cut (differences from a real API server):
   v3 saying the server validates, it leaves validation to the server and sends
   fieldValidation=Strict); no schemas (`kubectl explain` finds nothing), /openapi/v2 is 404.
 - fieldValidation=Strict refuses (400) only unknown top-level and metadata fields, and unknown
-  fields of the PodGroup schema; otherwise those are dropped silently, as the real decoder
+  fields of the PodGroup schemas; otherwise those are dropped silently, as the real decoder
   and CRD pruning do; unknown fields deeper in built-in objects are kept, not dropped.
-- No CustomResourceDefinition objects (the CRD is only in discovery), no events.k8s.io API
+- No CustomResourceDefinition objects (the CRDs are only in discovery), no events.k8s.io API
   (kubectl describe reads core/v1 events), no protobuf, no YAML bodies, no dryRun (400), no
   watch of Tables, no legacy /api/v1/watch/ paths, no HTTP/2, no exec/log/attach/portforward
   subresources, no Warning headers.
@@ -246,6 +251,22 @@ class Resource:
         return base + self.fields
 
 
+def _podgroups(group: str, version: str, *short_names: str) -> Resource:
+    """A PodGroup CRD (scheduler-plugins' and Volcano's are alike to the API server)."""
+    return Resource(
+        group,
+        version,
+        "podgroups",
+        "podgroup",
+        "PodGroup",
+        True,
+        short_names,
+        subresources=("status",),
+        custom=True,
+        generation=True,
+    )
+
+
 RESOURCES: tuple[Resource, ...] = (
     Resource(
         "",
@@ -305,38 +326,29 @@ RESOURCES: tuple[Resource, ...] = (
         False,
         ("pc",),
     ),
-    Resource(
-        "scheduling.x-k8s.io",
-        "v1alpha1",
-        "podgroups",
-        "podgroup",
-        "PodGroup",
-        True,
-        ("pg", "pgs"),
-        subresources=("status",),
-        custom=True,
-        generation=True,
-    ),
+    _podgroups("scheduling.x-k8s.io", "v1alpha1", "pg", "pgs"),
+    # After scheduler-plugins': a real server lists CRD groups of equal priority by their
+    # APIService names (version.group), so with both installed `podgroups` and `pg` mean
+    # scheduler-plugins' to kubectl, and Volcano's is `podgroups.scheduling.volcano.sh`.
+    _podgroups("scheduling.volcano.sh", "v1beta1", "pg", "podgroup-v1beta1"),
 )
 
 _BY_PATH: dict[tuple[str, str, str], Resource] = {
     (r.group, r.version, r.plural): r for r in RESOURCES
 }
 _BY_KIND: dict[tuple[str, str], Resource] = {(r.api_version, r.kind): r for r in RESOURCES}
-_GROUPS: dict[str, list[str]] = {}
-for _r in RESOURCES:
-    if _r.group and _r.version not in _GROUPS.setdefault(_r.group, []):
-        _GROUPS[_r.group].append(_r.version)
 PODS = _BY_PATH[("", "v1", "pods")]
 PDBS = _BY_PATH[("policy", "v1", "poddisruptionbudgets")]
 NAMESPACES = _BY_PATH[("", "v1", "namespaces")]
 PRIORITY_CLASSES = _BY_PATH[("scheduling.k8s.io", "v1", "priorityclasses")]
+CUSTOM = tuple(r.qualified for r in RESOURCES if r.custom)
 
 
-def resolve(resource: str) -> Resource:
-    """A resource by plural, singular, kind, short name or `plural.group`."""
+def resolve(resource: str, among: Iterable[Resource] = RESOURCES) -> Resource:
+    """A resource by plural, singular, kind, short name or `plural.group`: the first of
+    `among` (in discovery order) that has that name, as kubectl picks."""
     wanted = resource.lower()
-    for r in RESOURCES:
+    for r in among:
         names = {r.plural, r.singular, r.kind.lower(), r.qualified, *r.short_names}
         if wanted in names:
             return r
@@ -519,7 +531,7 @@ _META_FIELDS = {
     "managedFields",
 }
 _CUSTOM_SCHEMAS: dict[str, dict[str, dict[str, str]]] = {
-    "podgroups": {
+    "podgroups.scheduling.x-k8s.io": {
         "spec": {
             "minMember": "integer",
             "minResources": "object",
@@ -533,12 +545,31 @@ _CUSTOM_SCHEMAS: dict[str, dict[str, dict[str, str]]] = {
             "failed": "integer",
             "scheduleStartTime": "string",
         },
-    }
+    },
+    # Volcano's scheduling.volcano.sh/v1beta1 PodGroup, as volcano-sh/apis declares it.
+    "podgroups.scheduling.volcano.sh": {
+        "spec": {
+            "minMember": "integer",
+            "minTaskMember": "object",
+            "queue": "string",
+            "priorityClassName": "string",
+            "minResources": "object",
+            "networkTopology": "object",
+        },
+        "status": {
+            "phase": "string",
+            "conditions": "array",
+            "running": "integer",
+            "succeeded": "integer",
+            "failed": "integer",
+        },
+    },
 }
 _JSON_TYPES: dict[str, type | tuple[type, ...]] = {
     "integer": int,
     "string": str,
     "object": dict,
+    "array": list,
     "number": (int, float),
 }
 
@@ -1435,7 +1466,7 @@ _TABLES: dict[str, list[_Column]] = {
         _Column("Preemption Policy", "string", lambda p: p.get("preemptionPolicy") or "", 1),
     ],
     # the scheduler-plugins PodGroup CRD's additionalPrinterColumns
-    "podgroups": [
+    "podgroups.scheduling.x-k8s.io": [
         _NAME,
         _Column("Phase", "string", lambda g: _dig(g, "status", "phase")),
         _Column("MinMember", "integer", lambda g: _dig(g, "spec", "minMember")),
@@ -1443,6 +1474,15 @@ _TABLES: dict[str, list[_Column]] = {
         _Column("Succeeded", "integer", lambda g: _dig(g, "status", "succeeded")),
         _Column("Failed", "integer", lambda g: _dig(g, "status", "failed")),
         _AGE,
+    ],
+    # Volcano's PodGroup CRD's additionalPrinterColumns
+    "podgroups.scheduling.volcano.sh": [
+        _NAME,
+        _Column("STATUS", "string", lambda g: _dig(g, "status", "phase")),
+        _Column("minMember", "integer", lambda g: _dig(g, "spec", "minMember")),
+        _Column("RUNNINGS", "integer", lambda g: _dig(g, "status", "running")),
+        _Column("AGE", "date", _AGE.get),
+        _Column("QUEUE", "string", lambda g: _dig(g, "spec", "queue"), 1),
     ],
 }
 
@@ -1458,7 +1498,7 @@ def _partial(obj: JSON, version: str = "v1") -> JSON:
 def to_table(
     res: Resource, items: list[JSON], list_meta: JSON | None, include: str, version: str
 ) -> JSON:
-    columns = _TABLES.get(res.plural, [_NAME, _AGE])
+    columns = _TABLES.get(res.qualified) or _TABLES.get(res.plural) or [_NAME, _AGE]
     rows = []
     for obj in items:
         row: JSON = {"cells": [c.get(obj) for c in columns]}
@@ -1536,10 +1576,21 @@ class ApiServer:
         graceful_pod_deletion: bool = False,
         watch_timeout_s: float = 1800.0,
         version: str = KUBE_VERSION,
+        crds: Iterable[str] = CUSTOM,
     ):
         self.graceful_pod_deletion = graceful_pod_deletion
         self.watch_timeout_s = watch_timeout_s
         self.version = version
+        unknown = set(crds) - set(CUSTOM)
+        if unknown:
+            raise ValueError(f"the emulator has no CRD {sorted(unknown)}; it has {CUSTOM}")
+        # The CRDs installed: the others are absent from discovery, and 404 as on a cluster
+        # without them.
+        self.served = tuple(r for r in RESOURCES if not r.custom or r.qualified in crds)
+        self._groups: dict[str, list[str]] = {}
+        for r in self.served:
+            if r.group and r.version not in self._groups.setdefault(r.group, []):
+                self._groups[r.group].append(r.version)
         self.lock = threading.RLock()
         self.request_log: list[RequestRecord] = []
         self.server_errors: list[str] = []  # tracebacks of 500s the emulator itself caused
@@ -1659,7 +1710,7 @@ class ApiServer:
 
     def get(self, resource: str, name: str, namespace: str | None = None) -> JSON | None:
         """A copy of the object, or None."""
-        res = resolve(resource)
+        res = resolve(resource, self.served)
         with self.lock:
             found = self._store[res].get(((namespace or "default") if res.namespaced else "", name))
             return copy.deepcopy(found) if found is not None else None
@@ -1673,7 +1724,7 @@ class ApiServer:
         field_selector: str = "",
     ) -> list[JSON]:
         """Copies of the objects, sorted by namespace and name; namespace None or "" is all."""
-        res = resolve(resource)
+        res = resolve(resource, self.served)
         labels = LabelSelector.parse(label_selector)
         fields = FieldSelector.parse(res, field_selector)
         with self.lock:
@@ -1704,13 +1755,13 @@ class ApiServer:
         subresource: str | None = None,
     ) -> JSON:
         """Patch as a PATCH would; `patch_type` is the content type."""
-        res = resolve(resource)
+        res = resolve(resource, self.served)
         ns = (namespace or "default") if res.namespaced else None
         return self._patch(res, ns, name, json.dumps(patch).encode(), patch_type, subresource)
 
     def delete(self, resource: str, name: str, namespace: str | None = None) -> JSON | None:
         """Remove the object at once (no grace period); the deleted object, or None."""
-        res = resolve(resource)
+        res = resolve(resource, self.served)
         ns = (namespace or "default") if res.namespaced else None
         try:
             return self._delete(res, ns, name, {}, force=True)
@@ -1783,7 +1834,7 @@ class ApiServer:
         with self.lock:
             if resource is None:
                 return len(self._watches)
-            res = resolve(resource)
+            res = resolve(resource, self.served)
             return sum(1 for w in self._watches if w.res is res)
 
     def inject_error(
@@ -1842,12 +1893,10 @@ class ApiServer:
     # ------------------------------------------------------------------ store
 
     def _kind(self, obj: JSON) -> Resource:
-        try:
-            return _BY_KIND[(obj["apiVersion"], obj["kind"])]
-        except KeyError:
-            raise KeyError(
-                f"the emulator serves no {obj.get('apiVersion')}/{obj.get('kind')}"
-            ) from None
+        found = _BY_KIND.get((str(obj.get("apiVersion")), str(obj.get("kind"))))
+        if found is None or found not in self.served:
+            raise KeyError(f"the emulator serves no {obj.get('apiVersion')}/{obj.get('kind')}")
+        return found
 
     def _ns_key(self, res: Resource, namespace: str | None, name: str) -> tuple[str, str]:
         return ((namespace or "") if res.namespaced else "", name)
@@ -2017,7 +2066,7 @@ class ApiServer:
             if k not in _META_FIELDS:
                 unknown.append(f"metadata.{k}")
                 del md[k]
-        for part, fields in _CUSTOM_SCHEMAS.get(res.plural, {}).items():
+        for part, fields in _CUSTOM_SCHEMAS.get(res.qualified, {}).items():
             if isinstance(obj.get(part), dict):
                 for k in list(obj[part]):
                     if k not in fields:
@@ -2412,8 +2461,8 @@ class ApiServer:
                         involved_ns,
                     )
                 )
-        elif res.plural in _CUSTOM_SCHEMAS:
-            for part, fields in _CUSTOM_SCHEMAS[res.plural].items():
+        elif res.qualified in _CUSTOM_SCHEMAS:
+            for part, fields in _CUSTOM_SCHEMAS[res.qualified].items():
                 section = obj.get(part)
                 if section is not None and not isinstance(section, dict):
                     errors.append(
@@ -2921,7 +2970,7 @@ class ApiServer:
 
     def _api_resources(self, group: str, version: str) -> JSON:
         resources = []
-        for r in RESOURCES:
+        for r in self.served:
             if (r.group, r.version) != (group, version):
                 continue
             entry: JSON = {
@@ -2975,7 +3024,7 @@ class ApiServer:
         for an object it finds no schema for). No schemas: `kubectl explain` finds nothing."""
         gvs = {
             ("api/v1" if not g else f"apis/{g}/{v}"): (g, v)
-            for g, v in {(r.group, r.version) for r in RESOURCES}
+            for g, v in {(r.group, r.version) for r in self.served}
         }
         if not gv_path:
             return {
@@ -2987,7 +3036,7 @@ class ApiServer:
             raise path_not_found()
         group, version = gvs[gv_path]
         paths: JSON = {}
-        for r in RESOURCES:
+        for r in self.served:
             if (r.group, r.version) != (group, version):
                 continue
             base = "/api/v1" if not group else f"/apis/{group}/{version}"
@@ -3027,9 +3076,8 @@ class ApiServer:
             "components": {"schemas": {}},
         }
 
-    @staticmethod
-    def _api_group(group: str) -> JSON:
-        versions = [{"groupVersion": f"{group}/{v}", "version": v} for v in _GROUPS[group]]
+    def _api_group(self, group: str) -> JSON:
+        versions = [{"groupVersion": f"{group}/{v}", "version": v} for v in self._groups[group]]
         return {"name": group, "versions": versions, "preferredVersion": versions[0]}
 
     def _version(self) -> JSON:
@@ -3115,18 +3163,18 @@ class ApiServer:
                 raise path_not_found()
         else:
             if len(parts) == 1:
-                groups = [self._api_group(g) for g in _GROUPS]
+                groups = [self._api_group(g) for g in self._groups]
                 return self._get_only(
                     method, {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}
                 )
-            if parts[1] not in _GROUPS:
+            if parts[1] not in self._groups:
                 raise path_not_found()
             if len(parts) == 2:
                 return self._get_only(
                     method, {"kind": "APIGroup", "apiVersion": "v1", **self._api_group(parts[1])}
                 )
             group, version, rest = parts[1], parts[2], parts[3:]
-            if version not in _GROUPS[group]:
+            if version not in self._groups[group]:
                 raise path_not_found()
         if not rest:
             return self._get_only(method, self._api_resources(group, version))
@@ -3144,7 +3192,12 @@ class ApiServer:
             name = _dig(body, "metadata", "name") or ""
             return _Answer(201, self._bind(namespace, name, body, via_pod=False))
         res = _BY_PATH.get((group, version, rest[0]))
-        if res is None or len(rest) > 3 or (namespace is not None and not res.namespaced):
+        if (
+            res is None
+            or res not in self.served
+            or len(rest) > 3
+            or (namespace is not None and not res.namespaced)
+        ):
             raise path_not_found()
         if namespace is not None and not namespace:
             raise path_not_found()

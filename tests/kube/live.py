@@ -9,6 +9,8 @@ over that cluster instead of the emulator (unset, nothing here runs):
 
 Use a scratch cluster only (kind is enough), with the PodGroup CRD installed
 (`kubectl apply -f deploy/kubernetes/podgroup-crd.yaml`) and no toposched scheduler running.
+The tests of Volcano's PodGroups need Volcano's CRD too (its `podgroups.scheduling.volcano.sh`
+CRD alone is enough, Volcano itself must not run); without it they skip.
 The tests never touch a real node or its GPUs:
 
 - the nodes they make are fake Node objects created through the API, with no kubelet behind
@@ -49,6 +51,8 @@ NAMESPACES = ("team-a", "team-b", "toposched-system")
 
 JSON = dict[str, Any]
 
+VOLCANO = "podgroups.scheduling.volcano.sh"  # the plural is scheduler-plugins' alone
+
 # resource -> (API prefix, plural, namespaced)
 _RESOURCES: dict[str, tuple[str, str, bool]] = {
     "pods": ("/api/v1", "pods", True),
@@ -57,6 +61,7 @@ _RESOURCES: dict[str, tuple[str, str, bool]] = {
     "configmaps": ("/api/v1", "configmaps", True),
     "namespaces": ("/api/v1", "namespaces", False),
     "podgroups": ("/apis/scheduling.x-k8s.io/v1alpha1", "podgroups", True),
+    VOLCANO: ("/apis/scheduling.volcano.sh/v1beta1", "podgroups", True),
     "poddisruptionbudgets": ("/apis/policy/v1", "poddisruptionbudgets", True),
     "priorityclasses": ("/apis/scheduling.k8s.io/v1", "priorityclasses", False),
     "leases": ("/apis/coordination.k8s.io/v1", "leases", True),
@@ -87,6 +92,8 @@ _ALIASES = {
 
 
 def _resource(resource: str) -> str:
+    if resource.lower() == VOLCANO:
+        return VOLCANO
     name = resource.split(".")[0].lower()
     name = _ALIASES.get(name, name)
     if name not in _RESOURCES:
@@ -145,7 +152,7 @@ class LiveCluster:
             if spec.get("nodeName"):
                 spec["nodeName"] = self.node_name(spec["nodeName"])
             spec.setdefault("terminationGracePeriodSeconds", 0)  # no kubelet: see above
-        elif resource == "podgroups":
+        elif resource in ("podgroups", VOLCANO):
             annotations = meta.get("annotations") or {}
             if PLAN in annotations:
                 plan = json.loads(annotations[PLAN])
@@ -167,7 +174,7 @@ class LiveCluster:
             involved = obj.get("involvedObject") or {}
             if involved.get("kind") == "Node" and involved.get("name"):
                 involved["name"] = self.test_name(involved["name"])
-        elif resource == "podgroups":
+        elif resource in ("podgroups", VOLCANO):
             annotations = meta.get("annotations") or {}
             if PLAN in annotations:
                 with contextlib.suppress(ValueError, TypeError, AttributeError, IndexError):
@@ -184,7 +191,8 @@ class LiveCluster:
         return self.kubeconfig_path
 
     def create(self, obj: JSON, namespace: str | None = None) -> JSON:
-        resource = _resource(obj.get("kind", ""))
+        volcano = str(obj.get("apiVersion", "")).startswith("scheduling.volcano.sh/")
+        resource = VOLCANO if volcano else _resource(obj.get("kind", ""))
         namespaced = _RESOURCES[resource][2]
         ns = (
             (namespace or (obj.get("metadata") or {}).get("namespace") or "default")
@@ -194,7 +202,12 @@ class LiveCluster:
         body = self._outward(resource, obj)
         if ns:
             body["metadata"]["namespace"] = ns
-        made = self.api.request("POST", _path(resource, ns), body=body)
+        try:
+            made = self.api.request("POST", _path(resource, ns), body=body)
+        except ApiError as err:
+            if err.status == 404 and resource == VOLCANO:
+                pytest.skip(f"the cluster lacks the CRD {VOLCANO}")
+            raise
         key = (resource, ns, made["metadata"]["name"])
         if key not in self.created:
             self.created.append(key)
@@ -222,15 +235,24 @@ class LiveCluster:
         items.sort(key=lambda o: (o["metadata"].get("namespace") or "", o["metadata"].get("name")))
         return [self._inward(resource, o) for o in items]
 
-    def patch(self, resource: str, name: str, patch: Any, namespace: str | None = None) -> JSON:
-        """A JSON merge patch, as the emulator's default."""
+    def patch(
+        self,
+        resource: str,
+        name: str,
+        patch: Any,
+        namespace: str | None = None,
+        *,
+        subresource: str | None = None,
+    ) -> JSON:
+        """A JSON merge patch, as the emulator's default (of `/status` with that subresource)."""
         resource = _resource(resource)
         if resource == "nodes":
             name = self.node_name(name)
         ns = (namespace or "default") if _RESOURCES[resource][2] else None
+        path = _path(resource, ns, name) + (f"/{subresource}" if subresource else "")
         answer = self.api.request(
             "PATCH",
-            _path(resource, ns, name),
+            path,
             body=patch,
             content_type="application/merge-patch+json",
         )
@@ -322,7 +344,8 @@ class LiveCluster:
 
 
 def _singular(resource: str) -> str:
-    return next(k for k, r in _KINDS.items() if r == resource).lower()
+    plural = _RESOURCES[resource][1]
+    return next(k for k, r in _KINDS.items() if r == plural).lower()
 
 
 @contextlib.contextmanager

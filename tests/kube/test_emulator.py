@@ -33,6 +33,7 @@ from kubernetes.client.exceptions import ApiException  # noqa: E402
 
 JSON = dict[str, Any]
 GROUP, VERSION = "scheduling.x-k8s.io", "v1alpha1"
+VOLCANO, VOLCANO_VERSION = "scheduling.volcano.sh", "v1beta1"
 
 
 def pod(name: str, ns: str = "default", gpus: str = "1", **spec: Any) -> JSON:
@@ -138,6 +139,12 @@ def test_discovery_answers_the_client(api_client: Any) -> None:
     assert names["pods/eviction"].group == "policy"
     pg = client.CustomObjectsApi(api_client).get_api_resources(GROUP, VERSION).resources[0]
     assert (pg.name, pg.kind, pg.short_names) == ("podgroups", "PodGroup", ["pg", "pgs"])
+    assert groups[VOLCANO].preferred_version.group_version == f"{VOLCANO}/{VOLCANO_VERSION}"
+    vc = client.CustomObjectsApi(api_client).get_api_resources(VOLCANO, VOLCANO_VERSION)
+    assert [(r.name, r.kind, r.short_names) for r in vc.resources] == [
+        ("podgroups", "PodGroup", ["pg", "podgroup-v1beta1"]),
+        ("podgroups/status", "PodGroup", None),
+    ]
 
 
 def test_create_defaults_and_refusals(apiserver: ApiServer, core: Any) -> None:
@@ -658,6 +665,84 @@ def test_podgroups_are_a_custom_resource(apiserver: ApiServer, custom: Any) -> N
     assert apiserver.objects("podgroups", "team-a")[0]["status"]["running"] == 2
 
 
+def test_volcano_podgroups_are_a_custom_resource_of_their_own(
+    apiserver: ApiServer, custom: Any
+) -> None:
+    """Volcano's PodGroup beside scheduler-plugins' of the same name: two objects, each pruned
+    to its own CRD's schema, each patched at its own path."""
+    args = (VOLCANO, VOLCANO_VERSION, "team-a", "podgroups")
+    body = {
+        "apiVersion": f"{VOLCANO}/{VOLCANO_VERSION}",
+        "kind": "PodGroup",
+        "metadata": {"name": "gang"},
+        "spec": {
+            "minMember": 4,
+            "queue": "default",
+            "priorityClassName": "high",
+            "minResources": {"nvidia.com/gpu": "4"},
+            "scheduleTimeoutSeconds": 60,  # scheduler-plugins' field, not Volcano's
+        },
+    }
+    created = custom.create_namespaced_custom_object(*args, body)
+    pruned = {k: v for k, v in body["spec"].items() if k != "scheduleTimeoutSeconds"}
+    assert created["spec"] == pruned
+    theirs = {**body, "apiVersion": f"{GROUP}/{VERSION}", "spec": {"minMember": 2}}
+    custom.create_namespaced_custom_object(GROUP, VERSION, "team-a", "podgroups", theirs)
+    listed = custom.list_cluster_custom_object(VOLCANO, VOLCANO_VERSION, "podgroups")
+    assert [i["spec"]["minMember"] for i in listed["items"]] == [4]
+    assert listed["items"][0]["apiVersion"] == f"{VOLCANO}/{VOLCANO_VERSION}"
+    patched = custom.patch_namespaced_custom_object(
+        *args, "gang", {"metadata": {"annotations": {"toposched.io/placement": "{}"}}}
+    )
+    assert patched["metadata"]["annotations"] == {"toposched.io/placement": "{}"}
+    assert custom.get_namespaced_custom_object(*args, "gang")["metadata"]["annotations"]
+    other = apiserver.get("podgroups.scheduling.x-k8s.io", "gang", "team-a") or {}
+    assert other["spec"] == {"minMember": 2} and "annotations" not in other["metadata"]
+    status = custom.patch_namespaced_custom_object_status(
+        *args, "gang", {"status": {"phase": "Inqueue", "conditions": [], "running": 0}}
+    )
+    assert status["status"]["phase"] == "Inqueue" and status["spec"]["minMember"] == 4
+    with pytest.raises(ApiException) as info:
+        custom.create_namespaced_custom_object(
+            *args, {**body, "metadata": {"name": "bad"}, "spec": {"queue": 7}}
+        )
+    assert info.value.status == 422 and "must be of type string" in status_of(info.value)["message"]
+    collector = Collector(
+        custom.list_namespaced_custom_object, *args, timeout_seconds=1, resource_version="0"
+    )
+    collector.join()
+    assert collector.types() == [("ADDED", "gang")]
+
+
+def test_a_crd_left_out_is_not_served(tmp_path: Path) -> None:
+    """`ApiServer(crds=...)`: a cluster with Volcano's CRD alone. Scheduler-plugins' group is
+    absent from discovery and its paths answer 404, for the client as for kubectl."""
+    with ApiServer(crds=(f"podgroups.{VOLCANO}",)) as server:
+        configuration = client.Configuration()
+        config.load_kube_config(
+            config_file=str(server.kubeconfig(tmp_path / "kubeconfig")),
+            client_configuration=configuration,
+        )
+        with client.ApiClient(configuration) as api_client:
+            groups = {g.name for g in client.ApisApi(api_client).get_api_versions().groups}
+            assert VOLCANO in groups and GROUP not in groups
+            custom = client.CustomObjectsApi(api_client)
+            with pytest.raises(ApiException) as info:
+                custom.list_namespaced_custom_object(GROUP, VERSION, "team-a", "podgroups")
+            assert info.value.status == 404
+            assert (
+                custom.list_namespaced_custom_object(
+                    VOLCANO, VOLCANO_VERSION, "team-a", "podgroups"
+                )["items"]
+                == []
+            )
+        assert server.objects("podgroups") == []  # the name means Volcano's here
+        with pytest.raises(KeyError):
+            server.create({"apiVersion": f"{GROUP}/{VERSION}", "kind": "PodGroup"})
+        with pytest.raises(ValueError, match="no CRD"):
+            ApiServer(crds=("widgets.example.com",))
+
+
 def test_errors_are_statuses(apiserver: ApiServer) -> None:
     http = urllib3.PoolManager()
 
@@ -835,8 +920,16 @@ spec:
 """
 
 
+Kubectl = Callable[..., subprocess.CompletedProcess[str]]
+
+
 @pytest.fixture
-def kubectl(kubeconfig: Path, tmp_path: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
+def kubectl(kubeconfig: Path, tmp_path: Path) -> Kubectl:
+    return kubectl_for(kubeconfig, tmp_path)
+
+
+def kubectl_for(kubeconfig: Path, tmp_path: Path) -> Kubectl:
+    """`kubectl` with this kubeconfig; the test is skipped where kubectl is not installed."""
     if not Path(KUBECTL).exists():
         pytest.skip(
             f"kubectl is not installed at {KUBECTL}: the kubectl checks of the emulator need it"
@@ -866,7 +959,7 @@ def kubectl(kubeconfig: Path, tmp_path: Path) -> Callable[..., subprocess.Comple
 
 
 def test_kubectl_applies_gets_labels_annotates_and_deletes(
-    apiserver: ApiServer, kubectl: Callable[..., subprocess.CompletedProcess[str]], tmp_path: Path
+    apiserver: ApiServer, kubectl: Kubectl, tmp_path: Path
 ) -> None:
     manifests = tmp_path / "manifests.yaml"
     manifests.write_text(MANIFESTS)
@@ -938,9 +1031,69 @@ def test_kubectl_applies_gets_labels_annotates_and_deletes(
     assert not apiserver.server_errors
 
 
-def test_kubectl_describe_shows_the_events_of_a_pod(
-    apiserver: ApiServer, kubectl: Callable[..., subprocess.CompletedProcess[str]]
+VOLCANO_MANIFEST = """\
+apiVersion: scheduling.volcano.sh/v1beta1
+kind: PodGroup
+metadata:
+  name: gang
+spec:
+  minMember: 4
+  queue: research
+"""
+
+
+def test_kubectl_tells_volcano_podgroups_from_scheduler_plugins_ones(
+    apiserver: ApiServer, kubectl: Kubectl, tmp_path: Path
 ) -> None:
+    """Both CRDs, one PodGroup named `gang` of each: `podgroups` and `pg` stay
+    scheduler-plugins', Volcano's answers to its full name and its own short name."""
+    manifests = tmp_path / "manifests.yaml"
+    manifests.write_text(MANIFESTS + "---\n" + VOLCANO_MANIFEST)
+    applied = kubectl("apply", "-f", str(manifests)).stdout.splitlines()
+    assert applied[-2:] == [
+        "podgroup.scheduling.x-k8s.io/gang created",
+        "podgroup.scheduling.volcano.sh/gang created",
+    ]
+    table = kubectl("get", "podgroups.scheduling.volcano.sh").stdout.splitlines()
+    assert table[0].split() == ["NAME", "STATUS", "MINMEMBER", "RUNNINGS", "AGE"]
+    assert table[1].split()[:2] == ["gang", "4"]
+    wide = kubectl("get", "podgroups.scheduling.volcano.sh", "-o", "wide").stdout.splitlines()
+    assert wide[0].split()[-1] == "QUEUE" and wide[1].split()[-1] == "research"
+    assert (
+        kubectl("get", "podgroup-v1beta1", "gang", "-o", "name").stdout.strip()
+        == "podgroup.scheduling.volcano.sh/gang"
+    )
+    assert (
+        kubectl("get", "pg", "gang", "-o", "name").stdout.strip()
+        == "podgroup.scheduling.x-k8s.io/gang"
+    )
+    kubectl("annotate", "podgroups.scheduling.volcano.sh", "gang", "toposched.io/placement={}")
+    volcano = apiserver.get("podgroups.scheduling.volcano.sh", "gang") or {}
+    plugins = apiserver.get("podgroups.scheduling.x-k8s.io", "gang") or {}
+    assert volcano["metadata"]["annotations"]["toposched.io/placement"] == "{}"
+    assert "toposched.io/placement" not in (plugins["metadata"].get("annotations") or {})
+    got = json.loads(kubectl("get", "podgroups.scheduling.volcano.sh", "gang", "-o", "json").stdout)
+    assert got["spec"] == {"minMember": 4, "queue": "research"}
+    assert not apiserver.server_errors
+
+
+def test_kubectl_on_a_cluster_with_only_volcanos_crd(tmp_path: Path) -> None:
+    with ApiServer(crds=(f"podgroups.{VOLCANO}",)) as server:
+        kubectl = kubectl_for(server.kubeconfig(tmp_path / "kubeconfig"), tmp_path)
+        manifest = tmp_path / "volcano.yaml"
+        manifest.write_text(VOLCANO_MANIFEST)
+        kubectl("apply", "-f", str(manifest))
+        assert (
+            kubectl("get", "podgroups", "-o", "name").stdout.strip()
+            == "podgroup.scheduling.volcano.sh/gang"
+        )
+        missing = kubectl("get", "podgroups.scheduling.x-k8s.io", ok=False)
+        assert missing.returncode == 1
+        assert "doesn't have a resource type" in missing.stderr
+        assert not server.server_errors
+
+
+def test_kubectl_describe_shows_the_events_of_a_pod(apiserver: ApiServer, kubectl: Kubectl) -> None:
     created = apiserver.create(pod("trainer-0", schedulerName="toposched"))
     other = apiserver.create(pod("trainer-1"))
     for target, reason, message in (

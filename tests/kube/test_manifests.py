@@ -56,6 +56,8 @@ CLUSTER_GRANTS: dict[tuple[str, str], set[str]] = {
     ("", "nodes"): {"get", "list", "watch"},
     ("", "events"): {"create"},
     ("scheduling.x-k8s.io", "podgroups"): {"get", "list", "watch", "patch"},
+    ("scheduling.volcano.sh", "podgroups"): {"get", "list", "watch", "patch"},
+    ("scheduling.volcano.sh", "podgroups/status"): {"patch"},
 }
 # In the scheduler's own namespace only.
 NAMESPACED_GRANTS: dict[tuple[str, str], set[str]] = {
@@ -294,6 +296,24 @@ def test_role_has_no_wildcards_or_dangerous_verbs(role: Doc) -> None:
 
 def test_cluster_role_grants_exactly_what_the_scheduler_needs() -> None:
     assert grants(one("ClusterRole", SERVICE_ACCOUNT)) == CLUSTER_GRANTS
+
+
+def test_every_kind_of_podgroup_the_scheduler_reads_is_granted() -> None:
+    """The scheduler lists, watches and patches each kind of PodGroup it knows, and sets the
+    queued phase of those whose operators wait for one: the ClusterRole follows the code."""
+    from toposched.kube.objects import GANG_KINDS
+
+    granted = grants(one("ClusterRole", SERVICE_ACCOUNT))
+    for kind in GANG_KINDS:
+        assert granted[(kind.group, "podgroups")] == {"get", "list", "watch", "patch"}
+        status = granted.get((kind.group, "podgroups/status"), set())
+        assert status == ({"patch"} if kind.queued_phase else set()), kind.group
+
+
+def test_volcanos_crd_is_not_shipped() -> None:
+    """Volcano installs its own CRD; shipping another copy would fight over it."""
+    names = {crd["metadata"]["name"] for crd in find("CustomResourceDefinition")}
+    assert names == {"podgroups.scheduling.x-k8s.io"}
 
 
 def test_namespaced_role_grants_exactly_leases_and_configmaps() -> None:

@@ -1,11 +1,13 @@
 """The Kubernetes scheduler end to end, through the API server emulator: gangs bound whole on
 the best-connected GPUs, no deadlock, a successor that finishes a half-bound gang, a watch that
-recovers from 410 Gone, leader failover, freed GPUs, and bad objects refused with an Event."""
+recovers from 410 Gone, leader failover, freed GPUs, bad objects refused with an Event, and
+Volcano's PodGroups as the Kubeflow training and MPI operators make them."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -13,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.e2e.conftest import run_cli
 from tests.kube.emulator import ApiServer
@@ -74,6 +77,51 @@ def podgroup(name: str, min_member: Any, ns: str = "team-a") -> dict[str, Any]:
         "metadata": {"name": name, "namespace": ns},
         "spec": {"minMember": min_member},
     }
+
+
+VOLCANO_GROUPS = "podgroups.scheduling.volcano.sh"
+GANG_KINDS = ("scheduler-plugins", "volcano")
+GROUP_RESOURCES = {"scheduler-plugins": "podgroups", "volcano": VOLCANO_GROUPS}
+
+
+def volcano_podgroup(name: str, min_member: Any, ns: str = "team-a") -> dict[str, Any]:
+    """Volcano's PodGroup as the Kubeflow training operator makes it for a job."""
+    return {
+        "apiVersion": "scheduling.volcano.sh/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "minMember": min_member,
+            "queue": "default",
+            "priorityClassName": "training",
+            "minResources": {"nvidia.com/gpu": "4", "cpu": "4"},
+        },
+    }
+
+
+def volcano_pod(
+    name: str, gpus: Any = 1, group: str = "", ns: str = "team-a", index: int = 0
+) -> dict[str, Any]:
+    """A pod as the Kubeflow training operator makes it for Volcano: Volcano's group-name
+    annotation and its own labels, no scheduler-plugins label."""
+    made = pod(name, gpus, ns=ns)
+    made["metadata"]["annotations"] = {"scheduling.k8s.io/group-name": group}
+    made["metadata"]["labels"] = {
+        "training.kubeflow.org/job-name": group,
+        "training.kubeflow.org/replica-type": "worker",
+        "training.kubeflow.org/replica-index": str(index),
+    }
+    return made
+
+
+def gang_group(kind: str, name: str, min_member: Any) -> dict[str, Any]:
+    """A PodGroup of either kind (GANG_KINDS)."""
+    return volcano_podgroup(name, min_member) if kind == "volcano" else podgroup(name, min_member)
+
+
+def member(kind: str, name: str, gpus: Any, group: str) -> dict[str, Any]:
+    """A pod of the gang `group`, named as a PodGroup of `kind` wants."""
+    return volcano_pod(name, gpus, group) if kind == "volcano" else pod(name, gpus, group=group)
 
 
 def node_name(server: ApiServer | LiveCluster, name: str) -> str:
@@ -202,25 +250,26 @@ def test_a_deleted_pod_frees_its_gpus(cluster: Cluster) -> None:
     until(lambda: cluster.bound("second"), "second bound once first is gone")
 
 
+@pytest.mark.parametrize("kind", GANG_KINDS)
 def test_a_successor_finishes_a_half_bound_gang_from_its_plan(
-    apiserver: ApiServer, cluster: Cluster
+    apiserver: ApiServer, cluster: Cluster, kind: str
 ) -> None:
-    """As if the scheduler died between two binds: the plan is on the PodGroup, one pod is
-    bound, the other not. The next scheduler restores the gang and binds the rest, and a
-    pod that asks for the whole node meanwhile waits (no GPU booked twice)."""
+    """As if the scheduler died between two binds: the plan is on the PodGroup (of either
+    kind), one pod is bound, the other not. The next scheduler restores the gang and binds the
+    rest, and a pod that asks for the whole node meanwhile waits (no GPU booked twice)."""
     apiserver.create(node("dgx0"))
     plan = {
         "job": "team-a/g#1",
         "pods": {"g-0": ["dgx0", [0, 1, 2, 3]], "g-1": ["dgx0", [4, 5, 6, 7]]},
     }
-    group = podgroup("g", 2)
+    group = gang_group(kind, "g", 2)
     group["metadata"]["annotations"] = {PLAN: json.dumps(plan)}
     apiserver.create(group)
-    bound = pod("g-0", 4, group="g")
+    bound = member(kind, "g-0", 4, "g")
     bound["spec"]["nodeName"] = "dgx0"
-    bound["metadata"]["annotations"] = {"toposched.io/gpus": "0,1,2,3"}
+    bound["metadata"].setdefault("annotations", {})["toposched.io/gpus"] = "0,1,2,3"
     apiserver.create(bound)
-    apiserver.create(pod("g-1", 4, group="g"))
+    apiserver.create(member(kind, "g-1", 4, "g"))
     apiserver.create(pod("whole", 8))
     cluster.start()
     where = until(lambda: cluster.bound("g-0", "g-1"), "the rest of the gang bound")
@@ -532,6 +581,240 @@ def test_a_pod_named_like_a_podgroup_does_not_block_its_gang(
     until(lambda: cluster.bound("train", "train-0", "train-1"), "the pod and the gang bound")
 
 
+# ----------------------------------------------------------------- Volcano's own PodGroups
+
+
+def gpus_of(where: dict[str, tuple[str, tuple[int, ...]]]) -> list[int]:
+    return sorted(g for _, gs in where.values() for g in gs)
+
+
+def gang_on_dgx0(cluster: Cluster, group: dict[str, Any], *pods: dict[str, Any]) -> None:
+    """One DGX-1 node and the scheduler, then a PodGroup and its pods (as operators make them,
+    the PodGroup first)."""
+    cluster.server.create(node("dgx0"))
+    cluster.start()
+    for obj in (group, *pods):
+        cluster.server.create(obj)
+
+
+def queued(server: ApiServer | LiveCluster, name: str) -> bool:
+    """Whether the Volcano PodGroup is Inqueue: what the training operator waits for."""
+    group = server.get(VOLCANO_GROUPS, name, "team-a") or {}
+    return bool((group.get("status") or {}).get("phase") == "Inqueue")
+
+
+def test_a_kubeflow_job_with_a_volcano_podgroup_binds_whole_on_one_nvlink_ring(
+    apiserver: ApiServer, cluster: Cluster
+) -> None:
+    """As the training operator runs a 4-worker job for Volcano: it makes the PodGroup
+    (scheduling.volcano.sh), waits until its phase is Inqueue (Volcano's scheduler would set
+    it), then makes 4 pods with Volcano's annotation and no other gang label. The plan is
+    written on the Volcano PodGroup before the binds."""
+    for i in range(4):
+        cluster.server.create(node(f"dgx{i}"))
+    cluster.start()
+    cluster.server.create(volcano_podgroup("vgg16", 4))
+    until(lambda: queued(cluster.server, "vgg16"), "the PodGroup Inqueue, as the operator waits")
+    names = [f"vgg16-worker-{i}" for i in range(4)]
+    for i, name in enumerate(names):
+        cluster.server.create(volcano_pod(name, 1, "vgg16", index=i))
+    where = until(lambda: cluster.bound(*names), "the job's four pods bound")
+    assert len({n for n, _ in where.values()}) == 1 and len(set(gpus_of(where))) == 4
+    assert ring_bandwidth(DGX1, gpus_of(where)) == 25.0
+    group = cluster.server.get(VOLCANO_GROUPS, "vgg16", "team-a") or {}
+    plan = json.loads(group["metadata"]["annotations"][PLAN])
+    assert {p: (n, tuple(g)) for p, (n, g) in plan["pods"].items()} == where
+    assert plan["job"].startswith("team-a/vgg16#")
+
+
+def test_only_new_volcano_podgroups_are_set_inqueue_and_a_refusal_is_told(
+    apiserver: ApiServer, cluster: Cluster
+) -> None:
+    apiserver.create(volcano_podgroup("running", 1))
+    apiserver.patch(
+        VOLCANO_GROUPS, "running", {"status": {"phase": "Running"}}, "team-a", subresource="status"
+    )
+    apiserver.inject_error("PATCH", r"/podgroups/denied/status$", 403, "Forbidden", "no access")
+    apiserver.create(volcano_podgroup("denied", 1))
+    cluster.start()
+    told = until(
+        lambda: [e for e in cluster.events("denied") if e["reason"] == "PodGroupNotQueued"],
+        "an Event saying the phase could not be set",
+    )
+    assert "could not set status.phase Inqueue: 403 Forbidden: no access" in told[0]["message"]
+    apiserver.create(volcano_podgroup("new", 1))
+    until(lambda: queued(apiserver, "new"), "a new PodGroup Inqueue")
+    patched = {p for m, p in apiserver.requests if m == "PATCH" and p.endswith("/status")}
+    assert patched == {
+        f"/apis/scheduling.volcano.sh/v1beta1/namespaces/team-a/podgroups/{name}/status"
+        for name in ("denied", "new")
+    }
+    assert (apiserver.get(VOLCANO_GROUPS, "running", "team-a") or {})["status"] == {
+        "phase": "Running"
+    }
+
+
+def test_podgroups_of_two_kinds_with_one_name_are_two_gangs(
+    apiserver: ApiServer, cluster: Cluster
+) -> None:
+    """A scheduler-plugins PodGroup and a Volcano PodGroup both named `train`: merged, their
+    pods would ask different GPU counts (an InvalidGang) and bind nowhere."""
+    for i in range(3):
+        apiserver.create(node(f"dgx{i}"))
+    cluster.start()
+    apiserver.create(podgroup("train", 2))
+    apiserver.create(volcano_podgroup("train", 4))
+    for i in range(2):
+        apiserver.create(pod(f"sp-{i}", 8, group="train"))
+    for i in range(4):
+        apiserver.create(volcano_pod(f"vc-{i}", 2, "train", index=i))
+    plugins = until(lambda: cluster.bound("sp-0", "sp-1"), "the scheduler-plugins gang bound")
+    volcano = until(lambda: cluster.bound(*(f"vc-{i}" for i in range(4))), "the Volcano gang")
+    assert len({n for n, _ in plugins.values()}) == 2
+    assert len({n for n, _ in volcano.values()}) == 1 and gpus_of(volcano) == list(range(8))
+    assert not {n for n, _ in plugins.values()} & {n for n, _ in volcano.values()}
+    for name in ("sp-0", "vc-0"):
+        assert not [e for e in cluster.events(name) if e["reason"] == "InvalidGang"]
+    sp = json.loads(apiserver.get("podgroups", "train", "team-a")["metadata"]["annotations"][PLAN])
+    vc = apiserver.get(VOLCANO_GROUPS, "train", "team-a") or {}
+    assert set(sp["pods"]) == {"sp-0", "sp-1"}
+    assert set(json.loads(vc["metadata"]["annotations"][PLAN])["pods"]) == {
+        f"vc-{i}" for i in range(4)
+    }
+
+
+def test_a_cluster_with_only_volcanos_crd_binds_an_mpi_job(tmp_path: Path) -> None:
+    """No scheduler-plugins CRD: its list answers 404, the scheduler goes on without it, and
+    an MPI job made for Volcano (a launcher without GPUs and two workers) binds whole. A pod
+    that names a scheduler-plugins PodGroup there waits, and says so."""
+    with ApiServer(crds=(VOLCANO_GROUPS,)) as server:
+        c = Cluster(server, server.kubeconfig(tmp_path / "kubeconfig"))
+        try:
+            with pytest.raises(KeyError, match=r"serves no scheduling\.x-k8s\.io"):
+                server.create(podgroup("other", 1))
+            server.create(node("dgx0"))
+            runner = c.start()
+            server.create(volcano_podgroup("mpi", 3))
+            server.create(volcano_pod("mpi-launcher", 0, "mpi"))
+            for i in range(2):
+                server.create(volcano_pod(f"mpi-worker-{i}", 4, "mpi", index=i))
+            server.create(pod("orphan", 1, group="other"))
+            where = until(lambda: c.bound("mpi-worker-0", "mpi-worker-1"), "the workers bound")
+            assert gpus_of(where) == list(range(8))
+            launcher = until(lambda: c.pod("mpi-launcher")["spec"].get("nodeName"), "launcher")
+            assert launcher == "dgx0"
+            waiting = until(lambda: c.events("orphan"), "the orphan says why it waits")
+            assert waiting[0]["reason"] == "WaitingForPodGroup"
+            assert "no PodGroup team-a/other yet" in waiting[0]["message"]
+            assert not c.bound("orphan")
+            assert ("GET", "/apis/scheduling.x-k8s.io/v1alpha1/podgroups") in server.requests
+            assert sorted(w.kind for w in runner.watchers) == [
+                "configmaps",
+                "nodes",
+                "pods",
+                "volcano-podgroups",
+            ]
+        finally:
+            c.stop()
+
+
+def test_a_cluster_without_volcanos_crd_leaves_volcano_pods_waiting(tmp_path: Path) -> None:
+    with ApiServer(crds=("podgroups.scheduling.x-k8s.io",)) as server:
+        c = Cluster(server, server.kubeconfig(tmp_path / "kubeconfig"))
+        try:
+            server.create(node("dgx0"))
+            c.start()
+            server.create(volcano_pod("vc-0", 1, "job"))
+            server.create(podgroup("g", 1))
+            server.create(pod("g-0", 1, group="g"))
+            until(lambda: c.bound("g-0"), "the scheduler-plugins gang bound")
+            waiting = until(lambda: c.events("vc-0"), "the Volcano pod says why it waits")
+            assert "no Volcano PodGroup team-a/job yet" in waiting[0]["message"]
+            assert not c.bound("vc-0")
+        finally:
+            c.stop()
+
+
+def test_a_volcano_gang_binds_nothing_until_its_last_pod_exists(
+    apiserver: ApiServer, cluster: Cluster
+) -> None:
+    """Three of four pods: nothing is bound and nothing held (a pod that wants the whole node
+    takes it); the fourth arrives and the gang binds whole once the node is free."""
+    names = [f"job-worker-{i}" for i in range(4)]
+    first = (volcano_pod(name, 2, "job", index=i) for i, name in enumerate(names[:3]))
+    gang_on_dgx0(cluster, volcano_podgroup("job", 4), *first)
+    told = until(  # an Event per count, as the pods arrive
+        lambda: [e for e in cluster.events(names[0]) if "3 of 4 pods" in e["message"]],
+        "the gang says it waits for its fourth pod",
+    )
+    assert told[0]["reason"] == "WaitingForPods" and told[0]["type"] == "Warning"
+    assert told[0]["message"] == "gang team-a/job: 3 of 4 pods"
+    apiserver.create(pod("whole", 8))
+    until(lambda: cluster.bound("whole"), "a pod that wants the whole node bound")
+    assert not any(cluster.pod(n)["spec"].get("nodeName") for n in names[:3])
+    apiserver.create(volcano_pod(names[3], 2, "job", index=3))
+    time.sleep(0.4)
+    assert not any(cluster.pod(n)["spec"].get("nodeName") for n in names)
+    apiserver.delete("pods", "whole", namespace="team-a")
+    where = until(lambda: cluster.bound(*names), "the gang bound whole")
+    assert gpus_of(where) == list(range(8)) and {n for n, _ in where.values()} == {"dgx0"}
+
+
+def test_a_volcano_podgroup_with_a_bad_min_member_gets_a_warning_and_binds_nothing(
+    apiserver: ApiServer, cluster: Cluster
+) -> None:
+    pods = (volcano_pod(f"bad-{i}", 4, "bad", index=i) for i in range(2))
+    gang_on_dgx0(cluster, volcano_podgroup("bad", 0), *pods)
+    said = until(
+        lambda: [e for e in cluster.events("bad") if e["reason"] == "InvalidPodGroup"],
+        "a Warning Event on the Volcano PodGroup",
+    )
+    why = "podgroup team-a/bad (scheduling.volcano.sh/v1beta1): spec.minMember 0 is not a"
+    assert said[0]["type"] == "Warning" and why in said[0]["message"]
+    assert said[0]["involvedObject"]["apiVersion"] == "scheduling.volcano.sh/v1beta1"
+    assert said[0]["involvedObject"]["kind"] == "PodGroup"
+    on_pod = until(
+        lambda: [e for e in cluster.events("bad-0") if e["reason"] == "InvalidPodGroup"],
+        "a Warning Event on its pods",
+    )
+    assert why in on_pod[0]["message"]
+    time.sleep(0.3)
+    assert not cluster.pod("bad-0")["spec"].get("nodeName")
+    assert not cluster.pod("bad-1")["spec"].get("nodeName")
+    apiserver.patch(VOLCANO_GROUPS, "bad", {"spec": {"minMember": 2}}, "team-a")
+    where = until(lambda: cluster.bound("bad-0", "bad-1"), "the gang bound once it is fixed")
+    assert gpus_of(where) == list(range(8))
+
+
+def docs_blocks(section: str) -> list[list[dict[str, Any]]]:
+    """The YAML blocks of one section of docs/kubernetes.md, each a list of documents."""
+    text = (Path(__file__).parents[2] / "docs" / "kubernetes.md").read_text()
+    body = text.split(f"## {section}\n", 1)[1].split("\n## ", 1)[0]
+    return [list(yaml.safe_load_all(b)) for b in re.findall(r"```yaml\n(.*?)```", body, re.S)]
+
+
+def test_the_docs_kubeflow_example_binds_as_written(apiserver: ApiServer, cluster: Cluster) -> None:
+    """docs/kubernetes.md's Kubeflow example: the PyTorchJob, and what the training operator
+    makes of it, applied as the operator would (the pods once the PodGroup is Inqueue)."""
+    job, made = docs_blocks("Kubeflow / MPI operator")
+    [[pytorch_job], [group, *pods]] = job, made
+    replicas = pytorch_job["spec"]["pytorchReplicaSpecs"]
+    assert sum(r["replicas"] for r in replicas.values()) == group["spec"]["minMember"] == 4
+    assert {r["template"]["spec"]["schedulerName"] for r in replicas.values()} == {"toposched"}
+    names = [p["metadata"]["name"] for p in pods]
+    assert names == ["vgg16-master-0", *(f"vgg16-worker-{i}" for i in range(3))]
+    for i in range(2):
+        apiserver.create(node(f"dgx{i}"))
+    cluster.start()
+    apiserver.create(group)
+    until(lambda: queued(apiserver, "vgg16"), "the PodGroup Inqueue")
+    for made_pod in pods:
+        apiserver.create(made_pod)
+    where = until(lambda: cluster.bound(*names), "the job's pods bound")
+    assert len({n for n, _ in where.values()}) == 1
+    assert ring_bandwidth(DGX1, gpus_of(where)) == 25.0
+
+
 def test_live_mode_is_skipped_without_a_kubeconfig(
     apiserver: ApiServer | LiveCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -586,6 +869,16 @@ def test_live_adapter_speaks_the_same_api(tmp_path: Path) -> None:
         assert server.get("nodes", "toposched-e2e-dgx0")["spec"]["unschedulable"] is True
         patched = live.patch("podgroups", "g", {"metadata": {"labels": {"x": "y"}}}, "team-a")
         assert patched["metadata"]["labels"] == {"x": "y"}
+        planned = volcano_podgroup("g", 2)  # Volcano's, beside scheduler-plugins' `g`
+        planned["metadata"]["annotations"] = {PLAN: json.dumps({"pods": {"g-0": ["dgx0", [0]]}})}
+        live.create(planned)
+        stored_plan = server.get(VOLCANO_GROUPS, "g", "team-a")["metadata"]["annotations"][PLAN]
+        assert json.loads(stored_plan)["pods"]["g-0"][0] == "toposched-e2e-dgx0"
+        got_plan = (live.get(VOLCANO_GROUPS, "g", "team-a") or {})["metadata"]["annotations"]
+        assert json.loads(got_plan[PLAN])["pods"]["g-0"][0] == "dgx0"
+        live.patch(VOLCANO_GROUPS, "g", {"spec": {"minMember": 3}}, "team-a")
+        assert server.get(VOLCANO_GROUPS, "g", "team-a")["spec"]["minMember"] == 3
+        assert server.get("podgroups", "g", "team-a")["spec"]["minMember"] == 2
         deleted = live.delete("pods", "other", namespace="team-b")
         assert deleted is not None and server.get("pods", "other", "team-b") is None
         assert live.delete("pods", "other", namespace="team-b") is None
@@ -600,4 +893,4 @@ def test_live_adapter_speaks_the_same_api(tmp_path: Path) -> None:
                 hook()
         live.close()
         assert not server.objects("pods") and not server.objects("podgroups")
-        assert not server.objects("nodes")
+        assert not server.objects(VOLCANO_GROUPS) and not server.objects("nodes")

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from tests.kube.emulator import ApiServer
-from tests.kube.test_scheduler_e2e import node, pod, podgroup
+from tests.kube.test_scheduler_e2e import GROUP_RESOURCES, gang_group, member, node, pod
 from tests.server import free_port
 from tests.server import wait_for as until
 from toposched.kube.driver import PLAN
@@ -113,24 +113,32 @@ def bindings(api: ApiServer, name: str) -> int:
     return sum(1 for m, path in api.requests if m == "POST" and path.endswith(f"/{name}/binding"))
 
 
-@pytest.mark.parametrize("dying_bind", ["lands-before-the-successor", "lands-after-it"])
+@pytest.mark.parametrize(
+    ("dying_bind", "kind"),
+    [
+        ("lands-before-the-successor", "scheduler-plugins"),
+        ("lands-after-it", "scheduler-plugins"),
+        ("lands-after-it", "volcano"),
+    ],
+)
 def test_a_scheduler_killed_between_two_binds_is_followed_by_one_that_binds_the_rest(
-    apiserver: ApiServer, start: Callable[..., Scheduler], dying_bind: str
+    apiserver: ApiServer, start: Callable[..., Scheduler], dying_bind: str, kind: str
 ) -> None:
-    """The first scheduler writes the plan, binds g-0, and hangs in the bind of g-1 (the API
-    server is slow to answer it); it is killed there. Its bind of g-1 was received, so the API
-    server may still carry it out: right after the kill, or once the successor has bound g-1
-    itself (then it is refused, 409). Either way the successor ends with the gang whole, as
-    planned, and a pod that wants a whole node meanwhile takes the other node."""
+    """The first scheduler writes the plan on the gang's PodGroup (scheduler-plugins' or
+    Volcano's), binds g-0, and hangs in the bind of g-1 (the API server is slow to answer it);
+    it is killed there. Its bind of g-1 was received, so the API server may still carry it out:
+    right after the kill, or once the successor has bound g-1 itself (then it is refused, 409).
+    Either way the successor ends with the gang whole, as planned, and a pod that wants a whole
+    node meanwhile takes the other node."""
     apiserver.create(node("dgx0"))
     apiserver.create(node("dgx1"))
-    apiserver.create(podgroup("g", 2))
+    apiserver.create(gang_group(kind, "g", 2))
     apiserver.inject_delay("POST", r"/namespaces/team-a/pods/g-1/binding$", 30.0)
-    apiserver.create(pod("g-0", 4, group="g"))
-    apiserver.create(pod("g-1", 4, group="g"))
+    apiserver.create(member(kind, "g-0", 4, "g"))
+    apiserver.create(member(kind, "g-1", 4, "g"))
     first = start()
     until(lambda: where(apiserver, "g-0") and bindings(apiserver, "g-1"), "g-0 bound, g-1 asked")
-    group = apiserver.get("podgroups", "g", "team-a") or {}
+    group = apiserver.get(GROUP_RESOURCES[kind], "g", "team-a") or {}
     plan = json.loads(group["metadata"]["annotations"][PLAN])["pods"]
     assert set(plan) == {"g-0", "g-1"}
     assert where(apiserver, "g-0") == (plan["g-0"][0], tuple(plan["g-0"][1]))

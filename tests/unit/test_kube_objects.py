@@ -21,7 +21,18 @@ from toposched.kube.annotations import (
     encode_topology,
     opted_in,
 )
-from toposched.kube.objects import ObjectError, gang_spec, min_member, node_from, pod_from
+from toposched.kube.driver import gang_key, group_key, kind_of
+from toposched.kube.objects import (
+    GROUP_LABEL,
+    SCHEDULER_PLUGINS,
+    VOLCANO,
+    VOLCANO_GROUP,
+    ObjectError,
+    gang_spec,
+    min_member,
+    node_from,
+    pod_from,
+)
 from toposched.topology import preset
 from toposched.topology.cluster import SCHEDULE_LABEL, Tier
 from toposched.topology.smi import parse_smi
@@ -155,9 +166,34 @@ def test_a_bad_pod_says_what_is_wrong(obj: dict[str, Any], words: str) -> None:
         pod_from(obj)
 
 
+def test_a_pod_names_its_gang_by_label_or_by_volcanos_annotation() -> None:
+    """One name, `g`, three gangs: a scheduler-plugins PodGroup's, a Volcano PodGroup's, and a
+    pod of its own. The label wins over the annotation, as it always did."""
+    plugins = pod_from(pod_obj("a", 1, labels={GROUP_LABEL: "g"}))
+    volcano = pod_from(pod_obj("b", 1, annotations={VOLCANO_GROUP: "g"}))
+    both = pod_from(pod_obj("c", 1, labels={GROUP_LABEL: "g"}, annotations={VOLCANO_GROUP: "h"}))
+    alone = pod_from(pod_obj("g", 1))
+    assert (plugins.group_kind, volcano.group_kind) == (SCHEDULER_PLUGINS, VOLCANO)
+    assert (both.group, both.group_kind) == ("g", SCHEDULER_PLUGINS)
+    assert len({gang_key(p) for p in (plugins, volcano, alone)}) == 3
+    group = {"metadata": {"namespace": "team-a", "name": "g"}}
+    for p in (plugins, volcano):
+        assert group_key(p.group_kind, group) == gang_key(p)
+        assert kind_of(gang_key(p)) is p.group_kind
+    assert kind_of(gang_key(alone)) is None
+    assert VOLCANO.prefix == "/apis/scheduling.volcano.sh/v1beta1"
+
+
 def test_bad_gangs_say_what_is_wrong() -> None:
     with pytest.raises(ObjectError, match=r"spec\.minMember 'four' is not a positive integer"):
         min_member({"metadata": {"name": "g", "namespace": "a"}, "spec": {"minMember": "four"}})
+    volcano = {
+        "apiVersion": "scheduling.volcano.sh/v1beta1",
+        "metadata": {"name": "g", "namespace": "a"},
+        "spec": {"minMember": 0},
+    }
+    with pytest.raises(ObjectError, match=r"a/g \(scheduling\.volcano\.sh/v1beta1\): spec"):
+        min_member(volcano)
     mixed = [pod_from(pod_obj("a", 1)), pod_from(pod_obj("b", 2))]
     with pytest.raises(ObjectError, match="must ask the same number of GPUs, these ask 1, 2"):
         gang_spec("team-a/g#1", mixed, 2)

@@ -180,7 +180,6 @@ class KubeApi:
     ) -> None:
         """A core/v1 Event about `involved` (what `kubectl describe` lists)."""
         meta = involved.get("metadata") or {}
-        kind = str(involved.get("kind") or "Pod")
         namespace = meta.get("namespace") or "default"  # events of cluster objects: default
         body = {
             "apiVersion": "v1",
@@ -188,7 +187,7 @@ class KubeApi:
             "metadata": {"generateName": f"{meta.get('name')}.", "namespace": namespace},
             "involvedObject": {
                 "apiVersion": involved.get("apiVersion", "v1"),
-                "kind": kind,
+                "kind": str(involved.get("kind") or "Pod"),
                 "name": meta.get("name"),
                 "namespace": meta.get("namespace") or "",
                 "uid": meta.get("uid"),

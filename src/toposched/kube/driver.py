@@ -50,6 +50,8 @@ from toposched.core import (
 from toposched.kube.annotations import GPUS, NodeGpus, encode_gpus
 from toposched.kube.api import ApiError, KubeApi
 from toposched.kube.objects import (
+    GANG_KINDS,
+    GangKind,
     Obj,
     ObjectError,
     Pod,
@@ -65,7 +67,7 @@ from toposched.topology.cluster import SCHEDULE_LABEL, Cluster, Node, tier_of
 log = logging.getLogger("toposched.kube")
 
 PLAN = "toposched.io/placement"  # on a PodGroup: {"job": ..., "pods": {pod: [node, [gpus]]}}
-PODGROUPS = "/apis/scheduling.x-k8s.io/v1alpha1"
+GANG_RESOURCES = {kind.resource: kind for kind in GANG_KINDS}
 QUEUES_SELECTOR = "metadata.name=toposched-queues"
 REASON_EVERY_S = 10.0  # how often a waiting gang's pods may be told a new reason
 BIND_CONNECTIONS = 8  # binds sent at once
@@ -78,7 +80,7 @@ class Gang:
     """A core job and the pods it stands for."""
 
     job: str
-    key: Key  # (namespace, PodGroup name, or the pod's own name)
+    key: Key  # (namespace, PodGroup name or the pod's own, tagged: see gang_key)
     workers: list[Key]  # GPU pods, worker i is placement.workers[i]
     extra: list[Key] = field(default_factory=list)  # pods of the gang without GPUs
     group: bool = False
@@ -117,7 +119,8 @@ class KubeScheduler(Driver):
         self.clock = clock
         self.nodes: dict[str, Obj] = {}
         self.pods: dict[Key, tuple[Obj, Pod]] = {}
-        self.groups: dict[Key, Obj] = {}
+        self.groups: dict[Key, Obj] = {}  # PodGroups of every kind, by their gangs' keys
+        self.unqueued: set[Key] = set()  # PodGroups whose operator waits for a queued phase
         self.gangs: dict[str, Gang] = {}
         self.by_key: dict[Key, str] = {}
         self.known: dict[str, NodeGpus] = {}  # nodes in the core, with what it was told
@@ -142,10 +145,10 @@ class KubeScheduler(Driver):
     def pod_selector(self) -> str:
         return f"spec.schedulerName={self.name}"
 
-    def groups_path(self) -> str:
+    def groups_path(self, kind: GangKind) -> str:
         if self.namespace:
-            return f"{PODGROUPS}/namespaces/{self.namespace}/podgroups"
-        return f"{PODGROUPS}/podgroups"
+            return f"{kind.prefix}/namespaces/{self.namespace}/podgroups"
+        return f"{kind.prefix}/podgroups"
 
     def config_path(self) -> str:
         return f"/api/v1/namespaces/{self.config_namespace}/configmaps"
@@ -155,19 +158,19 @@ class KubeScheduler(Driver):
         reconcile. Returns the resourceVersion of each list, where watches start."""
         nodes, nodes_rv = self.api.list("/api/v1/nodes")
         pods, pods_rv = self.api.list(self.pods_path(), fieldSelector=self.pod_selector())
-        try:
-            groups, groups_rv = self.api.list(self.groups_path())
-        except ApiError as err:
-            if err.status != 404:
-                raise
-            groups, groups_rv = [], ""  # no PodGroup CRD: gangs by Volcano annotation only
-        configs, configs_rv = self.api.list(self.config_path(), fieldSelector=QUEUES_SELECTOR)
-        for kind, objects in (("nodes", nodes), ("pods", pods), ("podgroups", groups)):
+        versions = {"nodes": nodes_rv, "pods": pods_rv}
+        self.groups = {}
+        for kind in GANG_KINDS:
+            groups, versions[kind.resource] = self._list_groups(kind)
+            self.relisted(kind.resource, groups)
+        configs, versions["configmaps"] = self.api.list(
+            self.config_path(), fieldSelector=QUEUES_SELECTOR
+        )
+        for resource, objects in (("nodes", nodes), ("pods", pods)):
             for obj in objects:
-                _kind(kind, obj)  # items of a list carry no kind; Events about them need it
+                _kind(resource, obj)  # items of a list carry no kind; Events about them need it
         self._configure(configs[0] if configs else None)
         self.nodes = {key_of(n)[1]: n for n in nodes}
-        self.groups = {key_of(g): g for g in groups}
         self.pods = {}
         for obj in pods:
             self._observe_pod("ADDED", obj)
@@ -175,12 +178,18 @@ class KubeScheduler(Driver):
         self._restore_bound()
         self._flush_binds()
         self.reconcile()
-        return {
-            "nodes": nodes_rv,
-            "pods": pods_rv,
-            "podgroups": groups_rv,
-            "configmaps": configs_rv,
-        }
+        return versions
+
+    def _list_groups(self, kind: GangKind) -> tuple[list[Obj], str]:
+        """The PodGroups of one kind, and the list's resourceVersion: "" (nothing to watch)
+        where the cluster lacks that CRD, whose pods then wait for a PodGroup."""
+        try:
+            groups, version = self.api.list(self.groups_path(kind))
+        except ApiError as err:
+            if err.status != 404:
+                raise
+            return [], ""
+        return list(groups), version
 
     def observe(self, kind: str, event_type: str, obj: Obj) -> None:
         """One watch event (or a listed object) into the copies."""
@@ -193,11 +202,11 @@ class KubeScheduler(Driver):
                 self.nodes[name] = obj
         elif kind == "pods":
             self._observe_pod(event_type, obj)
-        elif kind == "podgroups":
+        elif kind in GANG_RESOURCES:
             if event_type == "DELETED":
-                self.groups.pop(key_of(obj), None)
+                self.groups.pop(group_key(GANG_RESOURCES[kind], obj), None)
             else:
-                self.groups[key_of(obj)] = obj
+                self._keep_group(GANG_RESOURCES[kind], obj)
         elif kind == "configmaps":
             self._configure(None if event_type == "DELETED" else obj)
 
@@ -223,14 +232,23 @@ class KubeScheduler(Driver):
             _kind(kind, obj)
         if kind == "nodes":
             self.nodes = {key_of(n)[1]: n for n in objects}
-        elif kind == "podgroups":
-            self.groups = {key_of(g): g for g in objects}
+        elif kind in GANG_RESOURCES:
+            gang_kind = GANG_RESOURCES[kind]
+            self.groups = {k: g for k, g in self.groups.items() if kind_of(k) != gang_kind}
+            for obj in objects:
+                self._keep_group(gang_kind, obj)
         elif kind == "configmaps":
             self._configure(objects[0] if objects else None)
         elif kind == "pods":
             self.pods = {}
             for obj in objects:
                 self._observe_pod("ADDED", obj)
+
+    def _keep_group(self, kind: GangKind, obj: Obj) -> None:
+        key = group_key(kind, obj)
+        self.groups[key] = obj
+        if kind.queued_phase and (obj.get("status") or {}).get("phase") in (None, "", "Pending"):
+            self.unqueued.add(key)
 
     def _observe_pod(self, event_type: str, obj: Obj) -> None:
         key = key_of(obj)
@@ -258,9 +276,31 @@ class KubeScheduler(Driver):
 
     def reconcile(self) -> None:
         self._sync_nodes()
+        self._queue_groups()
         self._sync_bound()
         self._sync_waiting()
         self._sync_reasons()
+
+    def _queue_groups(self) -> None:
+        """Set the queued phase on new PodGroups whose job operator waits for it before it
+        makes the pods (Volcano's Inqueue, which its own scheduler would set). Nothing is held
+        for them: their gangs are placed once their pods exist, as any other."""
+        unqueued, self.unqueued = self.unqueued, set()
+        for key in sorted(unqueued):
+            group, kind = self.groups.get(key), kind_of(key)
+            if group is None or kind is None:
+                continue  # deleted meanwhile
+            self._fenced()
+            try:
+                self.api.request(
+                    "PATCH",
+                    f"{kind.prefix}/namespaces/{key[0]}/podgroups/{name_of(key)}/status",
+                    body={"status": {"phase": kind.queued_phase}},
+                    content_type="application/merge-patch+json",
+                )
+            except ApiError as err:  # tried again when the PodGroup changes
+                why = f"could not set status.phase {kind.queued_phase}: {err}"
+                self._warn(group, "PodGroupNotQueued", why)
 
     def _sync_nodes(self) -> None:
         """Nodes join the core once ready with a usable topology and leave it only when
@@ -369,15 +409,19 @@ class KubeScheduler(Driver):
         gpu_pods = [p for p in pods if p.gpus]
         extra = [p.key for p in pods if not p.gpus]
         group = pods[0].group
-        obj = self.groups.get((key[0], group)) if group else None
+        obj = self.groups.get(key)
         if group and obj is None:
-            self._warn_pods(pods, "WaitingForPodGroup", f"no PodGroup {key[0]}/{group} yet")
+            what = f"{pods[0].group_kind.title} {key[0]}/{group}"
+            self._warn_pods(pods, "WaitingForPodGroup", f"no {what} yet")
             return
-        try:
-            need = min_member(obj) if obj is not None else 1
-        except ObjectError as err:
-            self._warn_pods(pods, "InvalidPodGroup", str(err))
-            return
+        need = 1
+        if obj is not None:
+            try:
+                need = min_member(obj)
+            except ObjectError as err:
+                self._warn(obj, "InvalidPodGroup", str(err))
+                self._warn_pods(pods, "InvalidPodGroup", str(err))
+                return
         # Every member counts toward minMember, as coscheduling counts them: an MPI job's
         # launcher (no GPU) and its workers are one gang, bound together.
         if len(pods) < need:
@@ -450,14 +494,15 @@ class KubeScheduler(Driver):
             key[1]: [slot.node, list(slot.gpus)]
             for key, slot in zip(gang.workers, placement.workers, strict=True)
         }
-        if gang.group:
+        kind = kind_of(gang.key)
+        if gang.group and kind is not None:
             body = {
                 "metadata": {"annotations": {PLAN: json.dumps({"job": gang.job, "pods": plan})}}
             }
             try:
                 self.api.request(
                     "PATCH",
-                    f"{PODGROUPS}/namespaces/{gang.key[0]}/podgroups/{name_of(gang.key)}",
+                    f"{kind.prefix}/namespaces/{gang.key[0]}/podgroups/{name_of(gang.key)}",
                     body=body,
                     content_type="application/merge-patch+json",
                 )
@@ -596,7 +641,7 @@ class KubeScheduler(Driver):
         evicted: a smaller gang is never kept running."""
         planned = self._plan_of(key, pods)
         workers = planned if planned is not None else sorted(pods, key=lambda p: p.name)
-        group = self.groups.get((key[0], name_of(key))) if is_group(key) else None
+        group = self.groups.get(key)
         need = len(workers)
         if planned is None and group is not None:
             with contextlib.suppress(ObjectError):  # a bad minMember: its own Event says so
@@ -630,7 +675,7 @@ class KubeScheduler(Driver):
 
     def _plan_of(self, key: Key, bound: list[Pod]) -> list[Pod] | None:
         """The workers of the plan on the gang's PodGroup, if it names these bound pods."""
-        group = self.groups.get((key[0], name_of(key))) if is_group(key) else None
+        group = self.groups.get(key)
         text = ((group or {}).get("metadata") or {}).get("annotations", {}).get(PLAN)
         if not text:
             return None
@@ -644,7 +689,7 @@ class KubeScheduler(Driver):
         return [p[1] for p in pods if p is not None]
 
     def _planned_slot(self, key: Key, pod: str) -> tuple[str, tuple[int, ...]]:
-        group = self.groups[(key[0], name_of(key))]
+        group = self.groups[key]
         node, gpus = json.loads(group["metadata"]["annotations"][PLAN])["pods"][pod]
         return str(node), tuple(int(g) for g in gpus)
 
@@ -684,7 +729,8 @@ class KubeScheduler(Driver):
     def _warn(self, obj: Obj, reason: str, message: str) -> None:
         """A Warning Event on `obj`, once per distinct message."""
         ns, name = key_of(obj)
-        key = (str(obj.get("kind", "Pod")), ns, name)
+        # apiVersion too: PodGroups of two kinds may share a name.
+        key = (f"{obj.get('apiVersion', 'v1')}/{obj.get('kind', 'Pod')}", ns, name)
         if self.warned.get(key) == message:
             return
         self.warned[key] = message
@@ -696,12 +742,23 @@ class KubeScheduler(Driver):
 
 
 def gang_key(pod: Pod) -> Key:
-    """A gang's key: its PodGroup's, or the pod's own (the two never meet, whatever names)."""
-    return (pod.namespace, f"podgroup/{pod.group}" if pod.group else f"pod/{pod.name}")
+    """A gang's key: its PodGroup's, tagged with the PodGroup's kind, or the pod's own (none
+    of them ever meet, whatever names)."""
+    if pod.group:
+        return (pod.namespace, f"{pod.group_kind.tag}/{pod.group}")
+    return (pod.namespace, f"pod/{pod.name}")
 
 
-def is_group(key: Key) -> bool:
-    return key[1].startswith("podgroup/")
+def group_key(kind: GangKind, group: Obj) -> Key:
+    """The key of the gang a PodGroup of `kind` stands for (the key its pods' gang_key is)."""
+    ns, name = key_of(group)
+    return (ns, f"{kind.tag}/{name}")
+
+
+def kind_of(key: Key) -> GangKind | None:
+    """The kind of PodGroup a gang's key names, None for a pod of its own."""
+    tag = key[1].split("/", 1)[0]
+    return next((kind for kind in GANG_KINDS if kind.tag == tag), None)
 
 
 def name_of(key: Key) -> str:
@@ -713,12 +770,18 @@ def shown(key: Key) -> str:
     return f"{key[0]}/{name_of(key)}"
 
 
-KINDS = {"nodes": "Node", "pods": "Pod", "podgroups": "PodGroup", "configmaps": "ConfigMap"}
+KINDS = {
+    "nodes": ("v1", "Node"),
+    "pods": ("v1", "Pod"),
+    "configmaps": ("v1", "ConfigMap"),
+    **{kind.resource: (kind.api_version, "PodGroup") for kind in GANG_KINDS},
+}
 
 
 def _kind(resource: str, obj: Obj) -> None:
+    """The apiVersion and kind that items of a list lack: an Event names its object by both."""
     if isinstance(obj, dict) and not obj.get("kind"):
-        obj["kind"] = KINDS.get(resource, "")
+        obj["apiVersion"], obj["kind"] = KINDS.get(resource, ("v1", ""))
 
 
 def _created(s: KubeScheduler, pods: list[Pod]) -> tuple[str, str]:

@@ -33,6 +33,45 @@ DEFAULT_RACK_LABEL = "toposched.io/rack"
 Obj = Mapping[str, Any]
 
 
+@dataclass(frozen=True)
+class GangKind:
+    """A PodGroup custom resource that gangs are read from: where it is served, and the tag
+    that keeps its gangs apart from those of another kind with the same name."""
+
+    resource: str  # the watch's name for it (and for its list's resourceVersion)
+    group: str
+    version: str
+    tag: str  # the prefix of its gangs' keys
+    title: str  # how messages name it
+    # The status.phase that tells a job operator the gang's pods may be made, where its
+    # operators wait for one ("" where they wait for nothing).
+    queued_phase: str = ""
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}"
+
+    @property
+    def prefix(self) -> str:
+        return f"/apis/{self.api_version}"
+
+
+# scheduler-plugins coscheduling: pods name their group by label.
+SCHEDULER_PLUGINS = GangKind("podgroups", "scheduling.x-k8s.io", "v1alpha1", "podgroup", "PodGroup")
+# Volcano's own, made by the Kubeflow training and MPI operators: pods name it by annotation.
+# The training operator makes no pod while the phase is empty or Pending (Volcano's scheduler
+# turns it to Inqueue when it admits the job).
+VOLCANO = GangKind(
+    "volcano-podgroups",
+    "scheduling.volcano.sh",
+    "v1beta1",
+    "vcpodgroup",
+    "Volcano PodGroup",
+    queued_phase="Inqueue",
+)
+GANG_KINDS = (SCHEDULER_PLUGINS, VOLCANO)
+
+
 class ObjectError(ValueError):
     """A Kubernetes object toposched cannot use; the message names it and says why."""
 
@@ -115,6 +154,7 @@ class Pod:
     deleting: bool
     locality: str | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
+    group_kind: GangKind = SCHEDULER_PLUGINS  # which kind of PodGroup `group` names
 
     @property
     def key(self) -> tuple[str, str]:
@@ -155,6 +195,9 @@ def pod_from(obj: Obj) -> Pod:
     priority = spec.get("priority") or 0
     if isinstance(priority, bool) or not isinstance(priority, int):
         raise ObjectError(f"pod {ns}/{name}: spec.priority {priority!r} is not an integer")
+    # The scheduler-plugins label wins over Volcano's annotation, as it did before Volcano's
+    # own PodGroups were read.
+    volcano = not labels.get(GROUP_LABEL) and bool(annotations.get(VOLCANO_GROUP))
     return Pod(
         namespace=ns,
         name=name,
@@ -169,6 +212,7 @@ def pod_from(obj: Obj) -> Pod:
         deleting=bool(m.get("deletionTimestamp")),
         locality=annotations.get(LOCALITY),
         labels=labels,
+        group_kind=VOLCANO if volcano else SCHEDULER_PLUGINS,
     )
 
 
@@ -180,8 +224,9 @@ def min_member(group: Obj) -> int:
     value = (group.get("spec") or {}).get("minMember")
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         ns, name = key_of(group)
+        api = f" ({group['apiVersion']})" if group.get("apiVersion") else ""
         raise ObjectError(
-            f"podgroup {ns}/{name}: spec.minMember {value!r} is not a positive integer"
+            f"podgroup {ns}/{name}{api}: spec.minMember {value!r} is not a positive integer"
         )
     return value
 

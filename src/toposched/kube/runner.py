@@ -13,6 +13,7 @@ from typing import Any
 
 from toposched.kube.api import ApiError, Gone, KubeApi
 from toposched.kube.driver import QUEUES_SELECTOR, KubeScheduler, LeaseLost
+from toposched.kube.objects import GANG_KINDS
 
 log = logging.getLogger("toposched.kube")
 
@@ -181,51 +182,26 @@ class Runner:
         with self.lock:
             versions = s.sync()
         api = s.api
+        watched: list[tuple[str, str, dict[str, str]]] = [
+            ("nodes", "/api/v1/nodes", {}),
+            ("pods", s.pods_path(), {"fieldSelector": s.pod_selector()}),
+            ("configmaps", s.config_path(), {"fieldSelector": QUEUES_SELECTOR}),
+        ]
+        # A kind of PodGroup whose CRD the cluster lacks was listed as "" and is not watched.
+        watched += [(k.resource, s.groups_path(k), {}) for k in GANG_KINDS if versions[k.resource]]
         self.watchers = [
             Watcher(
                 api,
-                "nodes",
-                "/api/v1/nodes",
-                versions["nodes"],
+                kind,
+                path,
+                versions[kind],
                 self.seen,
                 self.stop,
                 self.watch_timeout_s,
-            ),
-            Watcher(
-                api,
-                "pods",
-                s.pods_path(),
-                versions["pods"],
-                self.seen,
-                self.stop,
-                self.watch_timeout_s,
-                fieldSelector=s.pod_selector(),
-            ),
+                **query,
+            )
+            for kind, path, query in watched
         ]
-        self.watchers.append(
-            Watcher(
-                api,
-                "configmaps",
-                s.config_path(),
-                versions["configmaps"],
-                self.seen,
-                self.stop,
-                self.watch_timeout_s,
-                fieldSelector=QUEUES_SELECTOR,
-            )
-        )
-        if versions["podgroups"]:
-            self.watchers.append(
-                Watcher(
-                    api,
-                    "podgroups",
-                    s.groups_path(),
-                    versions["podgroups"],
-                    self.seen,
-                    self.stop,
-                    self.watch_timeout_s,
-                )
-            )
         for watcher in self.watchers:
             watcher.start()
         renew_at = time.monotonic()  # renew at once: sync may have taken a while
