@@ -340,6 +340,43 @@ def test_bad_objects_get_an_event_and_change_nothing_else(
     assert not cluster.bound("two") and not cluster.bound("huge-0")
 
 
+def test_a_node_of_unknown_topology_serves_only_jobs_that_accept_it(
+    apiserver: ApiServer, cluster: Cluster
+) -> None:
+    """A GPU node with no topology annotation yet (no agent): its allocatable GPUs are counted
+    for a pod annotated to accept that; another pod waits, saying why. Once the agent writes the
+    annotation (applied when the node's gangs end), every job may use the node."""
+    blank = node("plain")
+    del blank["metadata"]["annotations"]
+    apiserver.create(blank)
+    cluster.start()
+    apiserver.create(pod("strict", 2))
+    relaxed = pod("relaxed", 2)
+    relaxed["metadata"]["annotations"] = {"toposched.io/accept-unknown-topology": "true"}
+    apiserver.create(relaxed)
+    where = until(lambda: cluster.bound("relaxed"), "the accepting pod bound")
+    plain = node_name(apiserver, "plain")
+    assert where["relaxed"] == (plain, (0, 1))  # counted: the lowest indices
+    said = until(
+        lambda: [e for e in cluster.events("strict") if e["reason"] == "FailedScheduling"],
+        "the other pod told why it waits",
+    )
+    assert "toposched.io/topology-known=true" in said[-1]["message"]
+    node_events = until(
+        lambda: cluster.events(plain, ns="default") or cluster.events(plain, ns=""),
+        "an Event on the node",
+    )
+    assert "no toposched.io/topology annotation" in node_events[0]["message"]
+    assert "accept-unknown-topology=true" in node_events[0]["message"]
+    assert not cluster.bound("strict")
+    annotations = {"toposched.io/topology": encode_topology(DGX1)}
+    apiserver.patch("nodes", "plain", {"metadata": {"annotations": annotations}})
+    apiserver.delete("pods", "relaxed", namespace="team-a")
+    where = until(lambda: cluster.bound("strict"), "the node known, the other pod bound")
+    assert where["strict"][0] == plain
+    assert ring_bandwidth(DGX1, where["strict"][1]) > 0
+
+
 def test_a_failed_bind_stops_the_whole_gang_and_it_binds_again_whole(
     apiserver: ApiServer, cluster: Cluster
 ) -> None:

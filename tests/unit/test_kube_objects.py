@@ -24,7 +24,9 @@ from toposched.kube.annotations import (
 from toposched.kube.driver import gang_key, group_key, kind_of
 from toposched.kube.objects import (
     GROUP_LABEL,
+    KNOWN_ONLY,
     SCHEDULER_PLUGINS,
+    TOPOLOGY_KNOWN,
     VOLCANO,
     VOLCANO_GROUP,
     ObjectError,
@@ -34,7 +36,7 @@ from toposched.kube.objects import (
     pod_from,
 )
 from toposched.topology import preset
-from toposched.topology.cluster import SCHEDULE_LABEL, Tier
+from toposched.topology.cluster import EVERY_NODE, SCHEDULE_LABEL, NodeSelector, Tier
 from toposched.topology.smi import parse_smi
 
 FIXTURE = "tests/fixtures/topologies/hgx-h100-8gpu-nv18.txt"
@@ -99,8 +101,8 @@ def test_gpu_annotations() -> None:
 
 def test_a_node_opts_in_by_either_label_and_keeps_its_rack_and_zone() -> None:
     text = encode_topology(preset("dgx1-v100"))
-    ack, _ = node_from(node_obj("a", text, **{"ack.node.gpu.schedule": "topology"}))
-    own, _ = node_from(
+    ack, _, _ = node_from(node_obj("a", text, **{"ack.node.gpu.schedule": "topology"}))
+    own, _, _ = node_from(
         node_obj(
             "b",
             text,
@@ -111,18 +113,62 @@ def test_a_node_opts_in_by_either_label_and_keeps_its_rack_and_zone() -> None:
             },
         )
     )
-    plain, _ = node_from(node_obj("c", text))
+    plain, _, _ = node_from(node_obj("c", text))
     assert ack.labels[SCHEDULE_LABEL] == own.labels[SCHEDULE_LABEL] == "topology"
     assert plain.labels[SCHEDULE_LABEL] == "default"
     assert (own.rack, own.pod) == ("r7", "z1")
     assert opted_in({"ack.node.gpu.schedule": "topology"}) and not opted_in({})
 
 
-def test_a_node_without_a_usable_annotation_is_refused_with_the_reason() -> None:
-    with pytest.raises(ObjectError, match=r"node n: no toposched\.io/topology annotation"):
-        node_from(node_obj("n", None))
-    with pytest.raises(ObjectError, match=r"node n: toposched\.io/topology is not JSON"):
-        node_from(node_obj("n", "nope"))
+@pytest.mark.parametrize(
+    ("annotation", "problem"),
+    [
+        (None, r"node n: no toposched\.io/topology annotation"),
+        ("nope", r"node n: toposched\.io/topology is not JSON"),
+        (
+            encode_topology(preset("dgx1-v100"), stale=True),
+            "node n: its agent marked the topology stale",
+        ),
+    ],
+)
+def test_a_node_without_a_usable_annotation_has_unknown_topology(
+    annotation: str | None, problem: str
+) -> None:
+    """Its allocatable GPUs, counted only (never topology-aware, even if opted in), labelled
+    for the selector of jobs that do not accept unknown topology; the problem said."""
+    obj = node_obj("n", annotation, **{"toposched.io/gpu-schedule": "topology"})
+    node, gpus, why = node_from(obj)
+    assert why is not None and re.match(problem, why)
+    assert node.size == 8 and gpus.unhealthy == frozenset() and not gpus.stale
+    assert node.labels[SCHEDULE_LABEL] == "default"
+    assert node.labels[TOPOLOGY_KNOWN] == "false" and not KNOWN_ONLY.matches(node.labels)
+    known, _, nothing = node_from(node_obj("k", encode_topology(preset("dgx1-v100"))))
+    assert nothing is None and KNOWN_ONLY.matches(known.labels)
+
+
+def test_a_node_of_unknown_topology_and_no_gpus_is_refused() -> None:
+    obj = node_obj("n", None)
+    obj["status"] = {}
+    with pytest.raises(ObjectError, match=r"node n: unknown GPU topology and no allocatable"):
+        node_from(obj)
+
+
+@pytest.mark.parametrize(("value", "selector"), [(None, KNOWN_ONLY), ("true", EVERY_NODE)])
+def test_only_a_job_that_says_so_may_use_nodes_of_unknown_topology(
+    value: str | None, selector: NodeSelector
+) -> None:
+    on_pod = {} if value is None else {"toposched.io/accept-unknown-topology": value}
+    pod = pod_from(pod_obj("w0", 1, annotations=on_pod))
+    assert gang_spec("team-a/w0", [pod], 1).selector == selector
+    group = {"metadata": {"annotations": on_pod}, "spec": {"minMember": 1}}
+    plain = pod_from(pod_obj("w1", 1))
+    assert gang_spec("team-a/g", [plain], 1, group).selector == selector
+
+
+def test_accepting_unknown_topology_is_true_or_false() -> None:
+    pod = pod_from(pod_obj("w0", 1, annotations={"toposched.io/accept-unknown-topology": "yes"}))
+    with pytest.raises(ObjectError, match=r'accept-unknown-topology must be "true" or "false"'):
+        gang_spec("team-a/w0", [pod], 1)
 
 
 def test_the_allocatable_count_names_no_gpu() -> None:
@@ -130,7 +176,7 @@ def test_the_allocatable_count_names_no_gpu() -> None:
     the agent's `unhealthy` list marks GPUs failed."""
     obj = node_obj("n", encode_topology(preset("dgx1-v100"), unhealthy=[2]))
     obj["status"]["allocatable"]["nvidia.com/gpu"] = "0"
-    _, gpus = node_from(obj)
+    _, gpus, _ = node_from(obj)
     assert gpus.unhealthy == {2}
 
 

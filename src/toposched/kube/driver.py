@@ -50,6 +50,7 @@ from toposched.core import (
 from toposched.kube.annotations import GPUS, NodeGpus, encode_gpus
 from toposched.kube.api import ApiError, KubeApi
 from toposched.kube.objects import (
+    ACCEPT_UNKNOWN,
     GANG_KINDS,
     GangKind,
     Obj,
@@ -67,6 +68,9 @@ from toposched.topology.cluster import SCHEDULE_LABEL, Cluster, Node, tier_of
 log = logging.getLogger("toposched.kube")
 
 PLAN = "toposched.io/placement"  # on a PodGroup: {"job": ..., "pods": {pod: [node, [gpus]]}}
+UNKNOWN_USE = (
+    f"its allocatable GPUs are counted (unknown topology) for jobs annotated {ACCEPT_UNKNOWN}=true"
+)
 GANG_RESOURCES = {kind.resource: kind for kind in GANG_KINDS}
 QUEUES_SELECTOR = "metadata.name=toposched-queues"
 REASON_EVERY_S = 10.0  # how often a waiting gang's pods may be told a new reason
@@ -343,16 +347,21 @@ class KubeScheduler(Driver):
 
     def _parse_node(self, name: str, obj: Obj) -> tuple[Node, NodeGpus] | None:
         """The node as the core sees it, or None (with a Warning Event): kept per
-        resourceVersion, since a large cluster's annotations cost more than the rest."""
+        resourceVersion, since a large cluster's annotations cost more than the rest. A node
+        of unknown topology is used by jobs that accept it, with an Event that says so."""
         version = str((obj.get("metadata") or {}).get("resourceVersion") or "")
         kept = self._parsed.get(name)
         if kept is not None and kept[0] == version and version:
             return kept[1]
+        found: tuple[Node, NodeGpus] | None = None
         try:
-            found: tuple[Node, NodeGpus] | None = node_from(obj, self.rack_label)
+            node, gpus, problem = node_from(obj, self.rack_label)
         except ObjectError as err:
-            self._warn(obj, "UnknownTopology", str(err))
-            found = None
+            self._warn(obj, "UnknownTopology", f"{err}; not used")
+        else:
+            found = (node, gpus)
+            if problem is not None:
+                self._warn(obj, "UnknownTopology", f"{problem}; {UNKNOWN_USE}")
         self._parsed[name] = (version, found)
         return found
 

@@ -20,7 +20,8 @@ from toposched.kube.annotations import (
     decode_topology,
     opted_in,
 )
-from toposched.topology.cluster import SCHEDULE_LABEL, ClusterError, Node
+from toposched.topology.cluster import EVERY_NODE, SCHEDULE_LABEL, ClusterError, Node, NodeSelector
+from toposched.topology.node import NodeTopology
 
 GPU_RESOURCE = "nvidia.com/gpu"
 GROUP_LABEL = "scheduling.x-k8s.io/pod-group"  # scheduler-plugins coscheduling
@@ -28,6 +29,11 @@ VOLCANO_GROUP = "scheduling.k8s.io/group-name"  # Volcano, set by the Kubeflow o
 QUEUE_LABEL = "toposched.io/queue"
 LOCALITY = "toposched.io/locality"  # on the PodGroup or the pod: node, rack, any, node,rack@600
 ZONE_LABEL = "topology.kubernetes.io/zone"
+# The core's label of a node whose GPU topology toposched knows ("true") or not ("false"), and
+# the annotation (on the PodGroup or the pod) of a job that may run on nodes of unknown topology.
+TOPOLOGY_KNOWN = "toposched.io/topology-known"
+ACCEPT_UNKNOWN = "toposched.io/accept-unknown-topology"
+KNOWN_ONLY = NodeSelector.of({TOPOLOGY_KNOWN: "true"})
 DEFAULT_RACK_LABEL = "toposched.io/rack"
 
 Obj = Mapping[str, Any]
@@ -88,31 +94,63 @@ def key_of(obj: Obj) -> tuple[str, str]:
 # ---------------------------------------------------------------------- nodes
 
 
-def node_from(obj: Obj, rack_label: str = DEFAULT_RACK_LABEL) -> tuple[Node, NodeGpus]:
+def node_from(obj: Obj, rack_label: str = DEFAULT_RACK_LABEL) -> tuple[Node, NodeGpus, str | None]:
     """The core's node for a Kubernetes Node, from its topology annotation, labels and
-    allocatable GPUs. ObjectError if it has no usable topology."""
+    allocatable GPUs, and what is wrong with its annotation (None if nothing). A node whose
+    annotation is missing, unreadable or stale has unknown topology: its allocatable GPUs,
+    counted only, for jobs that accept that. ObjectError if it has no GPUs to offer at all."""
     m = meta(obj)
     name = m.get("name") or ""
     labels = dict(m.get("labels") or {})
     text = (m.get("annotations") or {}).get(TOPOLOGY)
+    problem = None
+    gpus: NodeGpus | None = None
     if text is None:
-        raise ObjectError(f"node {name}: no {TOPOLOGY} annotation (unknown GPU topology)")
-    try:
-        gpus = decode_topology(text, name)
-    except AnnotationError as err:
-        raise ObjectError(f"node {name}: {err}") from None
-    if gpus.stale:
-        raise ObjectError(f"node {name}: its agent marked the topology stale")
+        problem = f"node {name}: no {TOPOLOGY} annotation"
+    else:
+        try:
+            gpus = decode_topology(text, name)
+        except AnnotationError as err:
+            problem = f"node {name}: {err}"
+        else:
+            if gpus.stale:
+                problem, gpus = f"node {name}: its agent marked the topology stale", None
+    core_labels = {k: v for k, v in labels.items() if k not in (SCHEDULE_LABEL, TOPOLOGY_KNOWN)}
     # The device plugin's allocatable count says how many GPUs, not which: the agent's
     # `unhealthy` list is what names failed GPUs (a plugin restart reports 0 for a moment).
-    core_labels = {k: v for k, v in labels.items() if k != SCHEDULE_LABEL}
-    core_labels[SCHEDULE_LABEL] = "topology" if opted_in(labels) else "default"
+    if gpus is None:
+        gpus = NodeGpus(unknown_topology(name, allocatable_gpus(obj)), frozenset(), False)
+        core_labels[SCHEDULE_LABEL] = "default"
+        core_labels[TOPOLOGY_KNOWN] = "false"
+    else:
+        core_labels[SCHEDULE_LABEL] = "topology" if opted_in(labels) else "default"
+        core_labels[TOPOLOGY_KNOWN] = "true"
     rack = labels.get(rack_label) or "rack-0"
     zone = labels.get(ZONE_LABEL) or "pod-0"
     try:
-        return Node(name, gpus.topology, rack=rack, pod=zone, labels=core_labels), gpus
+        return Node(name, gpus.topology, rack=rack, pod=zone, labels=core_labels), gpus, problem
     except ClusterError as err:
         raise ObjectError(str(err)) from None
+
+
+def allocatable_gpus(obj: Obj) -> int:
+    """The GPUs a node's device plugin offers (`status.allocatable`, else `capacity`)."""
+    status = obj.get("status") or {}
+    for field_name in ("allocatable", "capacity"):
+        count = _quantity((status.get(field_name) or {}).get(GPU_RESOURCE))
+        if count is not None:
+            return count
+    return 0
+
+
+def unknown_topology(name: str, count: int) -> NodeTopology:
+    """`count` GPUs whose links nobody has read: each pair taken as the slowest (SYS)."""
+    if count < 1:
+        raise ObjectError(
+            f"node {name}: unknown GPU topology and no allocatable {GPU_RESOURCE} to count"
+        )
+    codes = [["X" if i == j else "SYS" for j in range(count)] for i in range(count)]
+    return NodeTopology.from_codes(codes, name="unknown")
 
 
 def node_ready(obj: Obj) -> bool:
@@ -154,6 +192,7 @@ class Pod:
     deleting: bool
     locality: str | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
+    accept_unknown: str = "false"  # its ACCEPT_UNKNOWN annotation, checked by gang_spec
     group_kind: GangKind = SCHEDULER_PLUGINS  # which kind of PodGroup `group` names
 
     @property
@@ -212,6 +251,7 @@ def pod_from(obj: Obj) -> Pod:
         deleting=bool(m.get("deletionTimestamp")),
         locality=annotations.get(LOCALITY),
         labels=labels,
+        accept_unknown=annotations.get(ACCEPT_UNKNOWN) or "false",
         group_kind=VOLCANO if volcano else SCHEDULER_PLUGINS,
     )
 
@@ -244,8 +284,11 @@ def gang_spec(job: str, pods: list[Pod], workers: int, group: Obj | None = None)
     queues = sorted({p.queue for p in pods})
     if len(queues) > 1:
         raise ObjectError(f"{job}: a gang's pods are in one queue, these in {', '.join(queues)}")
-    text = (meta(group).get("annotations") or {}).get(LOCALITY) if group else None
-    text = text or first.locality or "any"
+    annotations = (meta(group).get("annotations") or {}) if group else {}
+    text = annotations.get(LOCALITY) or first.locality or "any"
+    accept = annotations.get(ACCEPT_UNKNOWN) or first.accept_unknown
+    if accept not in ("true", "false"):
+        raise ObjectError(f'{job}: {ACCEPT_UNKNOWN} must be "true" or "false", not {accept!r}')
     try:
         return JobSpec(
             job,
@@ -255,6 +298,7 @@ def gang_spec(job: str, pods: list[Pod], workers: int, group: Obj | None = None)
             owner=first.namespace,
             priority=max(p.priority for p in pods),
             locality=LocalityRule.parse(text),
+            selector=EVERY_NODE if accept == "true" else KNOWN_ONLY,
         )
     except JobError as err:
         raise ObjectError(f"{job}: {err}") from None
