@@ -108,7 +108,8 @@ What is faithful (the real API server's behaviour, as of Kubernetes 1.32):
 - Built in at start, as a real cluster has them: namespaces default, kube-system, kube-public,
   kube-node-lease; priority classes system-cluster-critical and system-node-critical.
 
-Resources: core v1 namespaces, nodes, pods (+status, binding, eviction), events, configmaps;
+Resources: core v1 namespaces, nodes, pods (+status, binding, eviction), events, configmaps,
+services;
 coordination.k8s.io/v1 leases; policy/v1 poddisruptionbudgets (+status); scheduling.k8s.io/v1
 priorityclasses; scheduling.x-k8s.io/v1alpha1 podgroups (+status, the scheduler-plugins CRD,
 short names pg and pgs); scheduling.volcano.sh/v1beta1 podgroups (+status, Volcano's CRD, short
@@ -305,6 +306,7 @@ RESOURCES: tuple[Resource, ...] = (
     ),
     Resource("", "v1", "events", "event", "Event", True, ("ev",), fields=_EVENT_FIELDS),
     Resource("", "v1", "configmaps", "configmap", "ConfigMap", True, ("cm",)),
+    Resource("", "v1", "services", "service", "Service", True, ("svc",), ("all",)),
     Resource("coordination.k8s.io", "v1", "leases", "lease", "Lease", True),
     Resource(
         "policy",
@@ -495,6 +497,7 @@ _TOP_FIELDS: dict[str, set[str]] = {
     "podgroups": {"spec", "status"},
     "leases": {"spec"},
     "configmaps": {"data", "binaryData", "immutable"},
+    "services": {"spec", "status"},
     "priorityclasses": {"value", "globalDefault", "description", "preemptionPolicy"},
     "events": {
         "involvedObject",
