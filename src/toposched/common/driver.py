@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from toposched.core import (
     Action,
@@ -29,6 +29,7 @@ from toposched.core import (
     StopKind,
     Transition,
 )
+from toposched.core.errors import BatchRefused
 from toposched.core.views import CoreView
 
 
@@ -51,6 +52,22 @@ class Driver(ABC):
         while self._events:
             event = self._events.popleft()
             self.carry_out(self.decide(event), event.time)
+
+    def feed_batch(self, events: Sequence[Event]) -> None:
+        """Hand the core several events at once, for one scheduling cycle after them all
+        (`Scheduler.handle_batch`), and carry out its answer; then the events that carrying
+        out posts, one by one. A refused event is raised once the others' answer is carried
+        out."""
+        if not events:
+            return
+        now = max(event.time for event in events)
+        try:
+            actions = self.core.handle_batch(events)
+        except BatchRefused as err:
+            self.carry_out(err.actions, now)
+            raise err.cause from None
+        self.carry_out(actions, now)
+        self.feed()
 
     def post(self, event: Event) -> None:
         """An event that carrying out produced; the core takes it after the current one."""

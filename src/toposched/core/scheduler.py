@@ -18,14 +18,14 @@ The parts, each in a room of its own:
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 from toposched.core.actions import Action
 from toposched.core.books import Books
 from toposched.core.changes import Changes
 from toposched.core.cycle import GangCycle
 from toposched.core.demotion import Demotions
-from toposched.core.errors import SchedulingError
+from toposched.core.errors import BatchRefused, SchedulingError
 from toposched.core.events import (
     Event,
     GpuHealth,
@@ -111,19 +111,40 @@ class Scheduler:
             out.extend(self._handle_one(event))
         return out
 
+    def handle_batch(self, events: Sequence[Event]) -> list[Action]:
+        """Every event's change to the books in turn, then one scheduling cycle: for a driver
+        that learns of many changes at once (a watch delivers them), deciding once is enough
+        and far cheaper than a cycle per event. If an event is refused, the cycle still runs
+        for those before it, and BatchRefused carries their actions."""
+        out: list[Action] = []
+        for event in events:
+            try:
+                out += self._take(event)
+            except SchedulingError as err:
+                out += self._cycle(None)
+                raise BatchRefused(err, out) from err
+        out += self._cycle(None)
+        if self.validate:
+            self.check()
+        return out
+
     def _handle_one(self, event: Event) -> list[Action]:
-        books = self.books
-        before = books.now
-        books.now = max(books.now, event.time)
-        try:
-            out = self._apply(event)
-        except SchedulingError:
-            books.now = before  # every handler refuses before it changes anything
-            raise
+        out = self._take(event)
         out += self._cycle(self._only(event))
         if self.validate:
             self.check()
         return out
+
+    def _take(self, event: Event) -> list[Action]:
+        """Step 1 for one event, its time included; a refused event changes nothing."""
+        books = self.books
+        before = books.now
+        books.now = max(books.now, event.time)
+        try:
+            return self._apply(event)
+        except SchedulingError:
+            books.now = before  # every handler refuses before it changes anything
+            raise
 
     def _apply(self, event: Event) -> list[Action]:
         """Step 1: what the event means for the books."""

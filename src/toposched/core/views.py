@@ -3,7 +3,7 @@ words, and `CoreView`, all that a driver may read of the books (it changes nothi
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from toposched.core.actions import StopKind
@@ -103,6 +103,37 @@ class CoreView:
 
     def reason(self, rec: JobRecord) -> str:
         """The last recorded reason; a job not yet tried says how many are ahead of it."""
+        noted = self._noted(rec)
+        if noted is not None:
+            return noted
+        ahead = 0
+        for other in self._waiting.in_order():
+            if other.name == rec.name:
+                break
+            ahead += 1
+        return f"queued; {ahead} job(s) ahead of it"
+
+    def reasons(self, names: Iterable[str]) -> dict[str, str]:
+        """`reason` of many jobs: the queue is walked once for all, not once per job (a driver
+        that tells thousands of waiting jobs why they wait)."""
+        ahead: dict[str, int] | None = None
+        out: dict[str, str] = {}
+        for name in names:
+            rec = self._books.job(name)
+            noted = self._noted(rec)
+            if noted is None:
+                if ahead is None:
+                    ahead = {r.name: i for i, r in enumerate(self._waiting.in_order())}
+                noted = f"queued; {ahead.get(name, len(ahead))} job(s) ahead of it"
+            out[name] = noted
+        return out
+
+    def state(self, name: str) -> JobState:
+        """A job's state alone (what `job` gives, without the cost of its reason)."""
+        return self._books.job(name).state
+
+    def _noted(self, rec: JobRecord) -> str | None:
+        """Why the job is as it is, as recorded; None for a waiting job not yet tried."""
         books, waiting = self._books, self._waiting
         if rec.state is JobState.PENDING:
             # A cycle that stopped before this job still said why its shape cannot start.
@@ -111,13 +142,8 @@ class CoreView:
             holder = books.reservation is not None and books.reservation.job == rec.name
             if note is not None and note[0] > rec.tried and not holder:
                 return note[1]
-        if rec.state is JobState.PENDING and rec.reason == "submitted":
-            ahead = 0
-            for other in waiting.in_order():
-                if other.name == rec.name:
-                    break
-                ahead += 1
-            return f"queued; {ahead} job(s) ahead of it"
+            if rec.reason == "submitted":
+                return None
         return rec.reason
 
     def explain(self, name: str, when: Callable[[float], str] | None = None) -> str:

@@ -18,12 +18,13 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from toposched.common.driver import Driver
 from toposched.core import (
     Action,
+    Event,
     GpuHealth,
     JobCancelled,
     JobFinished,
@@ -64,6 +65,7 @@ from toposched.kube.objects import (
     pod_from,
 )
 from toposched.topology.cluster import SCHEDULE_LABEL, Cluster, Node, tier_of
+from toposched.topology.node import NodeTopology
 
 log = logging.getLogger("toposched.kube")
 
@@ -130,12 +132,14 @@ class KubeScheduler(Driver):
         self.known: dict[str, NodeGpus] = {}  # nodes in the core, with what it was told
         self.cordoned: set[str] = set()  # nodes in the core that take no new work
         self._parsed: dict[str, tuple[str, tuple[Node, NodeGpus] | None]] = {}
+        self._topologies: dict[NodeTopology, NodeTopology] = {}
         self.warned: dict[tuple[str, str, str], str] = {}  # the last warning per object
         self.rejected: dict[Key, str] = {}  # pods refused (bad objects), by key
         self.evicting: dict[str, set[Key]] = {}  # pods still to evict, per stopping job
         # Whether writes may go out now (a leader checks that its lease still holds).
         self.fence: Callable[[], bool] = lambda: True
         self._serial = 0
+        self.gathered: list[Event] = []  # jobs' events for the core's next batch
         self._binds: list[tuple[Gang, list[Bind], float]] = []
         self._pool = ThreadPoolExecutor(BIND_CONNECTIONS, thread_name_prefix="bind")
 
@@ -275,14 +279,19 @@ class KubeScheduler(Driver):
 
     def step(self) -> None:
         """Reconcile and let time pass in the core (reservations, locality deadlines)."""
-        self.reconcile()
-        self.feed(Tick(self.clock()))
+        self.reconcile(Tick(self.clock()))
 
-    def reconcile(self) -> None:
+    def reconcile(self, *also: Event) -> None:
+        """Bring the core up to what the watches saw. The jobs' events (ended, gone, new) go
+        to the core as one batch, with `also`: one scheduling cycle for all of them, not one
+        each (on a burst of 10,000 pods, most of the scheduler's time otherwise)."""
         self._sync_nodes()
         self._queue_groups()
+        self.gathered = []
         self._sync_bound()
         self._sync_waiting()
+        events, self.gathered = [*self.gathered, *also], []
+        self.feed_batch(events)
         self._sync_reasons()
 
     def _queue_groups(self) -> None:
@@ -359,7 +368,10 @@ class KubeScheduler(Driver):
         except ObjectError as err:
             self._warn(obj, "UnknownTopology", f"{err}; not used")
         else:
-            found = (node, gpus)
+            # Equal topologies share one object: placement's tables are kept per topology, and
+            # a thousand equal copies would each be compared in full at every lookup.
+            topology = self._topologies.setdefault(gpus.topology, gpus.topology)
+            found = (replace(node, topology=topology), replace(gpus, topology=topology))
             if problem is not None:
                 self._warn(obj, "UnknownTopology", f"{problem}; {UNKNOWN_USE}")
         self._parsed[name] = (version, found)
@@ -372,7 +384,7 @@ class KubeScheduler(Driver):
             if not self.view.knows(job):
                 self._forget(job)
                 continue
-            state = self.view.job(job).state
+            state = self.view.state(job)
             pods = [self._mine(gang, k) for k in gang.workers]
             alive = [p for p in pods if p is not None and not p[1].done]
             if state is JobState.STOPPING:
@@ -380,18 +392,18 @@ class KubeScheduler(Driver):
                 holding = [self._mine(gang, k) for k in gang.bound]
                 if not [p for p in holding if p is not None and not p[1].done]:
                     self.evicting.pop(job, None)
-                    self.feed(JobStopped(now, job))
+                    self.gathered.append(JobStopped(now, job))
             elif state is JobState.RUNNING:
                 # A worker that failed, or was deleted (or made again): the gang stops whole.
                 failed = [i for i, p in enumerate(pods) if p is None or p[1].phase == "Failed"]
                 if failed and alive and not gang.failed:
                     gang.failed = True
                     why = "its pod failed or was deleted"
-                    self.feed(WorkerFailed(now, job, failed[0], why))
+                    self.gathered.append(WorkerFailed(now, job, failed[0], why))
                 elif not alive:
                     ok = all(p is not None and p[1].phase == "Succeeded" for p in pods)
                     why = "all pods succeeded" if ok else "its pods ended or were deleted"
-                    self.feed(JobFinished(now, job, ok, why))
+                    self.gathered.append(JobFinished(now, job, ok, why))
             if state.terminal:
                 self._forget(job)
 
@@ -403,11 +415,11 @@ class KubeScheduler(Driver):
             if pod.node is None and not pod.done and not pod.deleting:
                 waiting.setdefault(gang_key(pod), []).append(pod)
         for job, gang in list(self.gangs.items()):
-            if self.view.job(job).state is not JobState.PENDING:
+            if self.view.state(job) is not JobState.PENDING:
                 continue
             present = {p.key for p in waiting.get(gang.key, []) if gang.uids.get(p.key) == p.uid}
             if not set(gang.workers) <= present:
-                self.feed(JobCancelled(now, job))
+                self.gathered.append(JobCancelled(now, job))
                 self._forget(job)
         for key, pods in sorted(waiting.items(), key=lambda kv: _created(self, kv[1])):
             if key not in self.by_key:
@@ -457,29 +469,31 @@ class KubeScheduler(Driver):
         gang.uids = {p.key: p.uid for p in pods}
         self.gangs[job] = gang
         self.by_key[key] = job
-        self.feed(JobSubmitted(now, spec))
+        self.gathered.append(JobSubmitted(now, spec))
 
     def _sync_reasons(self) -> None:
         """Each waiting gang's pods say why they wait: a PodScheduled=False condition and an
         Event, written when the core's reason changes."""
-        for job, gang in self.gangs.items():
-            view = self.view.job(job)
-            if view.state is not JobState.PENDING or view.reason == gang.reason:
+        now = self.clock()
+        # A busy queue changes every reason often: each gang's is written at most this often.
+        due = [
+            job
+            for job, gang in self.gangs.items()
+            if now - gang.written >= REASON_EVERY_S and self.view.state(job) is JobState.PENDING
+        ]
+        for job, reason in self.view.reasons(due).items():
+            gang = self.gangs[job]
+            if reason == gang.reason:
                 continue
-            now = self.clock()
-            if now - gang.written < REASON_EVERY_S:
-                continue  # a busy queue changes every reason often: each gang's at most this often
-            gang.reason, gang.written = view.reason, now
+            gang.reason, gang.written = reason, now
             stamp = _stamp(now)
             for key in gang.workers:
                 found = self.pods.get(key)
                 if found is None:
                     continue
                 try:
-                    self.api.set_scheduled_condition(
-                        key[0], key[1], "Unschedulable", view.reason, stamp
-                    )
-                    self.api.event(found[0], "FailedScheduling", view.reason, "Warning", stamp)
+                    self.api.set_scheduled_condition(key[0], key[1], "Unschedulable", reason, stamp)
+                    self.api.event(found[0], "FailedScheduling", reason, "Warning", stamp)
                 except ApiError as err:
                     log.info("pod %s/%s: could not say why it waits: %s", *key, err)
 
