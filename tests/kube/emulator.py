@@ -108,13 +108,14 @@ What is faithful (the real API server's behaviour, as of Kubernetes 1.32):
 - Built in at start, as a real cluster has them: namespaces default, kube-system, kube-public,
   kube-node-lease; priority classes system-cluster-critical and system-node-critical.
 
-Resources: core v1 namespaces, nodes, pods (+status, binding, eviction), events, configmaps,
-services;
-coordination.k8s.io/v1 leases; policy/v1 poddisruptionbudgets (+status); scheduling.k8s.io/v1
-priorityclasses; scheduling.x-k8s.io/v1alpha1 podgroups (+status, the scheduler-plugins CRD,
-short names pg and pgs); scheduling.volcano.sh/v1beta1 podgroups (+status, Volcano's CRD, short
-names pg and podgroup-v1beta1). `crds` names the CRDs installed (`CUSTOM`, both, by default):
-one left out is absent from discovery and its paths answer 404, as on a cluster without it.
+Resources: core v1 namespaces, nodes, pods (+status, binding, eviction, log: the text a test
+gives with `set_log`), events, configmaps, services (+proxy: to the URL a test gives with
+`proxy_service`, GET only); coordination.k8s.io/v1 leases; policy/v1 poddisruptionbudgets
+(+status); scheduling.k8s.io/v1 priorityclasses; scheduling.x-k8s.io/v1alpha1 podgroups
+(+status, the scheduler-plugins CRD, short names pg and pgs); scheduling.volcano.sh/v1beta1
+podgroups (+status, Volcano's CRD, short names pg and podgroup-v1beta1). `crds` names the CRDs
+installed (`CUSTOM`, both, by default): one left out is absent from discovery and its paths
+answer 404, as on a cluster without it.
 
 Corners cut (differences from a real API server):
 
@@ -179,7 +180,9 @@ from fractions import Fraction
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, TypeVar
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.error import HTTPError
+from urllib.parse import parse_qs, quote, unquote, urlencode, urlsplit
+from urllib.request import urlopen
 
 JSON = dict[str, Any]
 T = TypeVar("T")
@@ -301,12 +304,14 @@ RESOURCES: tuple[Resource, ...] = (
         True,
         ("po",),
         ("all",),
-        subresources=("status", "binding", "eviction"),
+        subresources=("status", "binding", "eviction", "log"),
         fields=_POD_FIELDS,
     ),
     Resource("", "v1", "events", "event", "Event", True, ("ev",), fields=_EVENT_FIELDS),
     Resource("", "v1", "configmaps", "configmap", "ConfigMap", True, ("cm",)),
-    Resource("", "v1", "services", "service", "Service", True, ("svc",), ("all",)),
+    Resource(
+        "", "v1", "services", "service", "Service", True, ("svc",), ("all",), ("status", "proxy")
+    ),
     Resource("coordination.k8s.io", "v1", "leases", "lease", "Lease", True),
     Resource(
         "policy",
@@ -1604,6 +1609,8 @@ class ApiServer:
         self._watches: list[_Watch] = []
         self._injected: list[_Injected] = []
         self._delays: list[_Delay] = []
+        self._proxies: dict[tuple[str, str], str] = {}  # (namespace, service) -> upstream URL
+        self._logs: dict[tuple[str, str], str] = {}  # (namespace, pod) -> its container's output
         self._sleeping: set[threading.Event] = set()  # one per request sleeping on a delay
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -1772,6 +1779,17 @@ class ApiServer:
             if e.code == 404:
                 return None
             raise
+
+    def proxy_service(self, namespace: str, service: str, upstream: str) -> None:
+        """Serve `services/{service}/proxy/...` by forwarding to `upstream` (a base URL): the
+        endpoints a real API server would find behind the Service."""
+        with self.lock:
+            self._proxies[(namespace, service)] = upstream.rstrip("/")
+
+    def set_log(self, namespace: str, pod: str, text: str) -> None:
+        """What `pods/{pod}/log` answers: what a kubelet would have of the container."""
+        with self.lock:
+            self._logs[(namespace, pod)] = text
 
     def set_phase(self, namespace: str, name: str, phase: str) -> JSON:
         """What a kubelet would write: the pod's phase and its Ready conditions."""
@@ -3000,6 +3018,10 @@ class ApiServer:
                     item.update(kind="Binding", verbs=["create"])
                 elif sub == "eviction":
                     item.update(group="policy", version="v1", kind="Eviction", verbs=["create"])
+                elif sub == "log":
+                    item.update(kind="Pod", verbs=["get"])
+                elif sub == "proxy":
+                    item.update(kind="ServiceProxyOptions", verbs=["get"])
                 resources.append(item)
         if (group, version) == ("", "v1"):
             resources.insert(
@@ -3194,6 +3216,10 @@ class ApiServer:
             body = self._json_body(raw, "Binding")
             name = _dig(body, "metadata", "name") or ""
             return _Answer(201, self._bind(namespace, name, body, via_pod=False))
+        if group == "" and namespace and len(rest) >= 3 and rest[0:3:2] == ["services", "proxy"]:
+            return self._proxy(method, namespace, rest[1], "/".join(rest[3:]), query)
+        if group == "" and namespace and len(rest) == 3 and rest[0:3:2] == ["pods", "log"]:
+            return self._log(method, namespace, rest[1], query)
         res = _BY_PATH.get((group, version, rest[0]))
         if (
             res is None
@@ -3213,6 +3239,44 @@ class ApiServer:
         if res.namespaced and namespace is None:
             raise path_not_found()
         return self._object(method, res, namespace, name, sub, query, headers, raw)
+
+    def _proxy(
+        self, method: str, namespace: str, service: str, rest: str, query: dict[str, str]
+    ) -> _Answer:
+        """GET through a Service to its endpoints (the port name after `:` is ignored)."""
+        if method != "GET":
+            raise method_not_allowed()
+        name = service.split(":")[-2] if service.count(":") == 2 else service.split(":")[0]
+        with self.lock:
+            if self.get("services", name, namespace) is None:
+                raise not_found(_BY_PATH[("", "v1", "services")], name)
+            upstream = self._proxies.get((namespace, name))
+        if upstream is None:
+            why = f'no endpoints available for service "{name}"'
+            raise ApiError(503, "ServiceUnavailable", why)
+        url = f"{upstream}/{quote(rest)}" + (f"?{urlencode(query)}" if query else "")
+        try:
+            with urlopen(url, timeout=10) as answer:
+                return _Answer(answer.status, answer.read(), answer.headers["Content-Type"])
+        except HTTPError as err:
+            return _Answer(err.code, err.read(), err.headers["Content-Type"] or "text/plain")
+
+    def _log(self, method: str, namespace: str, name: str, query: dict[str, str]) -> _Answer:
+        """A pod's output, as the kubelet serves it through the API server (plain text)."""
+        if method != "GET":
+            raise method_not_allowed()
+        with self.lock:
+            pod = self.get("pods", name, namespace)
+            if pod is None:
+                raise not_found(PODS, name)
+            if not (pod.get("spec") or {}).get("nodeName"):
+                raise bad_request(f"pod {name} does not have a host assigned")
+            text = self._logs.get((namespace, name), "")
+        tail = query.get("tailLines")
+        if tail is not None:
+            lines = text.splitlines(keepends=True)
+            text = "".join(lines[len(lines) - int(tail) :]) if int(tail) else ""
+        return _Answer(200, text.encode(), "text/plain")
 
     @staticmethod
     def _get_only(method: str, body: JSON) -> _Answer:

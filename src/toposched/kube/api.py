@@ -60,7 +60,7 @@ class KubeApi:
         query: Mapping[str, Any] | None = None,
         body: Any = None,
         content_type: str = "application/json",
-        timeout: float | tuple[float, float] | None = 30.0,
+        timeout: float | tuple[float, float | None] | None = 30.0,
     ) -> Any:
         params = [(k, v) for k, v in (query or {}).items() if v is not None]
         headers = {"Accept": "application/json", "Content-Type": content_type}
@@ -91,6 +91,18 @@ class KubeApi:
         if resp.status >= 400:
             raise _error(resp.status, answer)
         return answer if isinstance(answer, dict) else {}
+
+    def text(self, path: str, query: Mapping[str, Any] | None = None) -> Iterator[bytes]:
+        """A plain-text answer (a pod's log), in chunks as they come: with `follow` the API
+        server keeps the answer open until the container ends."""
+        try:
+            resp = self._send("GET", path, query, timeout=(10.0, None))
+        except Exception as err:
+            raise ApiError(0, "Unreachable", f"GET {path}: {err}") from err
+        if resp.status >= 400:
+            data = resp.read()
+            raise _error(resp.status, json.loads(data) if data.startswith(b"{") else {})
+        yield from resp.response.stream(4096, decode_content=True)
 
     # ------------------------------------------------------------------ list and watch
 

@@ -1,0 +1,141 @@
+"""`toposched kube submit | list | get | explain | logs | delete | top node`, as a user types
+them, against the emulator and a running scheduler whose read API sits behind its Service."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.conftest import Result, run_cli
+from tests.kube.emulator import ApiServer
+from tests.kube.test_scheduler_e2e import Cluster, node, until
+from tests.server import free_port
+from toposched.kube.readapi import make_app, serve
+
+
+@pytest.fixture
+def cluster(apiserver: ApiServer, kubeconfig: Path) -> Iterator[Cluster]:
+    """Two DGX-1 nodes and the scheduler, its read API proxied by its Service."""
+    for i in range(2):
+        apiserver.create(node(f"dgx{i}"))
+    c = Cluster(apiserver, kubeconfig)
+    runner = c.start()
+    port = free_port()
+    serve(make_app(runner), "127.0.0.1", port)
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "toposched-scheduler", "namespace": "toposched-system"},
+        "spec": {"ports": [{"name": "http", "port": 8080}], "selector": {"app": "toposched"}},
+    }
+    apiserver.create(service)
+    apiserver.proxy_service("toposched-system", "toposched-scheduler", f"http://127.0.0.1:{port}")
+    yield c
+    c.stop()
+
+
+def kube(kubeconfig: Path, command: str, *args: str) -> Result:
+    """`toposched kube COMMAND --kubeconfig F ARGS` (before any `--` in ARGS)."""
+    words = command.split()
+    return run_cli("kube", *words, "--kubeconfig", str(kubeconfig), *args)
+
+
+def ok(done: Result) -> str:
+    assert done.code == 0, done.err
+    return done.out
+
+
+def test_submit_watch_and_delete_a_tensorflow_job(
+    apiserver: ApiServer, cluster: Cluster, kubeconfig: Path, tmp_path: Path
+) -> None:
+    spec = tmp_path / "job.yaml"
+    spec.write_text("name: tf1\nworkers: 2\ngpus: 4\nenv: {NCCL_DEBUG: WARN}\n")
+    made = json.loads(
+        ok(
+            kube(
+                kubeconfig,
+                "submit",
+                "-f",
+                str(spec),
+                "--image",
+                "tensorflow/tensorflow:2.16.1-gpu",
+                "--kind",
+                "tfjob",
+                "--ps",
+                "1",
+                "-n",
+                "team-a",
+                "--json",
+                "--",
+                "python",
+                "train.py",
+            )
+        )
+    )
+    assert made["objects"][:2] == ["PodGroup/tf1", "Service/tf1"] and len(made["objects"]) == 5
+    where = until(lambda: cluster.bound("tf1-worker-0", "tf1-worker-1"), "the workers bound")
+    assert {n for n, _ in where.values()} == {"dgx0"} or {n for n, _ in where.values()} == {"dgx1"}
+    jobs = until(
+        lambda: [
+            j
+            for j in json.loads(ok(kube(kubeconfig, "list", "--json")))["jobs"]
+            if j["state"] == "running"
+        ],
+        "the job running in the scheduler's list",
+    )
+    assert [j["name"] for j in jobs] == ["team-a/tf1#1"]
+    got = json.loads(ok(kube(kubeconfig, "get", "tf1", "-n", "team-a", "--json")))
+    assert got["name"] == "team-a/tf1#1" and len(got["placement"]) == 2
+    assert "tf1" in ok(kube(kubeconfig, "top node"))
+    assert "running" in ok(kube(kubeconfig, "explain", "tf1", "-n", "team-a"))
+    apiserver.set_log("team-a", "tf1-worker-1", "step 1\nstep 2\nstep 3\n")
+    assert ok(kube(kubeconfig, "logs", "tf1", "--worker", "1", "-n", "team-a")) == (
+        "step 1\nstep 2\nstep 3\n"
+    )
+    assert ok(kube(kubeconfig, "logs", "tf1", "-w", "1", "--tail", "1", "-n", "team-a")) == (
+        "step 3\n"
+    )
+    gone = json.loads(ok(kube(kubeconfig, "delete", "tf1", "-n", "team-a", "--json")))
+    assert sorted(gone["deleted"]) == sorted(made["objects"])
+    for resource in ("pods", "podgroups", "services"):
+        assert apiserver.objects(resource, "team-a") == []
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--name", "Bad_Name"], "name 'Bad_Name': lower-case letters"),
+        (["--name", "j", "--kind", "caffe"], "unknown job kind 'caffe'"),
+        (["--name", "j", "--ps", "2"], "parameter servers (ps=2) are for tensorflow jobs"),
+        (["--workers", "2"], "a job on a cluster needs a name"),
+    ],
+)
+def test_a_bad_submit_makes_nothing(
+    apiserver: ApiServer, kubeconfig: Path, args: list[str], words: str
+) -> None:
+    done = kube(kubeconfig, "submit", "--image", "img", *args, "--", "python", "train.py")
+    assert done.code == 2 and words in done.err, done.err
+    assert apiserver.objects("pods", "default") == []
+    assert apiserver.objects("podgroups", "default") == []
+
+
+def test_a_job_file_field_a_cluster_cannot_honour_is_refused(
+    apiserver: ApiServer, kubeconfig: Path, tmp_path: Path
+) -> None:
+    spec = tmp_path / "job.yaml"
+    spec.write_text("name: j\nworkers: 2\nelastic: 1:2\ncommand: python train.py\n")
+    done = kube(kubeconfig, "submit", "-f", str(spec), "--image", "img")
+    assert done.code == 2 and "elastic: not available on a cluster yet" in done.err
+    assert apiserver.objects("pods", "default") == []
+
+
+def test_reading_a_job_that_does_not_exist_says_so(
+    apiserver: ApiServer, cluster: Cluster, kubeconfig: Path
+) -> None:
+    for command in ("get", "delete", "logs"):
+        done = kube(kubeconfig, command, "nope")
+        assert done.code == 3, (command, done.err)
+        assert "nope" in done.err
