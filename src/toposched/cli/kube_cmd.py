@@ -1,20 +1,30 @@
-"""`toposched kube scheduler`: toposched as a secondary Kubernetes scheduler."""
+"""`toposched kube scheduler | node-agent | submit | list | get | explain | logs | delete | top`."""
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import logging
 import os
 import signal
 import socket
+from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import typer
 
+from toposched.agent.proto import DEFAULT_PLUGIN_DIR
+from toposched.cli import kube_jobs_cmd
 from toposched.cli.output import fail
 from toposched.cli.params import policy_params
 from toposched.core import SCHEDULER_POLICIES, PolicyError, make_scheduler_policy
-from toposched.kube.objects import DEFAULT_RACK_LABEL
+from toposched.kube.objects import DEFAULT_RACK_LABEL, GPU_RESOURCE
+
+if TYPE_CHECKING:
+    from toposched.topology.node import NodeTopology
 
 app = typer.Typer(no_args_is_help=True, help="toposched on Kubernetes.")
 
@@ -78,3 +88,105 @@ def scheduler(
         runner.stop.set()
     if runner.failed:
         raise typer.Exit(1)  # crash-only: its Deployment starts it again, and it rebuilds
+
+
+@app.command("node-agent")
+def node_agent(
+    kubeconfig: Path | None = typer.Option(None, "--kubeconfig", help="A kubeconfig file."),
+    in_cluster: bool = typer.Option(False, "--in-cluster", help="Use the pod's service account."),
+    node_name: str = typer.Option("", "--node-name", envvar="NODE_NAME", help="This node's name."),
+    topology_file: Path | None = typer.Option(
+        None, "--topology-file", help="A YAML topology, nvidia-smi capture or preset, not NVML."
+    ),
+    smi_file: Path | None = typer.Option(
+        None, "--smi-file", help="An `nvidia-smi topo -m` capture, instead of NVML."
+    ),
+    resource: str = typer.Option(GPU_RESOURCE, "--resource", help="The extended resource."),
+    plugin_dir: Path = typer.Option(
+        Path(DEFAULT_PLUGIN_DIR), "--plugin-dir", help="The kubelet's device plugin directory."
+    ),
+    dev_dir: Path = typer.Option(
+        Path("/dev"), "--dev-dir", help="The host's directory of the device files."
+    ),
+    dev_mount: Path | None = typer.Option(
+        None, "--dev-mount", help="Where this container sees --dev-dir (default: itself)."
+    ),
+    interval: float = typer.Option(10.0, "--interval", min=0.1, help="Seconds between polls."),
+) -> None:
+    """Publish this node's GPU topology and health on its Node, and serve the kubelet device
+    plugin that gives each container the GPUs toposched chose for its pod."""
+    from toposched.agent.agent import NodeAgent
+    from toposched.agent.health import NvmlHealth
+    from toposched.agent.plugin import GpuPlugin, PluginConfig, pods_on
+    from toposched.agent.podmatch import AllocationBook
+    from toposched.agent.publisher import Publisher
+    from toposched.agent.server import PluginServer
+    from toposched.agent.state import NodeState
+    from toposched.kube.api import KubeApi
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    if kubeconfig is None and not in_cluster:
+        fail("give --kubeconfig FILE or --in-cluster")
+    if not node_name:
+        fail("give --node-name NAME or set NODE_NAME (the DaemonSet sets it from spec.nodeName)")
+    if topology_file and smi_file:
+        fail("give --topology-file or --smi-file, not both")
+    read_topology, nvml = _topology_source(topology_file, smi_file)
+    health = NvmlHealth(nvml) if nvml is not None else None
+    if health is None:
+        typer.echo("NVML is not available: GPU health is not watched", err=True)
+    api = KubeApi.connect(str(kubeconfig) if kubeconfig else None, in_cluster=in_cluster)
+    state = NodeState()
+    config = PluginConfig(node_name, resource, plugin_dir, dev_dir, dev_mount)
+    plugin = GpuPlugin(config, state, pods_on(api, node_name), AllocationBook(config.book_file))
+    agent = NodeAgent(
+        Publisher(api, node_name, state, read_topology, health), PluginServer(plugin), interval
+    )
+    # SIGTERM interrupts the loop as Ctrl-C does (run() stops the plugin on its way out). A
+    # handler that set agent.stop instead could deadlock: it runs in the main thread, which may
+    # hold that Event's lock inside stop.wait() at that moment.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    source = topology_file or smi_file or "NVML"
+    typer.echo(f"toposched kube node-agent: node {node_name}, {resource}, topology from {source}")
+    with contextlib.suppress(KeyboardInterrupt):
+        agent.run()
+
+
+def _topology_source(
+    topology_file: Path | None, smi_file: Path | None
+) -> tuple[Callable[[], NodeTopology], Any]:
+    """How the topology is read, and the NVML module for health (None where it cannot load)."""
+    from toposched.discovery.files import load_topology
+    from toposched.discovery.nvml import discover_topology, nvml_available
+    from toposched.topology.presets import PRESETS
+    from toposched.topology.smi import parse_smi
+
+    try:
+        nvml: Any = importlib.import_module("pynvml")
+    except ImportError:
+        nvml = None
+    if (topology_file or smi_file) and nvml is not None and not nvml_available(nvml):
+        nvml = None  # a topology given by hand, on a machine without the driver: no health
+    if topology_file is not None:
+        if not topology_file.is_file() and str(topology_file) not in PRESETS:
+            fail(f"--topology-file {topology_file}: no such file or preset")
+        return partial(load_topology, str(topology_file)), nvml
+    if smi_file is not None:
+        if not smi_file.is_file():
+            fail(f"--smi-file {smi_file}: no such file")
+        return lambda: parse_smi(smi_file.read_text(), source=str(smi_file)), nvml
+    if nvml is None:
+        fail("NVML is not available (pip install 'toposched[nvml]'); or give --topology-file")
+    return partial(discover_topology, nvml), nvml
+
+
+# Jobs on a cluster, Arena-like: the commands live with their helpers in kube_jobs_cmd.
+app.command("submit")(kube_jobs_cmd.submit)
+app.command("list")(kube_jobs_cmd.list_jobs)
+app.command("get")(kube_jobs_cmd.get)
+app.command("explain")(kube_jobs_cmd.explain)
+app.command("logs")(kube_jobs_cmd.logs)
+app.command("delete")(kube_jobs_cmd.delete)
+top_app = typer.Typer(no_args_is_help=True, help="What the scheduler sees of the cluster.")
+top_app.command("node")(kube_jobs_cmd.top_node)
+app.add_typer(top_app, name="top")

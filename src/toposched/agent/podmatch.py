@@ -1,0 +1,167 @@
+"""Which pod a kubelet request is for: the kubelet's Allocate names devices, never the pod.
+
+The kubelet admits the pods bound to its node one at a time, oldest first (it sorts new pods by
+creation time), and asks the device plugin for each container's devices while it admits the
+pod: GetPreferredAllocation, then Allocate, each with the container's device count alone. So
+the pod being admitted is found as GPU-sharing plugins find it (Alibaba's gpushare does the
+same): among the pods bound to this node (field selector `spec.nodeName`) that carry the
+scheduler's `toposched.io/gpus`, are still Pending, are not being deleted and have not been
+given their GPUs yet, the oldest (creation time, then namespace/name) whose next GPU container
+asks that many devices. Its containers take the annotated GPUs in order (sorted indices, split
+by the containers' GPU counts). `AllocationBook` records the pods served, in a file beside the
+plugin's socket, so that a restarted agent does not serve the same pod twice while it is still
+Pending (pulling its image, say).
+
+What this cannot tell apart: two pods asking the same count at the same time, one of them
+scheduled by another scheduler without the annotation; docs/node-agent.md says more.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from toposched.kube.annotations import GPUS, AnnotationError, decode_gpus
+
+log = logging.getLogger(__name__)
+
+JSON = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Claim:
+    """The GPUs the scheduler chose for one container of a pod (`error` when unreadable)."""
+
+    pod: str  # namespace/name
+    uid: str
+    size: int  # the container's GPU count
+    gpus: tuple[int, ...] = ()
+    error: str = ""
+
+
+def gpu_counts(pod: JSON, resource: str) -> list[int]:
+    """The GPU count of each container that asks for `resource`, in the pod's order."""
+    counts = []
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        resources = container.get("resources") or {}
+        value = (resources.get("limits") or {}).get(resource)
+        if value is None:
+            value = (resources.get("requests") or {}).get(resource)
+        try:
+            count = int(str(value)) if value is not None else 0
+        except ValueError:
+            continue  # the API server refuses such a quantity; a pod here has none
+        if count > 0:
+            counts.append(count)
+    return counts
+
+
+def waiting(pod: JSON) -> bool:
+    """Bound, not started, not being deleted: a pod the kubelet may be admitting now."""
+    meta = pod.get("metadata") or {}
+    phase = (pod.get("status") or {}).get("phase") or "Pending"
+    return phase == "Pending" and not meta.get("deletionTimestamp")
+
+
+def pod_uid(pod: JSON) -> str:
+    meta = pod.get("metadata") or {}
+    return str(meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}")
+
+
+def next_claim(pod: JSON, resource: str, served: int) -> Claim | None:
+    """The claim of the pod's next container after the `served` ones; None when all are."""
+    meta = pod.get("metadata") or {}
+    name = f"{meta.get('namespace') or 'default'}/{meta.get('name')}"
+    uid = pod_uid(pod)
+    counts = gpu_counts(pod, resource)
+    if served >= len(counts):
+        return None
+    size = counts[served]
+    try:
+        gpus = decode_gpus(str((meta.get("annotations") or {}).get(GPUS)))
+    except AnnotationError as err:
+        return Claim(name, uid, size, error=f"pod {name}: {err}")
+    if len(gpus) != sum(counts):
+        return Claim(
+            name,
+            uid,
+            size,
+            error=f"pod {name}: {GPUS} names {len(gpus)} GPUs ({','.join(map(str, gpus))}) "
+            f"but its containers ask {sum(counts)} {resource}",
+        )
+    start = sum(counts[:served])
+    return Claim(name, uid, size, gpus[start : start + size])
+
+
+def find_claim(
+    pods: Iterable[JSON], size: int, resource: str, book: AllocationBook
+) -> Claim | None:
+    """The claim of the oldest waiting annotated pod whose next GPU container asks `size`."""
+    annotated = [
+        p
+        for p in pods
+        if waiting(p) and GPUS in ((p.get("metadata") or {}).get("annotations") or {})
+    ]
+    for pod in sorted(annotated, key=_age_key):
+        claim = next_claim(pod, resource, book.served(pod_uid(pod)))
+        if claim is not None and claim.size == size:
+            return claim
+    return None
+
+
+def _age_key(pod: JSON) -> tuple[str, str, str]:
+    meta = pod.get("metadata") or {}
+    # RFC 3339 times in UTC ("2026-01-02T03:04:05Z") sort as text.
+    return (str(meta.get("creationTimestamp") or ""), meta.get("namespace") or "", meta["name"])
+
+
+class AllocationBook:
+    """How many GPU containers of each pod (by uid) were served; kept in `path` if given."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._served: dict[str, int] = self._load()
+
+    def served(self, uid: str) -> int:
+        with self._lock:
+            return self._served.get(uid, 0)
+
+    def record(self, uid: str) -> None:
+        with self._lock:
+            self._served[uid] = self._served.get(uid, 0) + 1
+            self._save()
+
+    def keep_only(self, uids: Sequence[str]) -> None:
+        """Forget the pods that are no longer on the node."""
+        with self._lock:
+            keep = set(uids)
+            if set(self._served) - keep:
+                self._served = {u: n for u, n in self._served.items() if u in keep}
+                self._save()
+
+    def _load(self) -> dict[str, int]:
+        if self.path is None or not self.path.exists():
+            return {}
+        try:
+            data = json.loads(self.path.read_text())
+            return {str(k): int(v) for k, v in data.items()}
+        except (OSError, ValueError, AttributeError) as err:
+            log.warning("%s cannot be read (%s); starting with no pod served", self.path, err)
+            return {}
+
+    def _save(self) -> None:
+        if self.path is None:
+            return
+        temporary = self.path.with_name(self.path.name + ".tmp")
+        try:
+            temporary.write_text(json.dumps(self._served, sort_keys=True))
+            os.replace(temporary, self.path)  # whole or not at all, even on a crash
+        except OSError as err:
+            log.warning("%s cannot be written: %s", self.path, err)

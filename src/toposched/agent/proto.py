@@ -1,0 +1,42 @@
+"""The device plugin API's messages and services, built at run time from deviceplugin.proto.
+
+The project keeps no generated code in git, so the Python modules are made from the .proto when
+first needed, by `grpc.protos_and_services` (grpcio-tools, in the `kube` extra). It compiles in
+memory: nothing is written, which the agent's container needs (its root filesystem is
+read-only) and which leaves no cache to go stale when the .proto changes. The generated modules
+are untyped; they are reached only through this module, as `Any`.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from typing import Any
+
+VERSION = "v1beta1"
+HEALTHY = "Healthy"
+UNHEALTHY = "Unhealthy"
+KUBELET_SOCKET = "kubelet.sock"
+DEFAULT_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
+# Resolved against sys.path, where the installed package (or src/ in a checkout) lies.
+PROTO = "toposched/agent/deviceplugin.proto"
+
+
+def grpc() -> Any:
+    """The `grpc` module (the `kube` extra), which ships no types."""
+    return importlib.import_module("grpc")
+
+
+@functools.cache
+def _load() -> tuple[Any, Any]:
+    return grpc().protos_and_services(PROTO)  # type: ignore[no-any-return]
+
+
+def messages() -> Any:
+    """The message classes (RegisterRequest, Device, AllocateResponse ...)."""
+    return _load()[0]
+
+
+def services() -> Any:
+    """The stubs, servicer bases and `add_*_to_server` functions of both services."""
+    return _load()[1]

@@ -1,0 +1,118 @@
+"""Fixtures: the API server emulator with one GPU node, a fake kubelet, and a running agent."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.agent.fakes import FakeKubelet, HealthNvml, short_tmp_dir
+from tests.kube.emulator import ApiServer
+from toposched.agent.agent import NodeAgent
+from toposched.agent.health import NvmlHealth
+from toposched.agent.plugin import GpuPlugin, PluginConfig, pods_on
+from toposched.agent.podmatch import AllocationBook
+from toposched.agent.publisher import Publisher
+from toposched.agent.server import PluginServer
+from toposched.agent.state import NodeState
+from toposched.discovery.nvml import discover_topology
+from toposched.kube.api import KubeApi
+from toposched.topology import preset
+
+NODE = "gpu-1"
+DGX1 = preset("dgx1-v100")
+CONTROL = ("nvidiactl", "nvidia-uvm")
+
+
+def gpu_node(name: str = NODE, gpus: int = 8) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"toposched.io/gpu-schedule": "topology"}},
+        "status": {
+            "capacity": {"nvidia.com/gpu": str(gpus)},
+            "allocatable": {"nvidia.com/gpu": str(gpus)},
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
+
+
+@pytest.fixture
+def emulator() -> Iterator[ApiServer]:
+    """The emulator (never a live cluster: the agent's tests play the kubelet too)."""
+    with ApiServer() as server:
+        server.create(gpu_node())
+        yield server
+
+
+@pytest.fixture
+def kube(emulator: ApiServer, tmp_path: Path) -> KubeApi:
+    return KubeApi.connect(str(emulator.kubeconfig(tmp_path / "kubeconfig")))
+
+
+@pytest.fixture
+def plugin_dir() -> Iterator[Path]:
+    with short_tmp_dir() as path:
+        yield path
+
+
+@pytest.fixture
+def dev_dir(tmp_path: Path) -> Path:
+    """Device files as a GPU node has them (empty files: only their paths matter)."""
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    for name in [f"nvidia{i}" for i in range(DGX1.size)] + list(CONTROL):
+        (dev / name).touch()
+    return dev
+
+
+@pytest.fixture
+def kubelet(plugin_dir: Path) -> Iterator[FakeKubelet]:
+    fake = FakeKubelet(plugin_dir).start()
+    yield fake
+    fake.stop()
+
+
+@pytest.fixture
+def nvml() -> HealthNvml:
+    return HealthNvml.from_topology(DGX1)
+
+
+@dataclass
+class RunningAgent:
+    """A NodeAgent on a thread, and its parts."""
+
+    agent: NodeAgent
+    plugin: GpuPlugin
+    state: NodeState
+    thread: threading.Thread
+
+    @property
+    def config(self) -> PluginConfig:
+        return self.plugin.config
+
+    def stop(self) -> None:
+        self.agent.stop.set()
+        self.thread.join(timeout=5)
+        assert not self.thread.is_alive()
+
+
+@pytest.fixture
+def agent(
+    kube: KubeApi, nvml: HealthNvml, plugin_dir: Path, dev_dir: Path, kubelet: FakeKubelet
+) -> Iterator[RunningAgent]:
+    """The node agent as `toposched kube node-agent` wires it, polling every 50 ms."""
+    state = NodeState()
+    config = PluginConfig(NODE, plugin_dir=plugin_dir, dev_dir=dev_dir)
+    plugin = GpuPlugin(config, state, pods_on(kube, NODE), AllocationBook(config.book_file))
+    publisher = Publisher(kube, NODE, state, lambda: discover_topology(nvml), NvmlHealth(nvml))
+    node_agent = NodeAgent(publisher, PluginServer(plugin), interval_s=0.05)
+    thread = threading.Thread(target=node_agent.run, daemon=True)
+    thread.start()
+    running = RunningAgent(node_agent, plugin, state, thread)
+    yield running
+    running.stop()

@@ -1,0 +1,267 @@
+"""The device plugin through real gRPC on unix sockets, with the tests as the kubelet:
+registration, ListAndWatch and health, Allocate of the scheduler's GPUs, GetPreferredAllocation,
+refusals, and registering again after a kubelet restart."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.agent.conftest import CONTROL, DGX1, NODE, RunningAgent
+from tests.agent.fakes import FakeKubelet, HealthNvml
+from tests.kube.emulator import ApiServer
+from tests.server import wait_for
+from toposched.agent.plugin import PluginConfig, container_response
+from toposched.agent.podmatch import AllocationBook
+from toposched.agent.proto import grpc, messages
+from toposched.kube.annotations import GPUS
+from toposched.kube.api import KubeApi
+from toposched.placement import ring_bandwidth
+
+TIMEOUT_S = 5.0
+
+
+def gpu_pod(name: str, *limits: int, ns: str = "default") -> dict[str, Any]:
+    containers = [
+        {"name": f"c{i}", "image": "cuda", "resources": {"limits": {"nvidia.com/gpu": n}}}
+        for i, n in enumerate(limits)
+    ]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"containers": containers},
+    }
+
+
+def bind(
+    emulator: ApiServer, kube: KubeApi, name: str, *limits: int, gpus: str | None = None
+) -> None:
+    """A pod bound to the node as the scheduler binds it (with `gpus`), or as another does."""
+    emulator.create(gpu_pod(name, *limits))
+    kube.bind("default", name, NODE, {GPUS: gpus} if gpus is not None else {})
+
+
+def allocate(stub: Any, *ids: str) -> Any:
+    m = messages()
+    request = m.AllocateRequest(container_requests=[m.ContainerAllocateRequest(devices_ids=ids)])
+    [answer] = stub.Allocate(request, timeout=TIMEOUT_S).container_responses
+    return answer
+
+
+def preferred(stub: Any, available: list[int], size: int, must: tuple[int, ...] = ()) -> list[int]:
+    m = messages()
+    request = m.PreferredAllocationRequest(
+        container_requests=[
+            m.ContainerPreferredAllocationRequest(
+                available_deviceIDs=[str(g) for g in available],
+                must_include_deviceIDs=[str(g) for g in must],
+                allocation_size=size,
+            )
+        ]
+    )
+    [answer] = stub.GetPreferredAllocation(request, timeout=TIMEOUT_S).container_responses
+    return sorted(int(g) for g in answer.deviceIDs)
+
+
+def given(answer: Any, agent: RunningAgent) -> tuple[list[str], dict[str, str]]:
+    """The host device files (relative to the test's /dev) and the envs of a container."""
+    dev = str(agent.config.dev_dir) + "/"
+    files = [d.host_path.removeprefix(dev) for d in answer.devices]
+    for d in answer.devices:
+        assert d.container_path == "/dev/" + d.host_path.removeprefix(dev)
+        assert d.permissions == "rw"
+    return files, dict(answer.envs)
+
+
+def test_registers_with_the_kubelet(agent: RunningAgent, kubelet: FakeKubelet) -> None:
+    request = kubelet.registration()
+    assert request.version == "v1beta1"
+    assert request.resource_name == "nvidia.com/gpu"
+    assert request.endpoint == "toposched-nvidia-com-gpu.sock"
+    assert (agent.config.plugin_dir / request.endpoint).exists()
+    assert request.options.get_preferred_allocation_available
+    assert not request.options.pre_start_required
+    with kubelet.plugin(request.endpoint) as stub:
+        assert stub.GetDevicePluginOptions(messages().Empty(), timeout=TIMEOUT_S) == request.options
+        empty = messages().PreStartContainerRequest(devices_ids=["0"])
+        assert stub.PreStartContainer(empty, timeout=TIMEOUT_S) is not None
+
+
+def test_list_and_watch_sends_the_gpus_then_each_health_change(
+    agent: RunningAgent, kubelet: FakeKubelet, nvml: HealthNvml
+) -> None:
+    request = kubelet.registration()
+    with kubelet.plugin(request.endpoint) as stub:
+        stream = stub.ListAndWatch(messages().Empty(), timeout=10)
+
+        def health() -> dict[str, str]:
+            return {d.ID: d.health for d in next(stream).devices}
+
+        first = next(stream).devices
+        assert [d.ID for d in first] == [str(i) for i in range(8)]
+        assert {d.health for d in first} == {"Healthy"}
+        assert [[n.ID for n in d.topology.nodes] for d in first] == [[s] for s in DGX1.numa]
+        nvml.xid(3, 79)  # fallen off the bus
+        assert health() == {str(i): "Unhealthy" if i == 3 else "Healthy" for i in range(8)}
+        nvml.lost.add(5)
+        assert {g for g, h in health().items() if h == "Unhealthy"} == {"3", "5"}
+        nvml.lost.clear()  # answers again: healthy again; the XID stays
+        assert {g for g, h in health().items() if h == "Unhealthy"} == {"3"}
+        stream.cancel()
+
+
+def test_allocate_gives_the_gpus_the_scheduler_wrote_on_the_pod(
+    agent: RunningAgent, kubelet: FakeKubelet, emulator: ApiServer, kube: KubeApi
+) -> None:
+    request = kubelet.registration()
+    bind(emulator, kube, "train", 2, gpus="4,5")
+    with kubelet.plugin(request.endpoint) as stub:
+        # The kubelet asks first which devices it should pick: the scheduler's.
+        assert preferred(stub, list(range(8)), 2) == [4, 5]
+        answer = allocate(stub, "0", "1")  # whatever the kubelet offers, the pod gets 4 and 5
+        files, envs = given(answer, agent)
+        assert files == ["nvidia4", "nvidia5", *CONTROL]
+        assert envs["NVIDIA_VISIBLE_DEVICES"] == "4,5"
+        assert envs["CUDA_VISIBLE_DEVICES"] == "0,1"  # the container sees its two GPUs as 0, 1
+        assert envs["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+        assert dict(answer.annotations) == {GPUS: "4,5"}
+        # The pod was served: the next 2-GPU container is not it, and gets the kubelet's IDs.
+        files, envs = given(allocate(stub, "0", "1"), agent)
+        assert files == ["nvidia0", "nvidia1", *CONTROL]
+        assert envs["NVIDIA_VISIBLE_DEVICES"] == "0,1"
+        # Recorded on disk, for an agent that restarts while the pod is still Pending ...
+        uid = emulator.get("pods", "train", "default")["metadata"]["uid"]
+        assert AllocationBook(agent.config.book_file).served(uid) == 1
+        # ... and forgotten once the pod is gone from the node.
+        emulator.delete("pods", "train", "default")
+        allocate(stub, "2")
+        assert AllocationBook(agent.config.book_file).served(uid) == 0
+
+
+def test_each_container_gets_its_share_of_the_pods_gpus(
+    agent: RunningAgent, kubelet: FakeKubelet, emulator: ApiServer, kube: KubeApi
+) -> None:
+    request = kubelet.registration()
+    bind(emulator, kube, "two-containers", 1, 3, gpus="0,2,3,1")
+    with kubelet.plugin(request.endpoint) as stub:
+        first = allocate(stub, "7")
+        assert first.envs["NVIDIA_VISIBLE_DEVICES"] == "0"
+        second = allocate(stub, "5", "6", "7")
+        assert second.envs["NVIDIA_VISIBLE_DEVICES"] == "1,2,3"
+        assert second.envs["CUDA_VISIBLE_DEVICES"] == "0,1,2"
+
+
+def test_the_oldest_waiting_pod_of_that_size_is_served_and_running_pods_never(
+    agent: RunningAgent, kubelet: FakeKubelet, emulator: ApiServer, kube: KubeApi
+) -> None:
+    request = kubelet.registration()
+    bind(emulator, kube, "running", 2, gpus="0,1")
+    emulator.set_phase("default", "running", "Running")
+    bind(emulator, kube, "four", 4, gpus="4,5,6,7")
+    bind(emulator, kube, "pair", 2, gpus="2,3")
+    with kubelet.plugin(request.endpoint) as stub:
+        assert allocate(stub, "0", "1").envs["NVIDIA_VISIBLE_DEVICES"] == "2,3"
+        assert allocate(stub, "0", "1", "2", "3").envs["NVIDIA_VISIBLE_DEVICES"] == "4,5,6,7"
+
+
+def test_a_pod_without_the_annotation_gets_the_topology_best_set(
+    agent: RunningAgent, kubelet: FakeKubelet, emulator: ApiServer, kube: KubeApi
+) -> None:
+    request = kubelet.registration()
+    bind(emulator, kube, "other-scheduler", 2)
+    best_pair = max(ring_bandwidth(DGX1, (a, b)) or 0 for a in range(8) for b in range(a))
+    with kubelet.plugin(request.endpoint) as stub:
+        pair = preferred(stub, list(range(8)), 2)
+        link = DGX1.links[pair[0]][pair[1]]
+        assert link is not None and link.is_nvlink
+        assert ring_bandwidth(DGX1, pair) == best_pair
+        # Only from what is free, and around what must be kept.
+        four = preferred(stub, [0, 1, 2, 3, 4], 4)
+        assert set(four) <= {0, 1, 2, 3, 4}
+        assert ring_bandwidth(DGX1, four) == max(
+            ring_bandwidth(DGX1, [g for g in range(5) if g != out]) or 0 for out in range(5)
+        )
+        kept = preferred(stub, list(range(8)), 2, must=(6,))
+        assert 6 in kept and DGX1.links[kept[0]][kept[1]].is_nvlink  # type: ignore[union-attr]
+        # At Allocate such a pod gets the devices the kubelet picked.
+        assert allocate(stub, *map(str, pair)).envs["NVIDIA_VISIBLE_DEVICES"] == "{},{}".format(
+            *pair
+        )
+
+
+@pytest.mark.parametrize(
+    ("gpus", "code", "words"),
+    [
+        ("8,9", "INVALID_ARGUMENT", ["default/bad", "GPU 8", "GPUs 0-7"]),
+        ("2,3", "FAILED_PRECONDITION", ["default/bad", "GPU 2", "unhealthy"]),
+        ("1,x", "INVALID_ARGUMENT", ["default/bad", GPUS]),
+        ("1,2,3", "INVALID_ARGUMENT", ["default/bad", "names 3 GPUs", "ask 2"]),
+    ],
+)
+def test_an_annotation_the_node_cannot_honour_is_refused_and_nothing_given(
+    agent: RunningAgent,
+    kubelet: FakeKubelet,
+    emulator: ApiServer,
+    kube: KubeApi,
+    nvml: HealthNvml,
+    gpus: str,
+    code: str,
+    words: list[str],
+) -> None:
+    request = kubelet.registration()
+    nvml.xid(2, 48)  # a double-bit ECC error
+    wait_for(lambda: 2 in agent.state.get()[0].unhealthy, "GPU 2 unhealthy", timeout_s=5)
+    bind(emulator, kube, "bad", 2, gpus=gpus)
+    with kubelet.plugin(request.endpoint) as stub, pytest.raises(grpc().RpcError) as raised:
+        allocate(stub, "0", "1")
+    assert raised.value.code().name == code
+    for word in words:
+        assert word in raised.value.details()
+    assert agent.plugin.book.served(emulator.get("pods", "bad", "default")["metadata"]["uid"]) == 0
+
+
+def test_allocate_fails_closed_when_the_pods_cannot_be_listed(
+    agent: RunningAgent, kubelet: FakeKubelet, emulator: ApiServer
+) -> None:
+    request = kubelet.registration()
+    emulator.stop()
+    with kubelet.plugin(request.endpoint) as stub, pytest.raises(grpc().RpcError) as raised:
+        allocate(stub, "0")
+    assert raised.value.code().name == "UNAVAILABLE"
+    assert NODE in raised.value.details()
+
+
+def test_registers_again_when_the_kubelet_restarts(
+    agent: RunningAgent, kubelet: FakeKubelet
+) -> None:
+    first = kubelet.registration()
+    kubelet.restart()  # removes the plugin's socket, as the kubelet does
+    again = kubelet.registration()
+    assert (again.endpoint, again.resource_name) == (first.endpoint, first.resource_name)
+    with kubelet.plugin(again.endpoint) as stub:
+        stream = stub.ListAndWatch(messages().Empty(), timeout=5)
+        assert len(next(stream).devices) == 8
+        stream.cancel()
+
+
+def test_registers_once_the_kubelet_is_up(agent: RunningAgent, kubelet: FakeKubelet) -> None:
+    kubelet.registration()
+    kubelet.stop()
+    kubelet.requests.queue.clear()
+    kubelet.start()  # a new kubelet.sock, the plugin's socket kept: registers again all the same
+    assert kubelet.registration().resource_name == "nvidia.com/gpu"
+
+
+def test_device_paths_are_the_hosts_wherever_the_agent_sees_them(dev_dir: Path) -> None:
+    (dev_dir / "nvidia-uvm").unlink()  # a node without the UVM module loaded yet
+    config = PluginConfig(NODE, dev_dir=Path("/dev"), dev_mount=dev_dir)
+    answer = container_response((6, 7), config)
+    assert [d.host_path for d in answer.devices] == [
+        "/dev/nvidia6",
+        "/dev/nvidia7",
+        "/dev/nvidiactl",
+    ]
+    assert [d.container_path for d in answer.devices] == [d.host_path for d in answer.devices]
