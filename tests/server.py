@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -40,6 +41,8 @@ class ServerProcess:
     port: int
     args: Sequence[str] = ()
     proc: subprocess.Popen[bytes] | None = None
+    # Run in the server's process before it starts (e.g. a resource limit).
+    preexec: Callable[[], None] | None = None
     log_path: Path = field(init=False)
 
     def __post_init__(self) -> None:
@@ -71,7 +74,9 @@ class ServerProcess:
             *self.args,
         ]
         log = self.log_path.open("ab")
-        self.proc = subprocess.Popen(command, stdout=log, stderr=log, cwd=REPO)
+        self.proc = subprocess.Popen(
+            command, stdout=log, stderr=log, cwd=REPO, preexec_fn=self.preexec
+        )
         log.close()
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
@@ -111,9 +116,12 @@ class ServerProcess:
 
 @contextmanager
 def running_server(
-    tmp: Path, db: str | None = None, args: Sequence[str] = ("--emulate", "dgx1-v100")
+    tmp: Path,
+    db: str | None = None,
+    args: Sequence[str] = ("--emulate", "dgx1-v100"),
+    preexec: Callable[[], None] | None = None,
 ) -> Iterator[ServerProcess]:
-    server = ServerProcess(tmp / "data", db, free_port(), args)
+    server = ServerProcess(tmp / "data", db, free_port(), args, preexec=preexec)
     server.start()
     try:
         yield server
@@ -175,3 +183,81 @@ def alive(pid: int) -> bool:
     """A process that exists and is not a zombie."""
     stat = proc_stat(pid)
     return stat is not None and stat.alive
+
+
+class Api:
+    """A thin test client: JSON in, JSON out, the status checked."""
+
+    def __init__(self, server: ServerProcess, token: str | None = None) -> None:
+        self.http = server.client(token)
+
+    def submit(self, expect: int = 201, **body: Any) -> Any:
+        reply = self.http.post("/api/v1/jobs", json=body)
+        assert reply.status_code == expect, reply.text
+        return reply.json()
+
+    def get(self, path: str, expect: int = 200) -> Any:
+        reply = self.http.get(path)
+        assert reply.status_code == expect, reply.text
+        return reply.json()
+
+    def job(self, name: str) -> Any:
+        return self.get(f"/api/v1/jobs/{name}")
+
+    def state(self, name: str) -> str:
+        return str(self.job(name)["state"])
+
+    def until(self, name: str, state: str, timeout_s: float = 20.0) -> Any:
+        wait_for(lambda: self.state(name) == state, f"{name} to be {state}", timeout_s)
+        return self.job(name)
+
+    def holders(self) -> dict[int, str | None]:
+        node = self.get("/api/v1/nodes")["nodes"][0]
+        return {gpu["index"]: gpu["job"] for gpu in node["gpus"]}
+
+
+def worker(out: Path, wait: str | None = None, **exits: int) -> dict[str, Any]:
+    env = {"OUT": str(out), **{f"EXIT_{rank[1:]}": str(code) for rank, code in exits.items()}}
+    if wait:
+        env["WAIT"] = wait
+    return {"command": [sys.executable, "-c", WORKER], "env": env}
+
+
+def envs(out: Path, rank: int) -> list[dict[str, Any]]:
+    found = sorted(out.glob(f"env-{rank}-*.json"), key=lambda p: p.stat().st_mtime)
+    return [json.loads(p.read_text()) for p in found]
+
+
+# Another process that takes the SQLite file's write lock (as a backup, or a `sqlite3` shell in
+# a transaction, would) and holds it until its stdin closes.
+HOLDER = r"""
+import sqlite3, sys
+conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+conn.execute("BEGIN IMMEDIATE")
+print("locked", flush=True)
+sys.stdin.read()
+conn.execute("ROLLBACK")
+"""
+
+
+@contextmanager
+def db_locked(server: ServerProcess) -> Iterator[Callable[[], None]]:
+    """The server's database write-locked by another process; yields the release."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(server.data_dir / "toposched.db")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    assert holder.stdin is not None and holder.stdout is not None
+    assert holder.stdout.readline() == b"locked\n"
+
+    def release() -> None:
+        if holder.poll() is None:
+            assert holder.stdin is not None
+            holder.stdin.close()
+            holder.wait(timeout=10)
+
+    try:
+        yield release
+    finally:
+        release()

@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from tests.e2e.conftest import Result
-from tests.server import REPO, ServerProcess, free_port, running_server
+from tests.server import REPO, ServerProcess, db_locked, free_port, running_server
 from toposched.client.http import (
     ApiError,
     Client,
@@ -348,6 +348,89 @@ def test_client_errors_are_readable() -> None:
     client = mock_client(lambda r: httpx.Response(200, text="hello"))
     with pytest.raises(ApiError, match=r"not JSON.*is it a toposched server"):
         client.whoami()
+
+
+def test_client_retries_a_503_with_backoff_and_the_same_key() -> None:
+    tries: list[httpx.Request] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        tries.append(request)
+        if len(tries) < 3:
+            busy = {"detail": "the server cannot store changes now: the database is locked"}
+            return httpx.Response(503, json=busy, headers={"Retry-After": "2"})
+        return httpx.Response(201, json={"name": "x"})
+
+    lines: list[str] = []
+    waits: list[float] = []
+    client = Client(
+        "http://127.0.0.1:9",
+        "tok",
+        transport=httpx.MockTransport(answer),
+        on_retry=lines.append,
+        sleep=waits.append,
+    )
+    assert client.submit({"command": ["true"]}) == {"name": "x"}
+    keys = {request.headers["Idempotency-Key"] for request in tries}
+    assert len(tries) == 3 and len(keys) == 1 and len(keys.pop()) == 32
+    assert waits == [2.0, 2.0]  # the server's Retry-After, above the first backoffs
+    assert lines[0] == (
+        "the server cannot store changes now: the database is locked; retrying in 2 s (try 2 of 5)"
+    )
+    # Bounded: the fifth 503 is the answer.
+    tries.clear()
+    always = Client(
+        "http://127.0.0.1:9",
+        "tok",
+        transport=httpx.MockTransport(lambda r: httpx.Response(503, json={"detail": "busy"})),
+        sleep=waits.append,
+    )
+    with pytest.raises(ApiError, match=r"^busy$") as caught:
+        always.nodes()
+    assert caught.value.status == 503
+
+
+def test_client_retries_a_lost_answer_only_when_repeating_is_safe() -> None:
+    calls: list[str] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        calls.append(request.method)
+        if len(calls) % 2:
+            raise httpx.ReadTimeout("no answer", request=request)
+        return httpx.Response(202 if request.method == "DELETE" else 201, json={"name": "x"})
+
+    client = Client(
+        "http://127.0.0.1:9", "tok", transport=httpx.MockTransport(answer), sleep=lambda s: None
+    )
+    assert client.submit({"command": ["true"]}, key="k") == {"name": "x"}
+    assert calls == ["POST", "POST"]
+    calls.clear()
+    # A cancel carries no key: its lost answer is reported, not repeated.
+    with pytest.raises(ApiError, match="did not answer"):
+        client.cancel("x")
+    assert calls == ["DELETE"]
+
+
+def test_submit_waits_out_a_locked_database(tmp_path: Path) -> None:
+    args = ("--emulate", "dgx1-v100", "--db-busy-timeout", "1")
+    with running_server(tmp_path, args=args) as server, db_locked(server) as release:
+        cli = subprocess.Popen(
+            [sys.executable, "-m", "toposched", "submit", "--name", "patient", "--", "true"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=user_env(server),
+            cwd=REPO,
+        )
+        time.sleep(2.5)
+        release()
+        out, err = cli.communicate(timeout=60)
+        assert cli.returncode == 0, err
+        assert "submitted patient" in out
+        assert "the database is locked" in err and "retrying in" in err
+        client = Client(server.url, server.token)
+        jobs = [job["name"] for job in client.jobs(all=True)]
+        assert jobs == ["patient"]
+        client.close()
 
 
 def test_client_keeps_names_inside_one_path_segment() -> None:

@@ -57,3 +57,11 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     # Looked up only here, so that SQLite-only runs never start PostgreSQL.
     url: str = request.getfixturevalue("fresh_postgres_url")
     return url
+
+
+@pytest.fixture
+def out(tmp_path: Path) -> Path:
+    """A directory for what a test's workers write."""
+    path = tmp_path / "out"
+    path.mkdir()
+    return path

@@ -57,13 +57,6 @@ def executor(make_executor: Callable[..., LocalExecutor]) -> LocalExecutor:
     return make_executor()
 
 
-@pytest.fixture
-def out(tmp_path: Path) -> Path:
-    path = tmp_path / "out"
-    path.mkdir()
-    return path
-
-
 def spec(
     out: Path,
     *actions: str,
@@ -458,3 +451,27 @@ def test_supervisors_are_reaped(executor: LocalExecutor, out: Path) -> None:
     wait_until("the supervisors to be reaped", reaped)
     executor.forget("job", 0)
     assert "Z" not in my_children().values()
+
+
+def test_a_released_run_is_adopted_again_and_its_ends_reported_anew(
+    executor: LocalExecutor, out: Path
+) -> None:
+    executor.start(spec(out, "exit:3", "sleep"))
+    ended = collect(executor, 1)
+    assert ended[0].returncode == 3
+    # A runtime rebuilding its state forgets every run and adopts it again from its files:
+    # what was reported before is reported again, to the new core, once.
+    executor.release_all()
+    with pytest.raises(ExecutorError):
+        executor.running("job", 0)
+    executor.adopt("job", 0, 2)
+    assert collect(executor, 1)[0].reason == "exited 3"
+    assert executor.running("job", 0) == {1}
+    executor.stop("job", 0, "SIGTERM", 30)
+    assert collect(executor, 1)[1].reason == "killed by SIGTERM"
+
+    def reaped() -> bool:
+        executor.poll()
+        return not my_children()
+
+    wait_until("the released supervisors to be reaped", reaped)

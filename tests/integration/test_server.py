@@ -3,70 +3,26 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import stat
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
-from tests.server import TOPOSCHED, WORKER, ServerProcess, alive, running_server, wait_for
+from tests.server import (
+    TOPOSCHED,
+    Api,
+    ServerProcess,
+    alive,
+    envs,
+    running_server,
+    wait_for,
+    worker,
+)
 from toposched.server.auth import Principal, ensure_admin_token, lookup
 from toposched.store import Store, sqlite_url
-
-
-class Api:
-    """A thin test client: JSON in, JSON out, the status checked."""
-
-    def __init__(self, server: ServerProcess, token: str | None = None) -> None:
-        self.http = server.client(token)
-
-    def submit(self, expect: int = 201, **body: Any) -> Any:
-        reply = self.http.post("/api/v1/jobs", json=body)
-        assert reply.status_code == expect, reply.text
-        return reply.json()
-
-    def get(self, path: str, expect: int = 200) -> Any:
-        reply = self.http.get(path)
-        assert reply.status_code == expect, reply.text
-        return reply.json()
-
-    def job(self, name: str) -> Any:
-        return self.get(f"/api/v1/jobs/{name}")
-
-    def state(self, name: str) -> str:
-        return str(self.job(name)["state"])
-
-    def until(self, name: str, state: str, timeout_s: float = 20.0) -> Any:
-        wait_for(lambda: self.state(name) == state, f"{name} to be {state}", timeout_s)
-        return self.job(name)
-
-    def holders(self) -> dict[int, str | None]:
-        node = self.get("/api/v1/nodes")["nodes"][0]
-        return {gpu["index"]: gpu["job"] for gpu in node["gpus"]}
-
-
-def worker(out: Path, wait: str | None = None, **exits: int) -> dict[str, Any]:
-    env = {"OUT": str(out), **{f"EXIT_{rank[1:]}": str(code) for rank, code in exits.items()}}
-    if wait:
-        env["WAIT"] = wait
-    return {"command": [sys.executable, "-c", WORKER], "env": env}
-
-
-def envs(out: Path, rank: int) -> list[dict[str, Any]]:
-    found = sorted(out.glob(f"env-{rank}-*.json"), key=lambda p: p.stat().st_mtime)
-    return [json.loads(p.read_text()) for p in found]
-
-
-@pytest.fixture
-def out(tmp_path: Path) -> Path:
-    path = tmp_path / "out"
-    path.mkdir()
-    return path
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import create_engine, event, func, inspect, select
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import IntegrityError, OperationalError
 
 from tests.integration.postgres import free_port
 from toposched.store import (
@@ -24,11 +24,23 @@ from toposched.store import (
     Store,
     StoreError,
     TokenRow,
+    fault_kind,
     schema,
     sqlite_url,
+    write_fault,
 )
+from toposched.store.migrations import MIGRATIONS
 
-TABLES = {"schema_version", "jobs", "job_history", "queues", "node_labels", "tokens"}
+TABLES = {
+    "schema_version",
+    "jobs",
+    "job_history",
+    "queues",
+    "node_labels",
+    "tokens",
+    "submit_keys",
+    "job_stops",
+}
 PASSWORD = "s3cret-pw"
 
 
@@ -405,6 +417,103 @@ def test_history_insert_failing_mid_transaction_rolls_back(store: Store) -> None
     assert count_rows(store, schema.job_history) == 1
     # The name of the rolled-back job is free again.
     assert add(store, "k").name == "k"
+
+
+def test_a_submit_key_finds_its_job_for_its_owner_only(store: Store) -> None:
+    row = store.add_job(
+        name="keyed", owner="alice", queue="q", priority=0, spec={}, time=1.0, key="k1"
+    )
+    assert store.job_by_key("alice", "k1") == row
+    assert store.job_by_key("bob", "k1") is None
+    assert store.job_by_key("alice", "k2") is None
+    # A key names one job: a second job with it is refused, and nothing of it is stored.
+    with pytest.raises(DuplicateJob, match="idempotency key 'k1'"):
+        store.add_job(
+            name="again", owner="alice", queue="q", priority=0, spec={}, time=2.0, key="k1"
+        )
+    assert names(store.jobs()) == ["keyed"]
+    # Another owner may choose the same key.
+    other = store.add_job(
+        name="bobs", owner="bob", queue="q", priority=0, spec={}, time=3.0, key="k1"
+    )
+    assert store.job_by_key("bob", "k1") == other
+
+
+def test_a_stop_deadline_lives_while_the_job_is_stopping(store: Store) -> None:
+    add(store, "j")
+    store.transition("j", "pending", "running", "placed", 1.0, attempt=0)
+    assert store.stop_deadline("j") is None
+    store.transition(
+        "j", "running", "stopping", "cancel", 2.0, stop_kind="cancel", stop_deadline=12.0
+    )
+    assert store.stop_deadline("j") == 12.0
+    store.transition("j", "stopping", "cancelled", "stopped", 5.0, stop_kind=None)
+    assert store.stop_deadline("j") is None
+    assert count_rows(store, schema.job_stops) == 0
+
+
+def test_a_version_1_database_is_migrated_with_its_jobs(db_url: str) -> None:
+    engine = create_engine(db_url)
+    with engine.begin() as conn:
+        schema.metadata.create_all(conn, tables=[schema.schema_version])
+        MIGRATIONS[0](conn)
+        conn.execute(schema.schema_version.insert().values(version=1))
+        conn.execute(
+            schema.jobs.insert().values(
+                name="before",
+                owner="a",
+                queue="q",
+                priority=0,
+                spec={},
+                state="pending",
+                reason="submitted",
+                attempt=-1,
+                restarts=0,
+                submitted_at=1.0,
+            )
+        )
+    engine.dispose()
+    store = Store(db_url)
+    try:
+        assert store.version == SCHEMA_VERSION == 2
+        assert names(store.jobs()) == ["before"]
+        store.add_job(name="after", owner="a", queue="q", priority=0, spec={}, time=2.0, key="k")
+        assert store.job_by_key("a", "k") is not None
+    finally:
+        store.close()
+
+
+def test_a_probe_writes_nothing_and_fails_as_writes_do(tmp_path: Path) -> None:
+    url = sqlite_url(tmp_path / "p.db")
+    Store(url).close()
+    store = Store(url)
+    store.probe()
+    assert store.version == SCHEMA_VERSION
+    store.close()
+    read_only = Store(f"sqlite:///file:{tmp_path / 'p.db'}?mode=ro&uri=true")
+    try:
+        with pytest.raises(OperationalError) as caught:
+            read_only.probe()
+        assert write_fault(caught.value).startswith("the database is read-only (")
+        assert read_only.place() == str(tmp_path / "p.db")
+    finally:
+        read_only.close()
+
+
+@pytest.mark.parametrize(
+    ("said", "meaning", "kind"),
+    [
+        ("database is locked", "the database is locked by another process", "locked"),
+        ("database or disk is full", "the disk is full", "disk"),
+        ("disk I/O error", "the disk refused a write (full, or failing)", "disk"),
+        ("attempt to write a readonly database", "the database is read-only", "read_only"),
+        ("server closed the connection", "server closed the connection", "other"),
+    ],
+)
+def test_write_faults_are_named_for_people_and_metrics(said: str, meaning: str, kind: str) -> None:
+    cause = write_fault(OperationalError("UPDATE jobs", {}, Exception(said)))
+    assert cause.startswith(meaning)
+    assert fault_kind(cause) == kind
 
 
 # ---------------------------------------------------------------------- queues, labels, tokens

@@ -79,12 +79,17 @@ def die(message: str, code: int) -> NoReturn:
     fail(last, code)
 
 
+def _retrying(line: str) -> None:
+    """A retry the client makes (the server busy, or an answer lost), said on stderr."""
+    sys.stderr.write(f"toposched: {line}\n")
+
+
 @contextmanager
 def api(server: str | None) -> Iterator[Client]:
     """A client of the server named by --server / $TOPOSCHED_URL; its errors end the command
     with the documented exit code."""
     try:
-        client = Client.from_env(server)
+        client = Client.from_env(server, on_retry=_retrying)
     except ConfigError as err:
         fail(str(err), EXIT_BAD_INPUT)
     try:
@@ -268,7 +273,9 @@ def submit(
         None,
         "--checkpoint-grace",
         metavar="SECONDS",
-        help="Time from the checkpoint signal to SIGKILL (default 30).",
+        help="Seconds from the checkpoint signal to SIGKILL when the job is preempted or "
+        "moved (default 30); a cancel or a failed worker gives at least the server's stop "
+        "grace (10 s by default).",
     ),
     restart: Restart = typer.Option(None, "--restart", help="never (default) or on-failure."),
     max_restarts: int = typer.Option(None, "--max-restarts", help="Default 3."),

@@ -40,6 +40,13 @@ def serve_cmd(
         False, "--no-auth", help="No tokens: every caller is admin (loopback addresses only)."
     ),
     node_name: str = typer.Option(None, "--node-name", help="Node name (default: hostname)."),
+    db_busy_timeout: float = typer.Option(
+        5.0,
+        "--db-busy-timeout",
+        metavar="SECONDS",
+        help="How long a write waits for another process's lock on the SQLite file before the "
+        "server refuses changes (503) until it can write again.",
+    ),
 ) -> None:
     """Run the scheduler server: jobs run as local processes on this machine's GPUs."""
     # The web stack loads only here, so the other commands start fast.
@@ -49,6 +56,8 @@ def serve_cmd(
 
     if not 0 < port < 65536:
         fail(f"--port must be 1..65535, got {port}")
+    if not 0 <= db_busy_timeout <= 3600:
+        fail(f"--db-busy-timeout must be 0..3600 seconds, got {db_busy_timeout:g}")
     try:
         params = policy_params(param, [policy])[policy]
     except PolicyError as err:
@@ -63,6 +72,7 @@ def serve_cmd(
         policy_params=params,
         auth=not no_auth,
         node_name=node_name,
+        db_busy_timeout_s=db_busy_timeout,
     )
     try:
         serve(options, say=lambda line: typer.echo(line, err=True))

@@ -2,13 +2,19 @@
 
 Every failure is an `ApiError` with a message a person can act on: a 422 lists each bad field
 on its own line (`body.gpus: ...`), a server that does not answer says how to start one.
+
+A 503 (the server cannot store changes now; nothing was stored) is retried with backoff, a few
+times; so is a lost answer to a request that is safe to repeat (a read, or a submit, which
+carries an idempotency key chosen before its first try: a retry finds the job the first made).
 """
 
 from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Iterator
+import time
+import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlsplit
@@ -25,6 +31,27 @@ API = "/api/v1"
 
 UNREACHABLE = 0  # ApiError.status when no HTTP answer came back
 TIMEOUT_S = 30.0
+IDEMPOTENCY_KEY = "Idempotency-Key"
+
+
+@dataclass(frozen=True)
+class Retry:
+    """How often and how long to retry: `tries` in all, waits doubling from `first_s` up to
+    `max_s` (or what the server's Retry-After asks, within `max_s`)."""
+
+    tries: int = 5
+    first_s: float = 0.5
+    max_s: float = 8.0
+
+    def wait(self, attempt: int, asked: str | None) -> float:
+        """Seconds before try `attempt + 1` (attempts count from 1)."""
+        wait = self.first_s * 2.0 ** (attempt - 1)
+        if asked is not None and asked.strip().isdigit():
+            wait = max(wait, float(asked))
+        return min(wait, self.max_s)
+
+
+NO_RETRY = Retry(tries=1)
 
 
 class ConfigError(ValueError):
@@ -144,22 +171,30 @@ class Client:
         token_source: str = "",
         timeout: float = TIMEOUT_S,
         transport: httpx.BaseTransport | None = None,
+        retry: Retry = Retry(),
+        on_retry: Callable[[str], None] | None = None,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.url = url.rstrip("/")
         self.token = token
         self.token_source = token_source
         self.timeout = timeout
+        self.retry = retry
+        self.on_retry = on_retry  # told, in a line, of each retry and why
+        self.sleep = sleep
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._http: httpx.Client = _httpx().Client(
             base_url=self.url + API, headers=headers, timeout=timeout, transport=transport
         )
 
     @classmethod
-    def from_env(cls, server: str | None = None) -> Client:
+    def from_env(
+        cls, server: str | None = None, on_retry: Callable[[str], None] | None = None
+    ) -> Client:
         """The server from `server` or $TOPOSCHED_URL; the token as `find_token` finds it."""
         url = server_url(server)
         token = find_token(url)
-        return cls(url, token.value, token_source=token.source)
+        return cls(url, token.value, token_source=token.source, on_retry=on_retry)
 
     def close(self) -> None:
         self._http.close()
@@ -214,18 +249,38 @@ class Client:
                 message += f" (the token from {self.token_source})"
         return ApiError(resp.status_code, message or f"HTTP {resp.status_code}", body, fields)
 
-    def _request(
-        self,
-        method: str,
-        path: str,
-        *,
-        json: Any = None,
-        params: dict[str, Any] | None = None,
-    ) -> Any:
-        try:
-            resp = self._http.request(method, path, json=json, params=params)
-        except _httpx().TransportError as err:
-            raise self._unreachable(err) from None
+    def _send(self, method: str, path: str, **request: Any) -> httpx.Response:
+        """One request (`request`: httpx's json, params, headers), retried while the server
+        answers 503 (it stored nothing) and, for a read or a request with an idempotency key,
+        when the answer is lost; the last failure is raised."""
+        hx = _httpx()
+        repeatable = method == "GET" or IDEMPOTENCY_KEY in (request.get("headers") or {})
+        for attempt in range(1, self.retry.tries + 1):
+            last = attempt == self.retry.tries
+            try:
+                resp = self._http.request(method, path, **request)
+            except hx.TransportError as err:
+                lost = not isinstance(err, hx.ConnectError | hx.UnsupportedProtocol | hx.InvalidURL)
+                if last or not (repeatable and lost):
+                    raise self._unreachable(err) from None
+                self._pause(attempt, None, f"lost the answer ({err or type(err).__name__})")
+                continue
+            if resp.status_code != 503 or last:
+                return resp
+            self._pause(attempt, resp.headers.get("retry-after"), self._error(resp).message)
+        raise AssertionError("unreachable: the last try returns or raises")
+
+    def _pause(self, attempt: int, asked: str | None, why: str) -> None:
+        wait = self.retry.wait(attempt, asked)
+        if self.on_retry is not None:
+            self.on_retry(
+                f"{why}; retrying in {wait:g} s (try {attempt + 1} of {self.retry.tries})"
+            )
+        self.sleep(wait)
+
+    def _request(self, method: str, path: str, **request: Any) -> Any:
+        """The JSON answer of `_send`, or its error."""
+        resp = self._send(method, path, **request)
         if resp.status_code >= 400:
             raise self._error(resp)
         try:
@@ -243,9 +298,11 @@ class Client:
         result: dict[str, Any] = self._request("GET", "/whoami")
         return result
 
-    def submit(self, spec: dict[str, Any]) -> dict[str, Any]:
-        """POST /jobs with a JobSubmit body; returns the JobOut."""
-        result: dict[str, Any] = self._request("POST", "/jobs", json=spec)
+    def submit(self, spec: dict[str, Any], key: str | None = None) -> dict[str, Any]:
+        """POST /jobs with a JobSubmit body; returns the JobOut. `key` (made up here if not
+        given) is sent with every try, so that a retry never makes a second job."""
+        headers = {IDEMPOTENCY_KEY: key or uuid.uuid4().hex}
+        result: dict[str, Any] = self._request("POST", "/jobs", json=spec, headers=headers)
         return result
 
     def jobs(

@@ -45,6 +45,13 @@ class Driver(ABC):
         self.view: CoreView = scheduler.view
         self._events: deque[Event] = deque()
 
+    def replace_core(self, scheduler: Scheduler) -> None:
+        """Drive a new core from now on (one rebuilt from stored state), forgetting posted
+        events."""
+        self.core = scheduler
+        self.view = scheduler.view
+        self._events.clear()
+
     def feed(self, *events: Event) -> None:
         """Hand events to the core and carry out what it asks, including the events that
         carrying out posts, until none is left."""

@@ -294,6 +294,14 @@ class LocalExecutor:
             del self._runs[(job, attempt)]
             self._unreaped.extend(w.supervisor for w in run.workers if w.supervisor is not None)
 
+    def release_all(self) -> None:
+        """Stop tracking every run, as a new executor would start: each is adopted again from
+        its files (a runtime rebuilding its state); the supervisors started here are reaped."""
+        with self._lock:
+            for run in self._runs.values():
+                self._unreaped.extend(w.supervisor for w in run.workers if w.supervisor is not None)
+            self._runs.clear()
+
     def _get(self, job: str, attempt: int) -> _Run:
         run = self._runs.get((job, attempt))
         if run is None:

@@ -1,15 +1,19 @@
 """What every route needs: the runtime, and who is calling (from the bearer token).
 
 The dependencies are `async` so that FastAPI runs them on the event loop instead of handing
-each to a worker thread; they block only on a token's first use (one indexed read).
+each to a worker thread; a token's first use is looked up in a thread (one indexed read).
 """
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Annotated
+from typing import Annotated, ParamSpec, TypeVar
 
+import anyio
 from fastapi import Depends, HTTPException, Request, status
+from starlette.concurrency import run_in_threadpool
 
 from toposched.server import auth
 from toposched.server.auth import Principal
@@ -26,6 +30,25 @@ class ServerState:
     # Tokens cannot be revoked or changed, so a token once found stays valid: caching it
     # saves a database read on every request.
     known: dict[str, Principal] = field(default_factory=dict)
+    # Threads for changes, apart from the default pool the reads use: changes take turns on
+    # the runtime's lock anyway, and a few waiting on a locked database must leave the reads
+    # their threads. Made on first use, inside the event loop.
+    writers: anyio.CapacityLimiter | None = None
+
+
+WRITER_THREADS = 4
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+async def writing(
+    server: ServerState, work: Callable[P, T], *args: P.args, **kwargs: P.kwargs
+) -> T:
+    """Run a change in one of the writers' threads, off the event loop."""
+    if server.writers is None:
+        server.writers = anyio.CapacityLimiter(WRITER_THREADS)
+    call = functools.partial(work, *args, **kwargs)
+    return await anyio.to_thread.run_sync(call, limiter=server.writers)
 
 
 async def state(request: Request) -> ServerState:
@@ -45,7 +68,9 @@ async def principal(request: Request, server: Annotated[ServerState, Depends(sta
             headers={"WWW-Authenticate": "Bearer"},
         )
     token = token.strip()
-    who = server.known.get(token) or auth.lookup(server.runtime.store, token)
+    who = server.known.get(token) or await run_in_threadpool(
+        auth.lookup, server.runtime.store, token
+    )
     if who is None:
         raise HTTPException(
             status.HTTP_401_UNAUTHORIZED,

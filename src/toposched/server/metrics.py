@@ -1,15 +1,20 @@
-"""Prometheus metrics: jobs by state, queue lengths, GPUs per node, scheduling latency."""
+"""Prometheus metrics: jobs by state, queue lengths, GPUs per node, scheduling latency,
+and whether the server is degraded."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import suppress
 
-from prometheus_client import CollectorRegistry, Histogram
+import anyio
+from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
+from sqlalchemy.exc import SQLAlchemyError
 
 from toposched.core import JobState
 from toposched.server.runtime import Runtime
+from toposched.store import FAULT_KINDS, StoreError, fault_kind
 
 
 class Metrics:
@@ -23,20 +28,41 @@ class Metrics:
             buckets=(0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
             registry=self.registry,
         )
+        self._thread: anyio.CapacityLimiter | None = None
 
     def watch(self, runtime: Runtime) -> None:
         self.registry.register(_StateCollector(runtime))
+
+    async def render(self) -> bytes:
+        """The text format, rendered in a thread apart from the route pool's."""
+        if self._thread is None:
+            self._thread = anyio.CapacityLimiter(1)
+        return await anyio.to_thread.run_sync(generate_latest, self.registry, limiter=self._thread)
 
 
 class _StateCollector(Collector):
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
+        self.counts: dict[str, int] = {}
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        counts = self.runtime.store.count_by_state()
+        degraded = GaugeMetricFamily(
+            "toposched_degraded",
+            "1 while the server cannot store changes, by cause (it refuses them; the whole "
+            "message is in /api/v1/health).",
+            labels=["cause"],
+        )
+        why = self.runtime.degraded
+        for cause in FAULT_KINDS:
+            degraded.add_metric([cause], int(why is not None and fault_kind(why) == cause))
+        yield degraded
+
+        # The database cannot be read now: the counts last read.
+        with suppress(StoreError, SQLAlchemyError):
+            self.counts = self.runtime.store.count_by_state()
         jobs = GaugeMetricFamily("toposched_jobs", "Jobs by state.", labels=["state"])
         for state in JobState:
-            jobs.add_metric([state.value], counts.get(state.value, 0))
+            jobs.add_metric([state.value], self.counts.get(state.value, 0))
         yield jobs
 
         queue_len = GaugeMetricFamily(
@@ -45,26 +71,20 @@ class _StateCollector(Collector):
         used = GaugeMetricFamily(
             "toposched_queue_used_gpus", "GPUs held by each queue's jobs.", labels=["queue"]
         )
-        with self.runtime.lock:
-            waiting: dict[str, int] = {}
-            for rec in self.runtime.view.pending():
-                waiting[rec.spec.queue] = waiting.get(rec.spec.queue, 0) + 1
-            usage = self.runtime.queue_usage()
-        for queue, (_, held) in sorted(usage.items()):
-            queue_len.add_metric([queue], waiting.get(queue, 0))
+        seen = self.runtime.snapshot()
+        for queue, (_, held) in sorted(seen.usage.items()):
+            queue_len.add_metric([queue], seen.waiting.get(queue, 0))
             used.add_metric([queue], held)
         yield queue_len
         yield used
 
         node = self.runtime.node
-        owners = self.runtime.gpu_owners()
         free = GaugeMetricFamily("toposched_gpus_free", "Free GPUs per node.", labels=["node"])
         alloc = GaugeMetricFamily(
             "toposched_gpus_allocated", "Allocated GPUs per node.", labels=["node"]
         )
-        sick = self.runtime.unhealthy_gpus()
-        idle = [g for g in range(node.size) if g not in owners and g not in sick]
+        idle = [g for g in range(node.size) if g not in seen.owners and g not in seen.sick]
         free.add_metric([node.name], len(idle))
-        alloc.add_metric([node.name], len(owners))
+        alloc.add_metric([node.name], len(seen.owners))
         yield free
         yield alloc

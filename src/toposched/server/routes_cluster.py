@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, HTTPException, Response, status
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from toposched.server import auth
 from toposched.server.deps import Admin, Caller, Server
@@ -28,13 +28,19 @@ router = APIRouter()
 
 
 @router.get("/api/v1/health", response_model=Health, tags=["cluster"])
-def health(server: Server, response: Response) -> Health:
-    """`ok`, or 503 with `broken: ...` once the database failed mid-decision."""
+async def health(server: Server, response: Response) -> Health:
+    """`ok`; `degraded` (200) while changes cannot be stored, with the cause; 503 with
+    `broken: ...` when the server is about to exit. Reads no database and waits for no lock."""
     runtime = server.runtime
+    degraded = runtime.degraded
     if runtime.broken is not None:
         response.status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+        said = f"broken: {runtime.broken}"
+    else:
+        said = "ok" if degraded is None else "degraded"
     return Health(
-        status="ok" if runtime.broken is None else f"broken: {runtime.broken}",
+        status=said,
+        degraded=degraded,
         version=server.version,
         node=runtime.node.name,
         gpus=runtime.node.size,
@@ -44,9 +50,11 @@ def health(server: Server, response: Response) -> Health:
 
 
 @router.get("/metrics", tags=["cluster"])
-def metrics(server: Server) -> Response:
-    """Prometheus text format."""
-    return Response(generate_latest(server.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+async def metrics(server: Server) -> Response:
+    """Prometheus text format. Rendered in a thread of its own (it reads the database), so
+    that neither a busy thread pool nor a locked database delays it long."""
+    text = await server.metrics.render()
+    return Response(text, media_type=CONTENT_TYPE_LATEST)
 
 
 @router.get("/api/v1/whoami", response_model=WhoAmI, tags=["cluster"])
@@ -59,10 +67,8 @@ def nodes(server: Server, _who: Caller) -> NodeList:
     """Each node's GPU map: which job holds which GPU, and the link kind between every pair."""
     runtime = server.runtime
     node = runtime.node
-    owners = runtime.gpu_owners()
-    sick = runtime.unhealthy_gpus()
-    with runtime.lock:
-        labels = runtime.view.labels(node.name)
+    seen = runtime.snapshot()
+    owners, sick, labels = seen.owners, seen.sick, seen.labels
     return NodeList(
         nodes=[
             NodeOut(
@@ -97,7 +103,7 @@ def label(name: str, body: LabelIn, server: Server, who: Admin) -> NodeList:
 def queues(server: Server, _who: Caller) -> QueueList:
     runtime = server.runtime
     counts = runtime.store.count_by_queue(("pending", "running", "stopping"))
-    usage = runtime.queue_usage()
+    usage = dict(runtime.snapshot().usage)
     for name, gpus in runtime.store.queues().items():
         usage.setdefault(name, (gpus, 0))
     return QueueList(

@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-import secrets
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Annotated
 
-from fastapi import APIRouter, HTTPException, Query, status
+from fastapi import APIRouter, Header, HTTPException, Query, Response, status
 from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from toposched.core import JobState
 from toposched.server.auth import Principal
-from toposched.server.deps import Caller, Server
+from toposched.server.deps import Caller, Server, ServerState, writing
 from toposched.server.runtime import LIVE, Conflict, NotFound, Runtime, SubmitRefused
 from toposched.server.schemas import (
     Explanation,
@@ -34,9 +33,17 @@ STATES = tuple(state.value for state in JobState)
 HIDDEN = "(hidden)"
 
 
-def job_out(runtime: Runtime, row: JobRow, viewer: Principal, *, history: bool = False) -> JobOut:
+def job_out(
+    runtime: Runtime,
+    row: JobRow,
+    viewer: Principal,
+    *,
+    history: bool = False,
+    reason: str | None = None,
+) -> JobOut:
     """The job as `viewer` may see it: another team's environment values are hidden (they
-    often hold keys); its state, placement and command are not."""
+    often hold keys); its state, placement and command are not. `reason`: the core's, if the
+    caller has it already."""
     spec = row.spec
     if not viewer.may_touch(row.queue) and spec.get("env"):
         spec = {**spec, "env": dict.fromkeys(spec["env"], HIDDEN)}
@@ -46,7 +53,7 @@ def job_out(runtime: Runtime, row: JobRow, viewer: Principal, *, history: bool =
         queue=row.queue,
         priority=row.priority,
         state=row.state,
-        reason=runtime.reason(row),
+        reason=runtime.reason(row) if reason is None else reason,
         workers=row.spec["workers"],
         gpus_per_worker=row.spec["gpus"],
         placement=[
@@ -87,27 +94,53 @@ def _refused(loc: list[str], message: str) -> HTTPException:
     return HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, detail)
 
 
+REPLAYED = "Idempotent-Replayed"
+
+
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=JobOut)
-async def submit(body: JobSubmit, server: Server, who: Caller) -> JobOut:
-    """Submit a job. It is refused (422) if it could never run on this cluster."""
-    # On the event loop, not in a worker thread: submissions take turns on the runtime's lock
-    # anyway, and the hop to a thread cost more than the work (a store write and a decision,
-    # under a millisecond; starting processes is left to the runtime's thread).
+async def submit(
+    body: JobSubmit,
+    server: Server,
+    who: Caller,
+    response: Response,
+    idempotency_key: Annotated[
+        str | None,
+        Header(
+            min_length=1,
+            max_length=200,
+            description="Chosen by the client once per job, and sent again with each retry: "
+            "a retry gets the job its first try made (201, `Idempotent-Replayed: true`) "
+            "instead of making a second one.",
+        ),
+    ] = None,
+) -> JobOut:
+    """Submit a job. It is refused (422) if it could never run on this cluster, and with 503
+    (nothing stored) while the server cannot store changes."""
+    # In a worker thread: a write may wait for the database, and the event loop must not
+    # (health, metrics and reads answer meanwhile).
+    job, replayed = await writing(server, _submit, server, who, body, idempotency_key)
+    if replayed:
+        response.headers[REPLAYED] = "true"
+    return job
+
+
+def _submit(
+    server: ServerState, who: Principal, body: JobSubmit, key: str | None
+) -> tuple[JobOut, bool]:
     queue = body.queue or who.team
     if not who.may_touch(queue):
         raise HTTPException(
             status.HTTP_403_FORBIDDEN,
             f"user {who.user!r} (team {who.team!r}) may not submit to queue {queue!r}",
         )
-    name = body.name or f"job-{secrets.token_hex(4)}"
     spec = body.model_dump(exclude={"name", "queue"})
     try:
-        row = server.runtime.submit(who.user, queue, spec, name)
+        row, replayed = server.runtime.submit(who.user, queue, spec, body.name, key)
     except SubmitRefused as err:
         raise _refused(["body", "gpus"], str(err)) from None
     except (DuplicateJob, Conflict) as err:
         raise HTTPException(status.HTTP_409_CONFLICT, str(err)) from None
-    return job_out(server.runtime, row, who)
+    return job_out(server.runtime, row, who), replayed
 
 
 @router.get("", response_model=JobList)
@@ -130,7 +163,10 @@ def list_jobs(
     )
     if all and not state:
         rows.reverse()
-    return JobList(jobs=[job_out(server.runtime, row, who) for row in rows])
+    reasons = server.runtime.reasons(rows)
+    return JobList(
+        jobs=[job_out(server.runtime, row, who, reason=reasons[row.name]) for row in rows]
+    )
 
 
 @router.get("/{name}", response_model=JobOut)
@@ -141,6 +177,10 @@ def get_job(name: str, server: Server, who: Caller) -> JobOut:
 @router.delete("/{name}", response_model=JobOut, status_code=status.HTTP_202_ACCEPTED)
 async def cancel(name: str, server: Server, who: Caller) -> JobOut:
     """Cancel a job: a waiting one ends now, a running one is stopped (signal, grace, kill)."""
+    return await writing(server, _cancel, server, name, who)
+
+
+def _cancel(server: ServerState, name: str, who: Principal) -> JobOut:
     _owned(who, _row(server.runtime, name), "cancel")
     try:
         row = server.runtime.cancel(name)

@@ -7,15 +7,23 @@ started, and recovery tells that case apart (no pid or exit files) and requeues 
 
 Starting and stopping processes is left to the runtime's own thread, in the order decided: an
 API call returns once the decision is stored, without waiting for supervisors to come up.
+
+When a write fails (the database locked past its busy timeout, the disk full, a read-only file),
+the runtime is degraded rather than dead: it refuses changes (`Unavailable`), starts nothing it
+has not stored, lets running workers run, and probes the database every `PROBE_S`. Once a write
+succeeds it rebuilds the core from the store, as a restart would (`recover`), and goes on.
 """
 
 from __future__ import annotations
 
 import logging
+import secrets
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field, replace
 from typing import Any, NoReturn
 
 from sqlalchemy.exc import SQLAlchemyError
@@ -45,13 +53,16 @@ from toposched.core import (
 from toposched.executors.local import ExecutorError, LocalExecutor, RunSpec, WorkerExit
 from toposched.executors.supervisor import read_exit, read_pids
 from toposched.server.localnode import LocalNode
-from toposched.store import JobRow, Store, StoreError
+from toposched.store import DuplicateJob, JobRow, Store, StoreError, write_fault
 from toposched.topology.cluster import Cluster, ClusterError, Node
 
 log = logging.getLogger("toposched.server")
 
 LIVE = tuple(state.value for state in JobState if not state.terminal)
 TICK_S = 5.0
+PROBE_S = 1.0  # how often a degraded runtime tries a write
+PEEK_S = 0.1  # how long a read waits for the core before it answers from the store
+STORE_ERRORS = (StoreError, SQLAlchemyError)
 
 
 def clock_time(t: float) -> str:
@@ -60,8 +71,20 @@ def clock_time(t: float) -> str:
 
 
 class RuntimeBroken(RuntimeError):
-    """The database failed after the core had decided, so the two no longer agree: the runtime
-    takes no more calls, and a restart reloads its state from the database (crash-only)."""
+    """The runtime could not rebuild its state from the database for a reason other than the
+    database (a bug): it takes no more calls, and the server exits so that a restart does."""
+
+
+class Unavailable(RuntimeError):
+    """The server cannot write its state now; nothing of the request was stored. `cause` says
+    why (the database locked, the disk full, ...)."""
+
+    def __init__(self, cause: str) -> None:
+        super().__init__(
+            f"the server cannot store changes now: {cause}; nothing was changed, running jobs "
+            "keep running; retry later"
+        )
+        self.cause = cause
 
 
 class SubmitRefused(ValueError):
@@ -74,6 +97,19 @@ class NotFound(LookupError):
 
 class Conflict(ValueError):
     pass
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The core's state as reads show it: who holds each GPU, the sick GPUs, the node's labels,
+    (guaranteed, used) GPUs and waiting jobs per queue."""
+
+    owners: dict[int, str] = field(default_factory=dict)
+    sick: frozenset[int] = frozenset()
+    labels: dict[str, str] = field(default_factory=dict)
+    usage: dict[str, tuple[int, int]] = field(default_factory=dict)
+    waiting: dict[str, int] = field(default_factory=dict)
+    fresh: bool = True
 
 
 class Runtime(Driver):
@@ -92,17 +128,12 @@ class Runtime(Driver):
         self.store = store
         self.executor = executor
         self.local = local
+        self.policy = policy
         self.clock = clock
         self.observe = observe
         self.lock = threading.RLock()
-        labels = store.labels().get(local.node.name, {})
-        node = Node(
-            local.node.name,
-            local.node.topology,
-            labels={**local.node.labels, **labels},
-        )
-        self.node = node
-        super().__init__(Scheduler(Cluster((node,)), policy, store.queues()))
+        self.node = local.node
+        super().__init__(self._new_core())
         self.attempts: dict[str, int] = {}
         self.exits: dict[tuple[str, int], dict[int, WorkerExit]] = {}
         # Executor operations decided under the lock, carried out in order by the loop thread.
@@ -111,7 +142,18 @@ class Runtime(Driver):
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.broken: str | None = None
+        # Why state cannot be written now; None while it can.
+        self.degraded: str | None = None
+        self._next_probe = 0.0
+        self._snapshot = Snapshot()
         self._last_tick = 0.0
+
+    def _new_core(self) -> Scheduler:
+        """A core for the node and queues as stored (at start, and when rebuilt)."""
+        labels = self.store.labels().get(self.local.node.name, {})
+        base = self.local.node
+        self.node = Node(base.name, base.topology, labels={**base.labels, **labels})
+        return Scheduler(Cluster((self.node,)), self.policy, self.store.queues())
 
     # ------------------------------------------------------------------ start and stop
 
@@ -172,6 +214,9 @@ class Runtime(Driver):
         self.attempts[row.name] = row.attempt
         if stopping is not None:
             signal, grace = self.stop_signal(spec, stopping)
+            deadline = self.store.stop_deadline(row.name)
+            if deadline is not None:  # the grace began before the restart: what is left of it
+                grace = min(grace, max(0.0, deadline - now))
             self._later(self._stop_run, row.name, row.attempt, signal, grace)
             return [f"{row.name}: adopted attempt {row.attempt}, still stopping ({stopping})"]
         return [f"{row.name}: adopted attempt {row.attempt} on {placement.describe()}"]
@@ -202,16 +247,24 @@ class Runtime(Driver):
             self._wake.clear()
             try:
                 self.step()
+            except Unavailable:
+                pass  # degraded, and said so: the next steps probe the database
             except Exception:
                 log.exception("runtime step failed; retrying")
 
     def step(self) -> None:
         """One pass: start and stop what was decided, collect worker exits, feed them, and
-        tick now and then."""
+        tick now and then; degraded, try to write again."""
         if self.broken is not None:
             return
         while self._ops:
             self._ops.popleft()()
+        if self.degraded is not None:
+            # Overdue stops are still escalated; the ends seen are read again from the
+            # supervisors' files once the core is rebuilt.
+            self.executor.poll()
+            self._try_recover()
+            return
         # One poll may report several workers of a gang: they are taken together, since the
         # first one taken alone would look like the gang's last (the executor has already
         # marked the others reported) and decide the job's fate without them.
@@ -228,10 +281,26 @@ class Runtime(Driver):
 
     # ------------------------------------------------------------------ API operations
 
-    def submit(self, owner: str, queue: str, spec: dict[str, Any], name: str) -> JobRow:
-        """Store a submission, then hand it to the core (it may start at once)."""
+    def submit(
+        self,
+        owner: str,
+        queue: str,
+        spec: dict[str, Any],
+        name: str | None = None,
+        key: str | None = None,
+    ) -> tuple[JobRow, bool]:
+        """Store a submission, then hand it to the core (it may start at once). Returns the
+        job, and whether it is one that `owner` submitted before with idempotency `key` (a
+        retry: nothing new is stored)."""
         with self.lock:
+            # Before the check for writes: a retry of a submit that was stored finds its job
+            # even while nothing new can be stored.
+            if key is not None and (known := self.store.job_by_key(owner, key)) is not None:
+                if name is not None and known.name != name:
+                    raise Conflict(f"idempotency key {key!r} was used for job {known.name!r}")
+                return known, True
             self._usable()
+            name = name or f"job-{secrets.token_hex(4)}"
             core = core_spec(name, owner, queue, spec)
             never = self.core.never_fits(core)
             if never:
@@ -239,13 +308,16 @@ class Runtime(Driver):
             if self.view.knows(name):
                 raise Conflict(f"a job named {name!r} already exists")
             now = self.clock()
-            row = self.store.add_job(
-                name=name, owner=owner, queue=queue, priority=spec["priority"], spec=spec, time=now
-            )
-            self.feed(JobSubmitted(now, core))
+            fields = dict(owner=owner, queue=queue, priority=spec["priority"], spec=spec)
+            row = self._write(self.store.add_job, name=name, time=now, key=key, **fields)
+            try:
+                self.feed(JobSubmitted(now, core))
+            except Unavailable:
+                # Stored, so accepted: the rebuilt core takes it from the store.
+                return row, False
             if self.view.job(name).state is JobState.PENDING:
-                return row  # still as stored: skip reading it back
-            return self.store.job(name) or row
+                return row, False  # still as stored: skip reading it back
+            return self.store.job(name) or row, False
 
     def cancel(self, name: str) -> JobRow:
         with self.lock:
@@ -255,7 +327,14 @@ class Runtime(Driver):
                 raise NotFound(f"no job named {name!r}")
             if row.state not in LIVE:
                 raise Conflict(f"job {name!r} has already ended ({row.state})")
-            self.feed(JobCancelled(self.clock(), name))
+            try:
+                self.feed(JobCancelled(self.clock(), name))
+            except Unavailable:
+                # Answered as stored: done if the job's own change was, else refused (503).
+                after = self.store.job(name)
+                if after is None or after.state == row.state:
+                    raise
+                return after
             if row.state == "stopping":
                 # The core cancels it once the stop under way is over, with no transition to
                 # store now: a restart meanwhile must still know that it was cancelled.
@@ -265,8 +344,11 @@ class Runtime(Driver):
     def configure_queue(self, name: str, guaranteed_gpus: int) -> None:
         with self.lock:
             self._usable()
-            self.store.set_queue(name, guaranteed_gpus)
-            self.feed(QueueConfigured(self.clock(), name, guaranteed_gpus))
+            self._write(self.store.set_queue, name, guaranteed_gpus)
+            # Stored, so done: a decision that could not be stored is made again by the
+            # rebuilt core, from the stored share.
+            with suppress(Unavailable):
+                self.feed(QueueConfigured(self.clock(), name, guaranteed_gpus))
 
     def label(self, node: str, key: str, value: str | None) -> None:
         with self.lock:
@@ -281,19 +363,37 @@ class Runtime(Driver):
 
     # ------------------------------------------------------------------ queries
 
+    @contextmanager
+    def peek(self) -> Iterator[bool]:
+        """The core for a read, if it can be had within PEEK_S and is current: yields False
+        (and holds nothing) when a change holds it longer, e.g. one waiting for a locked
+        database, or while it is degraded; the caller then answers from the store."""
+        got = self.lock.acquire(timeout=PEEK_S)
+        try:
+            yield got and self.degraded is None
+        finally:
+            if got:
+                self.lock.release()
+
+    def reasons(self, rows: Iterable[JobRow]) -> dict[str, str]:
+        """The core's current reason for each live job (why it waits), else the stored one."""
+        rows = list(rows)
+        found = {row.name: row.reason for row in rows}
+        live = [row.name for row in rows if row.state in LIVE]
+        with self.peek() as current:
+            if current:
+                found.update(self.view.reasons(name for name in live if self.view.knows(name)))
+        return found
+
     def reason(self, row: JobRow) -> str:
-        """The core's current reason for a live job (why it waits), else the stored one."""
-        with self.lock:
-            if row.state in LIVE and self.view.knows(row.name):
-                return self.view.job(row.name).reason
-        return row.reason
+        return self.reasons([row])[row.name]
 
     def explain(self, name: str) -> tuple[JobRow, str]:
-        with self.lock:
-            row = self.store.job(name)
-            if row is None:
-                raise NotFound(f"no job named {name!r}")
-            if self.view.knows(row.name):
+        row = self.store.job(name)
+        if row is None:
+            raise NotFound(f"no job named {name!r}")
+        with self.peek() as current:
+            if current and self.view.knows(row.name):
                 return row, self.view.explain(name, clock_time)
         lines = [f"job {name}: {row.state}; queue {row.queue}, priority {row.priority}"]
         lines.extend(
@@ -302,18 +402,26 @@ class Runtime(Driver):
         )
         return row, "\n".join(lines)
 
+    def snapshot(self) -> Snapshot:
+        """What the core holds (GPUs, labels, queues), for reads: the last one taken when the
+        core cannot be had within PEEK_S (`fresh` is then False)."""
+        with self.peek() as current:
+            if current:
+                waiting: dict[str, int] = {}
+                for rec in self.view.pending():
+                    waiting[rec.spec.queue] = waiting.get(rec.spec.queue, 0) + 1
+                self._snapshot = Snapshot(
+                    owners={gpu: job for (_, gpu), job in self.view.owners().items()},
+                    sick=frozenset(self.view.unhealthy(self.node.name)),
+                    labels=dict(self.view.labels(self.node.name)),
+                    usage=self.view.queues(),
+                    waiting=waiting,
+                )
+                return self._snapshot
+        return replace(self._snapshot, fresh=False)
+
     def gpu_owners(self) -> dict[int, str]:
-        with self.lock:
-            return {gpu: job for (_, gpu), job in self.view.owners().items()}
-
-    def unhealthy_gpus(self) -> set[int]:
-        with self.lock:
-            return set(self.view.unhealthy(self.node.name))
-
-    def queue_usage(self) -> dict[str, tuple[int, int]]:
-        """(guaranteed, used) GPUs per queue the core knows."""
-        with self.lock:
-            return self.view.queues()
+        return self.snapshot().owners
 
     # ------------------------------------------------------------------ the core loop
 
@@ -333,30 +441,85 @@ class Runtime(Driver):
     def carry_out(self, actions: Iterable[Action], now: float) -> None:
         try:
             super().carry_out(actions, now)
-        except (StoreError, SQLAlchemyError) as err:
-            self._break(err)
+        except STORE_ERRORS as err:
+            self._degrade(err)
 
     def _usable(self) -> None:
         if self.broken is not None:
             raise RuntimeBroken(self.broken)
+        if self.degraded is not None:
+            raise Unavailable(self.degraded)
+
+    def _write(self, write: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """A store write before any decision: a failure changes nothing, but degrades the
+        runtime until a write succeeds again. A taken name is no fault of the database."""
+        try:
+            return write(*args, **kwargs)
+        except DuplicateJob:
+            raise
+        except STORE_ERRORS as err:
+            self._degrade(err)
 
     def _after_decision(self, write: Callable[..., None], *args: Any) -> None:
-        """A store write the core's state already reflects: if it fails, the two disagree."""
+        """A store write the core's state already reflects: if it fails, the two disagree
+        until the core is rebuilt from the store."""
         try:
             write(*args)
-        except (StoreError, SQLAlchemyError) as err:
-            self._break(err)
+        except STORE_ERRORS as err:
+            self._degrade(err)
 
-    def _break(self, err: Exception) -> NoReturn:
-        self.broken = (
-            f"the database failed while a decision was being stored ({err}); restart the "
-            "server: it reloads its state from the database"
-        )
-        log.critical("%s", self.broken)
-        # Nothing decided from here on may happen: the next server decides again.
+    def _degrade(self, err: Exception) -> NoReturn:
+        """Stop deciding: what the core decided and the store does not hold must not happen
+        (decisions stored already are still carried out), and a write that fails must not
+        hold every caller for the database's busy timeout."""
+        cause = write_fault(err)
+        if self.degraded is None:
+            log.error(
+                "degraded: cannot write the state (%s); refusing changes, running jobs keep "
+                "running; trying again every %g s",
+                cause,
+                PROBE_S,
+            )
+        self.degraded = cause
+        self._next_probe = time.monotonic() + PROBE_S
         self.drop_posted()
-        self._ops.clear()
-        raise RuntimeBroken(self.broken) from err
+        raise Unavailable(cause) from err
+
+    def _try_recover(self) -> None:
+        """Once a write succeeds again, rebuild the core from the store, as a restart would."""
+        if time.monotonic() < self._next_probe:
+            return
+        self._next_probe = time.monotonic() + PROBE_S
+        try:
+            # On fresh connections: one opened while the file was read-only stays read-only.
+            self.store.engine.dispose()
+            self.store.probe()
+            with self.lock:
+                cause, self.degraded = self.degraded, None
+                try:
+                    notes = self._rebuild()
+                except BaseException:
+                    self.degraded = self.degraded or cause
+                    raise
+        except Unavailable:
+            return
+        except STORE_ERRORS as err:
+            self.degraded = write_fault(err)
+            return
+        except Exception as err:
+            self.broken = f"could not rebuild the scheduler's state from the database: {err}"
+            log.critical("%s; exiting, a restart reloads it", self.broken)
+            return
+        log.warning("recovered: the state can be written again (%s)", "; ".join(notes) or "-")
+
+    def _rebuild(self) -> list[str]:
+        """A new core from the store, the workers adopted again from their files."""
+        self.executor.release_all()
+        self.replace_core(self._new_core())
+        self.attempts.clear()
+        self.exits.clear()
+        self._last_tick = 0.0
+        return self.recover()
 
     def on_transition(
         self, t: Transition, start: StartJob | None, stop: StopJob | None, now: float
@@ -367,7 +530,15 @@ class Runtime(Driver):
             self._launch(t, start, now)
         elif new is JobState.STOPPING:
             assert stop is not None  # the core sends a StopJob with every stop
-            self.store.transition(t.job, old, new.value, t.reason, now, stop_kind=stop.kind.value)
+            self.store.transition(
+                t.job,
+                old,
+                new.value,
+                t.reason,
+                now,
+                stop_kind=stop.kind.value,
+                stop_deadline=now + stop.grace_s,
+            )
             self._later(self._stop_run, t.job, self.attempts[t.job], stop.signal, stop.grace_s)
         elif new is JobState.PENDING:
             if old is None:
@@ -427,7 +598,7 @@ class Runtime(Driver):
             self.executor.start(run)
         except ExecutorError as err:
             log.warning("job %s: could not start: %s", run.job, err)
-            with self.lock:
+            with self.lock, suppress(Unavailable):  # degraded: recovery requeues it
                 if self.attempts.get(run.job) == run.attempt:
                     self.feed(JobFinished(self.clock(), run.job, False, f"could not start: {err}"))
 

@@ -231,7 +231,8 @@ class WhoAmI(BaseModel):
 
 
 class Health(BaseModel):
-    status: str
+    status: str  # ok, degraded (changes are refused: see `degraded`), or broken: ...
+    degraded: str | None = None  # why the server cannot store changes now
     version: str
     node: str
     gpus: int

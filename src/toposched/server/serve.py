@@ -5,6 +5,7 @@ from __future__ import annotations
 import fcntl
 import logging
 import socket
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -21,8 +22,8 @@ from toposched.server.app import create_app
 from toposched.server.auth import ensure_admin_token
 from toposched.server.localnode import local_node, topology_name
 from toposched.server.metrics import Metrics
-from toposched.server.runtime import Runtime
-from toposched.store import Store, sqlite_url
+from toposched.server.runtime import Runtime, Unavailable
+from toposched.store import BUSY_TIMEOUT_S, Store, StoreError, sqlite_url, write_fault
 
 
 class ServeError(RuntimeError):
@@ -40,6 +41,7 @@ class ServeOptions:
     policy_params: Mapping[str, object] = field(default_factory=dict)
     auth: bool = True
     node_name: str | None = None
+    db_busy_timeout_s: float = BUSY_TIMEOUT_S
 
 
 def _check_port(host: str, port: int) -> None:
@@ -73,6 +75,36 @@ def _lock(data_dir: Path) -> IO[str]:
     return handle
 
 
+def _check_writable(data_dir: Path) -> None:
+    """Refuse a data directory the server cannot write, before it says it listens: it would
+    otherwise recover, answer, and fail at its first change."""
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        with tempfile.TemporaryFile(dir=data_dir, prefix=".write-check-"):
+            pass
+    except OSError as err:
+        raise ServeError(
+            f"cannot write to the data directory {data_dir} ({err.strerror or err}): make it "
+            "writable by this user, or choose another --data-dir"
+        ) from None
+
+
+def _open_store(options: ServeOptions) -> Store:
+    """The store, checked writable: one that is not is refused with the path and why."""
+    store = Store(
+        options.db or sqlite_url(options.data_dir / "toposched.db"),
+        busy_timeout_s=options.db_busy_timeout_s,
+    )
+    try:
+        store.probe()
+    except Exception as err:
+        store.close()
+        raise ServeError(
+            f"cannot write to the database {store.place()}: {write_fault(err)}"
+        ) from None
+    return store
+
+
 def serve(options: ServeOptions, say: Callable[[str], None] = print) -> None:
     if not options.auth and not loopback(options.host):
         raise ServeError(
@@ -82,14 +114,18 @@ def serve(options: ServeOptions, say: Callable[[str], None] = print) -> None:
     policy = make_scheduler_policy(options.policy, options.policy_params)
     local = local_node(options.emulate, options.node_name)
     data_dir = options.data_dir
-    data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    _check_writable(data_dir)
     lock = _lock(data_dir)
-    store = Store(options.db or sqlite_url(data_dir / "toposched.db"))
+    store = _open_store(options)
     executor = LocalExecutor(data_dir / "runs")
     metrics = Metrics()
     runtime = Runtime(store, executor, local, policy, observe=metrics.latency.observe)
     metrics.watch(runtime)
-    for line in runtime.recover():
+    try:
+        notes = runtime.recover()
+    except (Unavailable, StoreError) as err:
+        raise ServeError(f"cannot recover the state from the database: {err}") from None
+    for line in notes:
         say(f"recovered: {line}")
     node = runtime.node
     settings = "".join(f", {k}={v}" for k, v in options.policy_params.items())
@@ -124,8 +160,9 @@ def serve(options: ServeOptions, say: Callable[[str], None] = print) -> None:
 
 
 def _stop_when_broken(runtime: Runtime, server: uvicorn.Server) -> None:
-    """A runtime whose database failed mid-decision cannot go on: exit, so that the service
-    manager starts a new server, which reloads the state from the database."""
+    """A runtime that could not rebuild its state (not for a database fault: it waits those
+    out, degraded) cannot go on: exit, so that the service manager starts a new server, which
+    reloads the state from the database."""
     while not server.should_exit:
         if runtime.broken is not None:
             server.should_exit = True

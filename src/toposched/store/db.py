@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, bindparam, create_engine, event, func, select
+from sqlalchemy import Connection, Engine, bindparam, create_engine, event, func, select
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
 
@@ -23,6 +23,33 @@ class StoreError(RuntimeError):
 
 class DuplicateJob(StoreError):
     """A job of that name exists (names are never reused)."""
+
+
+# What a failed write looks like in the database's own words, and what it means to a person.
+_FAULTS = (
+    ("locked", ("locked", "busy"), "the database is locked by another process"),
+    ("disk", ("disk is full", "no space"), "the disk is full"),
+    # SQLite's word for a write the system refused: a file size limit, a failing disk.
+    ("disk", ("disk i/o error", "file too large"), "the disk refused a write (full, or failing)"),
+    ("read_only", ("readonly", "read-only", "read only"), "the database is read-only"),
+)
+FAULT_KINDS = (*dict.fromkeys(kind for kind, _, _ in _FAULTS), "other")
+
+
+def write_fault(err: BaseException) -> str:
+    """Why a write failed, in words a person acts on (locked, disk full, read-only, else as
+    the database said it)."""
+    said = (str(getattr(err, "orig", None) or err).strip().splitlines() or ["unknown error"])[0]
+    lowered = said.lower()
+    for _, words, meaning in _FAULTS:
+        if any(word in lowered for word in words):
+            return f"{meaning} ({said})"
+    return said
+
+
+def fault_kind(cause: str) -> str:
+    """One of FAULT_KINDS for a `write_fault` message (a metric's label)."""
+    return next((kind for kind, _, meaning in _FAULTS if cause.startswith(meaning)), "other")
 
 
 def sqlite_url(path: str | Path) -> str:
@@ -69,6 +96,15 @@ _INSERT_JOB = schema.jobs.insert()
 _INSERT_HISTORY = schema.job_history.insert()
 _JOB_BY_NAME = select(schema.jobs).where(schema.jobs.c.name == bindparam("job_name"))
 _SEQ_BY_NAME = select(schema.jobs.c.seq).where(schema.jobs.c.name == bindparam("job_name"))
+_JOB_BY_KEY = (
+    select(schema.jobs)
+    .join(schema.submit_keys, schema.submit_keys.c.job_seq == schema.jobs.c.seq)
+    .where(
+        schema.submit_keys.c.owner == bindparam("owner"),
+        schema.submit_keys.c.key == bindparam("key"),
+    )
+)
+_DELETE_STOP = schema.job_stops.delete().where(schema.job_stops.c.job_seq == bindparam("seq"))
 _TOKEN = select(schema.tokens.c.user, schema.tokens.c.team, schema.tokens.c.role).where(
     schema.tokens.c.token_hash == bindparam("hash")
 )
@@ -78,43 +114,63 @@ def _job(row: RowMapping) -> JobRow:
     return JobRow(**{c.name: row[c.name] for c in schema.jobs.columns})
 
 
-def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
-    # WAL lets readers run beside the one writer; NORMAL syncs at checkpoints, which WAL keeps
-    # crash-safe (a power cut may lose the last commits, never corrupt the file).
-    cur = dbapi_conn.cursor()
-    cur.execute("PRAGMA journal_mode=WAL")
-    cur.execute("PRAGMA synchronous=NORMAL")
-    cur.execute("PRAGMA foreign_keys=ON")
-    cur.execute("PRAGMA busy_timeout=5000")
-    cur.close()
+def _sqlite_pragmas(busy_timeout_s: float) -> Callable[[Any, Any], None]:
+    def on_connect(dbapi_conn: Any, _record: Any) -> None:
+        # WAL lets readers run beside the one writer; NORMAL syncs at checkpoints, which WAL
+        # keeps crash-safe (a power cut may lose the last commits, never corrupt the file).
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute("PRAGMA synchronous=NORMAL")
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
+        cur.close()
+
+    return on_connect
+
+
+def _keep_stop(
+    conn: Connection, seq: int, old: str | None, new: str, deadline: float | None
+) -> None:
+    """Keep the job's stop deadline in step with its state: stored on the way into stopping,
+    dropped on the way out (only then: most transitions never touch the table)."""
+    if old == "stopping" or new == "stopping":
+        conn.execute(_DELETE_STOP, {"seq": seq})
+    if new == "stopping" and deadline is not None:
+        conn.execute(schema.job_stops.insert().values(job_seq=seq, deadline=deadline))
 
 
 # One UPDATE per set of columns a transition changes (a handful of shapes in all).
 _UPDATES: dict[tuple[str, ...], Any] = {}
 
 
-class Store:
-    """Jobs, history, queues, labels and tokens in SQLite (default) or PostgreSQL."""
+BUSY_TIMEOUT_S = 5.0
 
-    def __init__(self, url: str) -> None:
+
+class Store:
+    """Jobs, history, queues, labels and tokens in SQLite (default) or PostgreSQL.
+
+    `busy_timeout_s`: how long a SQLite write waits for another process's lock before it fails.
+    """
+
+    def __init__(self, url: str, *, busy_timeout_s: float = BUSY_TIMEOUT_S) -> None:
         self.url = url
         try:
             self.engine: Engine = create_engine(url, future=True)
         except (SQLAlchemyError, ImportError, ValueError) as err:
-            raise StoreError(f"cannot use database {self._shown()}: {err}") from None
+            raise StoreError(f"cannot use database {self.shown()}: {err}") from None
         self.dialect = self.engine.dialect.name
         if self.dialect == "sqlite":
-            event.listen(self.engine, "connect", _sqlite_pragmas)
+            event.listen(self.engine, "connect", _sqlite_pragmas(busy_timeout_s))
         try:
             self.version = migrate(self.engine)
         except MigrationError as err:
             self.engine.dispose()
-            raise StoreError(f"database {self._shown()}: {err}") from None
+            raise StoreError(f"database {self.shown()}: {err}") from None
         except DBAPIError as err:  # cannot connect, not a database, no permission
             self.engine.dispose()
-            raise StoreError(f"cannot open database {self._shown()}: {err.orig}") from None
+            raise StoreError(f"cannot open database {self.shown()}: {err.orig}") from None
 
-    def _shown(self) -> str:
+    def shown(self) -> str:
         """The URL without its password, for messages."""
         try:
             from sqlalchemy.engine import make_url
@@ -123,8 +179,21 @@ class Store:
         except Exception:
             return "(unparsable URL)"
 
+    def place(self) -> str:
+        """Where the data lives, for messages: a SQLite file's path, else the URL."""
+        if self.dialect != "sqlite" or not self.engine.url.database:
+            return self.shown()
+        return self.engine.url.database.removeprefix("file:").split("?")[0]
+
     def close(self) -> None:
         self.engine.dispose()
+
+    def probe(self) -> None:
+        """A write that changes nothing but must reach the disk: raises as a real write would
+        (locked, disk full, read-only)."""
+        v = schema.schema_version
+        with self.engine.begin() as conn:
+            conn.execute(v.update().values(version=v.c.version))
 
     # ------------------------------------------------------------------ jobs
 
@@ -137,8 +206,10 @@ class Store:
         priority: int,
         spec: Mapping[str, Any],
         time: float,
+        key: str | None = None,
     ) -> JobRow:
-        """Insert a pending job and its first history line, or raise DuplicateJob."""
+        """Insert a pending job, its first history line and its idempotency `key` (if any) in
+        one transaction, or raise DuplicateJob."""
         values = dict(
             name=name,
             owner=owner,
@@ -157,16 +228,22 @@ class Store:
         )
         try:
             with self.engine.begin() as conn:
-                key = conn.execute(_INSERT_JOB, values).inserted_primary_key
-                assert key is not None
-                seq = key[0]
+                primary = conn.execute(_INSERT_JOB, values).inserted_primary_key
+                assert primary is not None
+                seq = primary[0]
                 conn.execute(
                     _INSERT_HISTORY,
                     dict(job_seq=seq, time=time, old=None, new="pending", reason="submitted"),
                 )
+                if key is not None:
+                    conn.execute(
+                        schema.submit_keys.insert().values(owner=owner, key=key, job_seq=seq)
+                    )
         except IntegrityError as err:
             if self.job(name) is not None:
                 raise DuplicateJob(f"a job named {name!r} already exists") from None
+            if key is not None and self.job_by_key(owner, key) is not None:
+                raise DuplicateJob(f"idempotency key {key!r} was used already") from None
             raise StoreError(f"job {name!r} could not be stored: {err.orig}") from None
         return JobRow(seq=int(seq), **values)  # type: ignore[arg-type]
 
@@ -184,8 +261,10 @@ class Store:
         stop_kind: str | None = _UNSET,
         started_at: float | None = _UNSET,
         ended_at: float | None = _UNSET,
+        stop_deadline: float | None = None,
     ) -> None:
-        """Move a job to `new` and add the history line, in one transaction."""
+        """Move a job to `new` and add the history line, in one transaction. A job moved to
+        stopping keeps `stop_deadline` (when its workers are killed) until it leaves that state."""
         values: dict[str, Any] = {"state": new, "reason": reason}
         for key, value in (
             ("placement", placement),
@@ -215,12 +294,27 @@ class Store:
                 _INSERT_HISTORY,
                 dict(job_seq=seq, time=time, old=old, new=new, reason=reason),
             )
+            _keep_stop(conn, seq, old, new, stop_deadline)
 
     def set_stop_kind(self, name: str, kind: str | None) -> None:
         with self.engine.begin() as conn:
             conn.execute(
                 schema.jobs.update().where(schema.jobs.c.name == name).values(stop_kind=kind)
             )
+
+    def stop_deadline(self, name: str) -> float | None:
+        """When the workers of stopping job `name` are killed, if that was stored."""
+        s, j = schema.job_stops, schema.jobs
+        query = select(s.c.deadline).join(j, j.c.seq == s.c.job_seq).where(j.c.name == name)
+        with self.engine.connect() as conn:
+            deadline = conn.execute(query).scalar()
+        return None if deadline is None else float(deadline)
+
+    def job_by_key(self, owner: str, key: str) -> JobRow | None:
+        """The job `owner` submitted with idempotency key `key`, if any."""
+        with self.engine.connect() as conn:
+            row = conn.execute(_JOB_BY_KEY, {"owner": owner, "key": key}).first()
+        return None if row is None else _job(row._mapping)
 
     def job(self, name: str) -> JobRow | None:
         with self.engine.connect() as conn:

@@ -28,7 +28,12 @@ def _v1(conn: Connection) -> None:
     )
 
 
-MIGRATIONS: list[Callable[[Connection], None]] = [_v1]
+def _v2(conn: Connection) -> None:
+    # New tables only, so `_v1` above may keep reading the live definitions of its own tables.
+    schema.metadata.create_all(conn, tables=[schema.submit_keys, schema.job_stops])
+
+
+MIGRATIONS: list[Callable[[Connection], None]] = [_v1, _v2]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -72,6 +72,25 @@ node_labels = Table(
     Column("value", String(300), nullable=False),
 )
 
+# A submission's idempotency key (client-chosen, per owner): a retried submit finds the job its
+# first try made instead of making a second one.
+submit_keys = Table(
+    "submit_keys",
+    metadata,
+    Column("owner", String(200), primary_key=True),
+    Column("key", String(200), primary_key=True),
+    Column("job_seq", Integer, ForeignKey("jobs.seq"), nullable=False),
+)
+
+# When a stopping job's workers are killed (wall-clock time): a restart honours it instead of
+# granting the whole grace again. A row exists while the job is stopping.
+job_stops = Table(
+    "job_stops",
+    metadata,
+    Column("job_seq", Integer, ForeignKey("jobs.seq"), primary_key=True),
+    Column("deadline", Float, nullable=False),
+)
+
 tokens = Table(
     "tokens",
     metadata,
