@@ -462,7 +462,7 @@ def test_image_matches_the_dockerfile() -> None:
     assert container()["image"] == "toposched:0.1.0"
     assert re.search(r"^FROM python:3\.11-slim\s*$", dockerfile, re.M)
     assert re.search(r"""^ENTRYPOINT \["toposched"\]""", dockerfile, re.M)
-    assert '"toposched[kube]"' in dockerfile
+    assert '"toposched[kube,nvml]"' in dockerfile  # the node agent reads NVML
     [user] = re.findall(r"^USER (\d+)(?::\d+)?\s*$", dockerfile, re.M)
     run_as = deployment()["spec"]["template"]["spec"]["securityContext"]["runAsUser"]
     assert int(user) == run_as != 0

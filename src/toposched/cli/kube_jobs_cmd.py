@@ -267,3 +267,5 @@ def top_node(
         return
     for node in nodes:
         console.print(node_table(node))
+        labels = ", ".join(f"{k}={v}" for k, v in sorted(node["labels"].items()))
+        console.print(f"labels: {escape(labels) or '(none)'}")
