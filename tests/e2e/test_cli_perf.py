@@ -64,7 +64,7 @@ def test_perf_human_output(cli) -> None:
     [
         (
             ("-m", "vgg17", "-t", "dgx1-v100", "-p", "0"),
-            "--model: unknown model 'vgg17'; known models: alexnet, bert-large",
+            "--model: unknown model 'vgg17'; known models: alexnet, bert-base, bert-large",
         ),
         (("-m", "vgg16", "-t", "dgx9", "-p", "0"), "--topology: 'dgx9' is neither a file"),
         (("-m", "vgg16", "-t", "dgx1-v100", "-p", "0,9"), "--placement: GPU 9 is out of range"),
@@ -177,3 +177,83 @@ def test_requests_file_that_is_not_utf8_exits_2(cli, tmp_path: Path) -> None:
     assert "Traceback" not in result.err
     missing = cli("perf", "--requests", str(tmp_path / "none.jsonl"))
     assert missing.code == 2 and "cannot read" in missing.err
+
+
+POLLUX = ROOT / "data" / "measurements" / "pollux-t4"
+
+
+def test_fit_then_predict_a_job_from_its_one_gpu_rows(cli, tmp_path: Path) -> None:
+    """The protocol of docs/perfmodel.md through the command line: fit the cluster on two jobs,
+    give the third only its 1-GPU rows, and ask `perf` for its other placements."""
+    from toposched.perf.measurements import parse_measurements
+    from toposched.perf.protocol import ratio_metrics
+
+    source = POLLUX / "imagenet" / "placements.csv"
+    lines = source.read_text().splitlines()
+    held = tmp_path / "imagenet"
+    held.mkdir()
+    (held / "placements.csv").write_text(
+        "\n".join([lines[0], *(line for line in lines[1:] if line.startswith("1,"))]) + "\n"
+    )
+    out = tmp_path / "fitted.yaml"
+    fitted = cli(
+        "perf", "fit", "--measurements", str(POLLUX / "bert"), str(POLLUX / "cifar10"), str(held),
+        "--topology", "g4dn-12xlarge", "--network", "aws-50g", "--out", str(out), "--json",
+    )  # fmt: skip
+    assert fitted.code == 0, fitted.err
+    summary = fitted.json()
+    assert set(summary["jobs"]) == {"bert", "cifar10", "imagenet"}
+    assert summary["jobs"]["imagenet"]["model"] == "resnet50-mixed"
+    assert set(summary["held_out"]) == {"bert", "cifar10"}
+    assert out.read_text().startswith("# Fitted by `toposched perf fit`")
+
+    rows = parse_measurements(source.read_text(), source=str(source), job="imagenet")
+    requests = tmp_path / "requests.jsonl"
+    requests.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "model": "imagenet",
+                    "topology": "g4dn-12xlarge",
+                    "network": "aws-50g",
+                    "placement": ";".join(",".join(map(str, range(k))) for k in m.counts),
+                    "batch": m.batch,
+                }
+            )
+            + "\n"
+            for m in rows
+        )
+    )
+    answered = cli("perf", "--catalog", str(out), "--requests", str(requests), "--json")
+    assert answered.code == 0, answered.err
+    times = [line["iteration_s"] for line in answered.json_lines()]
+    assert len(times) == len(rows)
+    metrics = ratio_metrics(list(zip(rows, times, strict=True)))
+    # The same fold as tests/unit/test_perf_fit.py's protocol test, through files and requests.
+    assert metrics.median == pytest.approx(0.0595, abs=0.002)
+    assert metrics.worst <= 0.41
+    assert metrics.pair_accuracy >= 0.745
+
+
+def test_fit_reports_bad_measurements_by_file_and_row(cli, tmp_path: Path) -> None:
+    bad = tmp_path / "mine.csv"
+    bad.write_text("model,gpu_type,placement,batch,step_time\nbert,T4,22,8,0.5\nbert,T4,22,8,x\n")
+    args = ("--topology", "g4dn-12xlarge", "--network", "aws-50g")
+    result = cli("perf", "fit", "--measurements", str(bad), *args, "--out", str(tmp_path / "o"))
+    assert result.code == 2
+    assert f"{bad}:3: step_time: must be seconds > 0, got 'x'" in result.err
+    unknown = tmp_path / "mystery"
+    unknown.mkdir()
+    (unknown / "placements.csv").write_text("placement,local_bsz,step_time\n1,8,0.2\n")
+    result = cli("perf", "fit", "--measurements", str(unknown), *args, "--out", str(tmp_path / "o"))
+    assert result.code == 2 and "unknown model 'mystery'" in result.err
+    assert "parameter count" in result.err
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    result = cli("perf", "fit", "--measurements", str(empty), *args, "--out", str(tmp_path / "o"))
+    assert result.code == 2 and "must hold placements.csv" in result.err
+    result = cli("perf", "fit", "--measurements", str(bad), "--network", "aws-50g")
+    assert result.code == 2 and "needs --topology" in result.err
+    result = cli("perf", "fitt")
+    assert result.code == 2 and "unknown action 'fitt'" in result.err
+    assert not (tmp_path / "o").exists()

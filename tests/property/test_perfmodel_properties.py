@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from itertools import combinations
 
 from hypothesis import HealthCheck, given, settings
@@ -11,7 +12,7 @@ from tests.strategies import topologies
 from toposched.perf import Catalog, NetworkProfile, PerfModel, interference_factor
 from toposched.perf.interference import factor_from_counts, level_masks, neighbour_counts
 from toposched.placement.tables import to_mask
-from toposched.topology import BandwidthTable, NodeTopology
+from toposched.topology import BandwidthTable, NodeTopology, preset
 from toposched.topology.cluster import Tier
 
 FAST = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -122,3 +123,50 @@ def test_neighbour_counts_determine_the_interference_factor(job) -> None:
             factor = interference_factor(topology, gpus, others, framework, model)
             assert factor_from_counts(counts, framework, model) == factor
             assert factors.setdefault(counts, factor) == factor
+
+
+@FAST
+@given(
+    st.lists(st.integers(1, 4), min_size=1, max_size=4),
+    st.sampled_from(("bert", "cifar10", "imagenet", "vgg16")),
+    st.sampled_from(("pytorch-ddp", "pytorch-horovod", "tensorflow-horovod")),
+    st.sampled_from((1, 8, 64, 512)),
+    st.sampled_from(("flow_gbps", "efficiency", "contention", "latency_us")),
+    st.sampled_from(
+        ("colocation", "bridge_sharing", "exposed_buckets", "step_overhead_ms", "step_latency_us")
+    ),
+    st.floats(1.05, 4.0),
+)
+def test_a_worse_cluster_is_never_faster(
+    counts, model_name, framework, batch, network_field, framework_field, factor
+) -> None:
+    """Less per-flow or NIC bandwidth, more NIC contention or latency, more host sharing, more
+    exposed buckets or overhead: never a faster step (the fitted terms of `perf fit`)."""
+    node = preset("g4dn-12xlarge")
+    placement = [(node, tuple(range(k))) for k in counts]
+    tier = Tier.RACK if len(counts) > 1 else Tier.NODE
+    net = CATALOG.network("aws-50g")
+    frame = CATALOG.framework(framework)
+    worse_net = {
+        "flow_gbps": replace(net, flow_gbps=(net.flow_gbps or 1.0) / factor),
+        "efficiency": replace(net, efficiency=net.efficiency / factor),
+        "contention": replace(net, contention=net.contention * factor + 0.01),
+        "latency_us": replace(net, latency_us=net.latency_us * factor + 1.0),
+    }[network_field]
+    worse_frame = replace(
+        frame,
+        **{framework_field: min(getattr(frame, framework_field) * factor + 0.01, 1.0)}
+        if framework_field == "bridge_sharing"
+        else {framework_field: getattr(frame, framework_field) * factor + 0.01},
+    )
+
+    def step(catalog: Catalog) -> float:
+        estimate = PerfModel(catalog).estimate(
+            model_name, "T4", placement, framework=framework, network="aws-50g", tier=tier,
+            batch=batch,
+        )  # fmt: skip
+        return estimate.iteration_s
+
+    base = step(CATALOG)
+    assert step(CATALOG.with_entries(networks=[worse_net])) >= base * (1 - 1e-12)
+    assert step(CATALOG.with_entries(frameworks=[worse_frame])) >= base * (1 - 1e-12)

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import statistics
+from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
 import typer
@@ -21,7 +24,9 @@ from toposched.perf import (
     PerfError,
     PerfModel,
 )
+from toposched.perf.fit import Fit, fit
 from toposched.perf.loading import TIERS
+from toposched.perf.measurements import Measurement, MeasurementError, parse_measurements
 from toposched.topology import NodeTopology, TopologyError
 from toposched.topology.cluster import Tier
 
@@ -203,6 +208,11 @@ def _aliases(pairs: list[str]) -> dict[str, str]:
 
 
 def perf(
+    action: list[str] | None = typer.Argument(
+        None,
+        metavar="[fit [PATH]...]",
+        help="fit: fit the catalog to measured step times (see --measurements, --out).",
+    ),
     model: str | None = typer.Option(None, "--model", "-m", help="Model name, e.g. resnet50."),
     topology: str | None = typer.Option(None, "--topology", "-t", help="Preset name or file."),
     placement: str | None = typer.Option(
@@ -228,12 +238,37 @@ def perf(
         None, "--requests", help="JSONL file of requests, - for stdin."
     ),
     json_out: bool = typer.Option(False, "--json", help="JSON: throughput, iteration_s, ..."),
+    measurements: list[str] = typer.Option(
+        [],
+        "--measurements",
+        help="fit: a job's directory (placements.csv, named by the directory) or a CSV of "
+        "model,gpu_type,placement,batch,step_time (repeatable, or several paths after it).",
+    ),
+    out: str | None = typer.Option(None, "--out", help="fit: the catalog file to write."),
 ) -> None:
-    """Estimate training throughput of a data-parallel job on a placement. Exit 2 on bad input."""
+    """Estimate training throughput of a data-parallel job on a placement, or (`perf fit`) fit
+    the catalog to measured step times. Exit 2 on bad input."""
     try:
         catalog = load_catalog(catalogs, _aliases(aliases))
     except CatalogError as err:
         fail(str(err))
+    if action:
+        if action[0] != "fit":
+            fail(f"unknown action {action[0]!r}; the only action is fit")
+        if model is not None or placement is not None or requests is not None:
+            fail("perf fit takes no --model, --placement or --requests")
+        run_fit(
+            catalog,
+            [*measurements, *action[1:]],
+            topology=topology,
+            network=network,
+            framework=framework,
+            out=out,
+            json_out=json_out,
+        )
+        return
+    if measurements or out is not None:
+        fail("--measurements and --out belong to `toposched perf fit`")
     if requests is not None:
         if model is not None or topology is not None or placement is not None:
             fail(
@@ -308,3 +343,157 @@ def _print_table(
     share = result.throughput / best.throughput
     table.add_row("best placement of as many GPUs", f"{best.throughput:,.1f} ({share:.0%} of it)")
     console.print(table)
+
+
+POLLUX_FILE = "placements.csv"
+
+
+def read_measurements(paths: list[str]) -> list[Measurement]:
+    """Rows of every path: a directory is one job (named by the directory) holding
+    placements.csv; a file is a CSV of model,gpu_type,placement,batch,step_time."""
+    rows: list[Measurement] = []
+    for given in paths:
+        path = Path(given)
+        job = None
+        if path.is_dir():
+            job = path.resolve().name
+            path = path / POLLUX_FILE
+            if not path.is_file():
+                raise MeasurementError(f"a job's directory must hold {POLLUX_FILE}", source=given)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as err:
+            raise MeasurementError(
+                f"cannot read: {err.strerror or err}", source=str(path)
+            ) from None
+        rows.extend(parse_measurements(text, source=str(path), job=job))
+    return rows
+
+
+def run_fit(
+    catalog: Catalog,
+    paths: list[str],
+    *,
+    topology: str | None,
+    network: str,
+    framework: str,
+    out: str | None,
+    json_out: bool,
+) -> None:
+    """`toposched perf fit`: fit, print residuals and held-out errors, write the catalog."""
+    if not paths:
+        fail("perf fit needs --measurements PATH (a job's directory or a CSV file)")
+    if topology is None or out is None:
+        fail("perf fit needs --topology (the cluster's nodes) and --out CATALOG.yaml")
+    try:
+        node = load_topology(topology)
+        rows = read_measurements(paths)
+        result = fit(rows, catalog, node, network=network, framework=framework)
+    except TopologyError as err:
+        fail(f"--topology: {err}")
+    except MeasurementError as err:
+        fail(str(err))
+    except PerfError as err:
+        fail(_flag_message(err))
+    jobs = ", ".join(sorted(result.jobs))
+    header = (
+        f"Fitted by `toposched perf fit` to {len(rows)} measured steps of {jobs}\n"
+        f"on {node.name or topology} nodes, network {result.network}, framework "
+        f"{result.framework}.\nUse it with --catalog; docs/perfmodel.md explains every field."
+    )
+    try:
+        Path(out).write_text(result.catalog_yaml(header), encoding="utf-8")
+    except OSError as err:
+        fail(f"--out: cannot write {out}: {err.strerror or err}")
+    if json_out:
+        emit_json(fit_json(result, out))
+        return
+    _print_fit(result, out)
+
+
+def fit_json(result: Fit, out: str) -> dict[str, Any]:
+    """The fit as JSON: parameters, each job's 1-GPU step, and the held-out figures."""
+    return {
+        "out": out,
+        "allreduce": result.catalog.framework(result.framework).allreduce.value,
+        "params": {k: round(v, 6) for k, v in result.params.items()},
+        "jobs": {
+            job: {
+                "model": speed.model.name,
+                "gpu_type": speed.gpu_type,
+                "fixed_s": round(speed.fixed_s, 6),
+                "per_sample_s": round(speed.per_sample_s, 9),
+            }
+            for job, speed in sorted(result.jobs.items())
+        },
+        "held_out": {
+            job: {
+                "median_ratio_error": round(m.median, 4),
+                "worst_ratio_error": round(m.worst, 4),
+                "pairs": m.pairs,
+                "pairs_ordered": m.pairs_ordered,
+                "pair_accuracy": round(m.pair_accuracy, 4),
+            }
+            for job, m in sorted(result.held_out.items())
+        },
+    }
+
+
+def _print_fit(result: Fit, out: str) -> None:
+    frame = result.catalog.framework(result.framework)
+    params = Table(
+        title=f"fitted: network {result.network}, framework {result.framework} "
+        f"({frame.allreduce.value} all-reduce)",
+        title_justify="left",
+    )
+    params.add_column("parameter")
+    params.add_column("value", justify="right")
+    for name, value in result.params.items():
+        params.add_row(name, f"{value:.4g}")
+    console.print(params)
+    jobs = Table(title="1-GPU step = fixed + batch x per sample", title_justify="left")
+    for column in ("job", "model", "GPU", "fixed ms", "per sample ms", "1-GPU rows"):
+        jobs.add_column(column, justify="left" if column in ("job", "model", "GPU") else "right")
+    for job, speed in sorted(result.jobs.items()):
+        jobs.add_row(
+            job,
+            speed.model.name,
+            speed.gpu_type,
+            f"{1e3 * speed.fixed_s:.2f}",
+            f"{1e3 * speed.per_sample_s:.4f}",
+            str(speed.rows),
+        )
+    console.print(jobs)
+    residuals = Table(title="residuals per placement (step time)", title_justify="left")
+    for column in ("job", "placement", "rows", "median", "worst"):
+        residuals.add_column(column, justify="left" if column in ("job", "placement") else "right")
+    errors: dict[tuple[str, tuple[int, ...]], list[float]] = defaultdict(list)
+    for row, predicted in zip(result.rows, result.predicted, strict=True):
+        errors[(row.job, row.shape)].append(predicted / row.step_s - 1.0)
+    for (job, shape), values in sorted(
+        errors.items(), key=lambda kv: (kv[0][0], sum(kv[0][1]), kv[0][1])
+    ):
+        worst = max(values, key=abs)
+        residuals.add_row(
+            job,
+            "".join(map(str, shape)) if max(shape) < 10 else "+".join(map(str, shape)),
+            str(len(values)),
+            f"{statistics.median(values):+.1%}",
+            f"{worst:+.1%}",
+        )
+    console.print(residuals)
+    held = Table(
+        title="each job left out of the fit, predicted from its 1-GPU rows: T(p)/T(1) errors",
+        title_justify="left",
+    )
+    for column in ("job", "median", "worst", "pairs ordered"):
+        held.add_column(column, justify="left" if column == "job" else "right")
+    for job, m in sorted(result.held_out.items()):
+        held.add_row(
+            job,
+            f"{m.median:.1%}",
+            f"{m.worst:.1%}",
+            f"{m.pairs_ordered}/{m.pairs} ({m.pair_accuracy:.0%})",
+        )
+    console.print(held)
+    console.print(f"wrote {out}")

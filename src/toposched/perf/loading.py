@@ -10,12 +10,14 @@ import yaml
 
 from toposched.perf.errors import CatalogError
 from toposched.perf.specs import (
+    Allreduce,
     FrameworkSpec,
     GpuSpec,
     Level,
     ModelSpec,
     NetworkProfile,
     Pattern,
+    Precision,
     PsPlacement,
 )
 from toposched.topology.cluster import Tier
@@ -155,12 +157,22 @@ MODEL_FIELDS = (
     "backward_fraction",
     "gradient_bytes",
     "interference",
+    "precision",
+    "fixed_s",
     "aliases",
     "source",
     "description",
 )
-GPU_FIELDS = ("speed", "fp32_tflops", "memory_gb", "source", "description")
-NETWORK_FIELDS = ("bandwidth_gbps", "efficiency", "latency_us", "source", "description")
+GPU_FIELDS = ("speed", "fp32_tflops", "fp16_tflops", "memory_gb", "source", "description")
+NETWORK_FIELDS = (
+    "bandwidth_gbps",
+    "efficiency",
+    "latency_us",
+    "flow_gbps",
+    "contention",
+    "source",
+    "description",
+)
 FRAMEWORK_FIELDS = (
     "pattern",
     "overlap",
@@ -170,6 +182,11 @@ FRAMEWORK_FIELDS = (
     "step_latency_us",
     "interference",
     "ps",
+    "allreduce",
+    "exposed_buckets",
+    "step_overhead_ms",
+    "colocation",
+    "bridge_sharing",
     "source",
     "description",
 )
@@ -184,6 +201,7 @@ def _model(entry: _Entry, name: str) -> tuple[ModelSpec, list[str]]:
     for gpu, value in throughput.items():
         if value <= 0:
             raise entry.error(f"must be > 0, got {value:g}", "throughput", gpu)
+    precision = Precision(entry.choice("precision", tuple(p.value for p in Precision), "fp32"))
     spec = ModelSpec(
         name=name,
         params_m=entry.number("params_m"),
@@ -194,6 +212,8 @@ def _model(entry: _Entry, name: str) -> tuple[ModelSpec, list[str]]:
         backward_fraction=entry.number("backward_fraction", default=2.0 / 3.0, high=1.0),
         gradient_bytes=entry.number("gradient_bytes", default=4.0),
         interference=entry.number("interference", default=1.0, low_inclusive=True),
+        precision=precision,
+        fixed_s=entry.numbers("fixed_s"),
         source=entry.text("source"),
     )
     return spec, aliases
@@ -202,11 +222,13 @@ def _model(entry: _Entry, name: str) -> tuple[ModelSpec, list[str]]:
 def _gpu(entry: _Entry, name: str) -> GpuSpec:
     entry.check_keys(GPU_FIELDS)
     memory = entry.number("memory_gb") if "memory_gb" in entry.data else None
+    fp16 = entry.number("fp16_tflops") if "fp16_tflops" in entry.data else None
     return GpuSpec(
         name=name,
         speed=entry.number("speed"),
         fp32_tflops=entry.number("fp32_tflops"),
         memory_gb=memory,
+        fp16_tflops=fp16,
         source=entry.text("source"),
     )
 
@@ -236,6 +258,8 @@ def _network(entry: _Entry, name: str) -> NetworkProfile:
         bandwidth_gbps=bandwidth,
         efficiency=entry.number("efficiency", default=1.0, high=1.0),
         latency_us=entry.number("latency_us", default=0.0, low_inclusive=True),
+        flow_gbps=entry.number("flow_gbps") if "flow_gbps" in entry.data else None,
+        contention=entry.number("contention", default=0.0, low_inclusive=True),
         source=entry.text("source"),
     )
 
@@ -267,6 +291,11 @@ def _framework(entry: _Entry, name: str) -> FrameworkSpec:
         interference=entry.numbers("interference", tuple(level.value for level in Level)),
         ps_placement=placement,
         ps_shards=shards,
+        allreduce=Allreduce(entry.choice("allreduce", tuple(a.value for a in Allreduce), "ring")),
+        exposed_buckets=entry.number("exposed_buckets", default=0.0, low_inclusive=True),
+        step_overhead_ms=entry.number("step_overhead_ms", default=0.0, low_inclusive=True),
+        colocation=entry.number("colocation", default=0.0, low_inclusive=True),
+        bridge_sharing=entry.number("bridge_sharing", default=0.0, low_inclusive=True, high=1.0),
         source=entry.text("source"),
     )
 

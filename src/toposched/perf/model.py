@@ -7,7 +7,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import combinations
 
-from toposched.perf.comm import allreduce_s, exposed_s, local_ps_s, remote_ps_s
+from toposched.perf.comm import (
+    NetworkStage,
+    allreduce_s,
+    buckets,
+    exposed_s,
+    local_ps_s,
+    remote_ps_s,
+    ring_peers,
+)
 from toposched.perf.errors import PerfError
 from toposched.perf.interference import interference_factor
 from toposched.perf.registry import Catalog
@@ -229,13 +237,20 @@ class PerfModel:
                 factor = interference_factor(topology, gpus, others, framework, model)
                 slowdown = max(slowdown, factor)
         per_sample = framework.compute_scale / self.catalog.throughput(model, gpu)
-        compute = batch * per_sample * slowdown
+        # The job's own GPUs on one node share its host (CPU, memory, PCIe) as well.
+        crowd = 1.0 + framework.colocation * (max(len(gpus) for _, gpus in shares) - 1)
+        batch_s = batch * per_sample * slowdown * crowd
+        compute = self.catalog.fixed_s(model, gpu) + batch_s
 
         comm = 0.0
+        overhead = 0.0
         if workers > 1:
             comm = self._comm(model, framework, network_name, shares, tier, workers)
-        exposed = exposed_s(comm, compute, framework.overlap, model.backward_fraction)
-        iteration = compute + exposed
+            overhead = framework.step_overhead_ms * 1e-3
+        # Only the batch's backward pass produces gradients to hide traffic behind.
+        tail = min(1.0, framework.exposed_buckets / buckets(model.gradient_gb, framework))
+        exposed = exposed_s(comm, batch_s, framework.overlap, model.backward_fraction, tail)
+        iteration = compute + overhead + exposed
         return Estimate(
             throughput=workers * batch / iteration,
             iteration_s=iteration,
@@ -255,18 +270,27 @@ class PerfModel:
         workers: int,
     ) -> float:
         gb = model.gradient_gb
-        multi = [(topology, gpus) for topology, gpus in shares if len(gpus) > 1]
-        rings = [self.ring_gbps(topology, gpus) for topology, gpus in multi]
+        if framework.pattern is Pattern.ALLREDUCE:
+            node_rings = [
+                self.ring_gbps(topology, gpus) if len(gpus) > 1 else None
+                for topology, gpus in shares
+            ]
+            stage = None
+            if len(shares) > 1:
+                net = self._network(network_name)
+                stage = NetworkStage(
+                    net.node_gbps(tier, ring_peers(len(shares))), net.contention, net.latency_us
+                )
+            sizes = [len(gpus) for _, gpus in shares]
+            return allreduce_s(gb, sizes, node_rings, stage, framework)
         if len(shares) == 1:
-            if framework.pattern is Pattern.ALLREDUCE:
-                return allreduce_s(gb, workers, rings, None, framework, 0.0)
             topology, gpus = shares[0]
             per_switch = _per_switch(topology, gpus)
             return local_ps_s(gb, per_switch, topology.bandwidth.pix, framework)
         net = self._network(network_name)
         net_gbps = net.gbps(tier)
-        if framework.pattern is Pattern.ALLREDUCE:
-            return allreduce_s(gb, workers, rings, net_gbps, framework, net.latency_us)
+        multi = [(topology, gpus) for topology, gpus in shares if len(gpus) > 1]
+        rings = [self.ring_gbps(topology, gpus) for topology, gpus in multi]
         sizes = [len(gpus) for _, gpus in multi]
         return remote_ps_s(gb, len(shares), rings, sizes, net_gbps, framework, net.latency_us)
 

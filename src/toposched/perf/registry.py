@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from importlib import resources
 from types import MappingProxyType
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from toposched.perf.errors import CatalogError, PerfError
 from toposched.perf.loading import CatalogData, Origin, parse_catalog
@@ -17,11 +17,15 @@ from toposched.perf.specs import (
     GpuSpec,
     ModelSpec,
     NetworkProfile,
+    Precision,
 )
 
 BUILTIN_FILES = ("gpus.yaml", "models.yaml", "networks.yaml", "frameworks.yaml")
 
 T = TypeVar("T")
+
+# Cloud instance families whose names do not mention their GPU type (AWS's naming).
+INSTANCE_GPUS = {"g4dn": "T4", "p3": "V100", "p3dn": "V100", "p4d": "A100", "p5": "H100"}
 
 
 def _key(name: str) -> str:
@@ -107,11 +111,16 @@ class Catalog:
         return _lookup(self.frameworks, name, "framework", "framework", lambda f: f.name)
 
     def gpu_for(self, topology_name: str) -> str:
-        """The GPU type a topology's name mentions (`dgx1-v100` -> V100), else the reference."""
-        tokens = {token.casefold() for token in re.split(r"[^0-9A-Za-z]+", topology_name)}
+        """The GPU type a topology's name mentions (`dgx1-v100` -> V100) or its cloud instance
+        family implies (`g4dn-12xlarge` -> T4), else the reference."""
+        tokens = [token.casefold() for token in re.split(r"[^0-9A-Za-z]+", topology_name)]
         for key, gpu in self.gpus.items():
             if key in tokens:
                 return gpu.name
+        for token in tokens:
+            implied = INSTANCE_GPUS.get(token)
+            if implied is not None and _key(implied) in self.gpus:
+                return self.gpus[_key(implied)].name
         return REFERENCE_GPU
 
     def with_network(self, profile: NetworkProfile) -> Catalog:
@@ -119,26 +128,73 @@ class Catalog:
         networks = {**self.networks, _key(profile.name): profile}
         return replace(self, networks=MappingProxyType(networks))
 
+    def with_entries(
+        self,
+        *,
+        models: Iterable[ModelSpec] = (),
+        gpus: Iterable[GpuSpec] = (),
+        networks: Iterable[NetworkProfile] = (),
+        frameworks: Iterable[FrameworkSpec] = (),
+    ) -> Catalog:
+        """This catalog with entries added or replaced by name (a fit's results, say)."""
+
+        def merged(table: Mapping[str, T], new: Iterable[T], name: Callable[[T], str]) -> Any:
+            return MappingProxyType({**table, **{_key(name(v)): v for v in new}})
+
+        return replace(
+            self,
+            models=merged(self.models, models, lambda m: m.name),
+            gpus=merged(self.gpus, gpus, lambda g: g.name),
+            networks=merged(self.networks, networks, lambda n: n.name),
+            frameworks=merged(self.frameworks, frameworks, lambda f: f.name),
+        )
+
     def throughput(self, model: ModelSpec, gpu: GpuSpec) -> float:
         """Single-GPU samples/s of `model` on `gpu` at the catalog's reference batch (64).
 
         Measured where the catalog has it; else scaled by relative speed from a GPU type that
-        was measured (the reference V100 first); else from FLOPs on the reference GPU.
+        was measured (the reference V100 first); else from FLOPs on the reference GPU, or for
+        a mixed-precision model on a GPU type with an fp16 peak, from FLOPs on that GPU.
         """
-        measured = {_key(g): v for g, v in model.throughput.items()}
-        own = measured.get(_key(gpu.name))
-        if own is not None:
-            return own
-        ref_key = _key(REFERENCE_GPU)
-        for gpu_key in (ref_key, *measured):
-            if gpu_key in measured:
-                base = self.gpus[gpu_key]
-                return measured[gpu_key] * gpu.speed / base.speed
-        ref = self.gpus[ref_key]
+        scaled = self._scaled(model.throughput, model, gpu, inverse=False)
+        if scaled is not None:
+            return scaled
         # A training step is about three forward passes of work (forward, two for backward).
         per_sample_tflop = 3.0 * model.forward_gflops / 1e3
+        if model.precision is Precision.MIXED and gpu.fp16_tflops is not None:
+            return gpu.fp16_tflops * model.flops_efficiency / per_sample_tflop
+        ref = self.gpus[_key(REFERENCE_GPU)]
         reference = ref.fp32_tflops * model.flops_efficiency / per_sample_tflop
         return reference * gpu.speed / ref.speed
+
+    def fixed_s(self, model: ModelSpec, gpu: GpuSpec) -> float:
+        """Seconds of a 1-GPU step that do not grow with the batch; 0 where none was measured.
+
+        A GPU type without a measurement takes another's, scaled by their relative speed.
+        """
+        scaled = self._scaled(model.fixed_s, model, gpu, inverse=True)
+        return 0.0 if scaled is None else scaled
+
+    def _scaled(
+        self, measured: Mapping[str, float], model: ModelSpec, gpu: GpuSpec, *, inverse: bool
+    ) -> float | None:
+        """A per-GPU-type measurement of `model` for `gpu`: its own, else one scaled by speed."""
+        table = {_key(g): v for g, v in measured.items()}
+        own = table.get(_key(gpu.name))
+        if own is not None:
+            return own
+        for gpu_key in (_key(REFERENCE_GPU), *table):
+            if gpu_key in table:
+                ratio = _speed(gpu, model) / _speed(self.gpus[gpu_key], model)
+                return table[gpu_key] / ratio if inverse else table[gpu_key] * ratio
+        return None
+
+
+def _speed(gpu: GpuSpec, model: ModelSpec) -> float:
+    """Relative speed for scaling measurements: the fp16 peak for mixed precision where known."""
+    if model.precision is Precision.MIXED and gpu.fp16_tflops is not None:
+        return gpu.fp16_tflops / gpu.fp32_tflops * gpu.speed
+    return gpu.speed
 
 
 def _lookup(

@@ -127,6 +127,18 @@ def pcie_16gpu_nvbridge() -> NodeTopology:
     )
 
 
+def g4dn_12xlarge() -> NodeTopology:
+    # AWS g4dn.12xlarge: 4x T4 (PCIe, no NVLink) on one socket, each on its own root port, so
+    # every pair goes through the host bridge (PHB); 48 vCPUs; one 50 Gb/s NIC (`aws-50g`).
+    return NodeTopology.from_codes(
+        _all_to_all(4, "PHB"),
+        numa=[0, 0, 0, 0],
+        switch=[0, 1, 2, 3],
+        cpu_affinity=["0-47"] * 4,
+        name="g4dn-12xlarge",
+    )
+
+
 PRESETS: dict[str, Callable[[], NodeTopology]] = {
     "dgx1-v100": dgx1_v100,
     "dgx2-v100": dgx2_v100,
@@ -135,6 +147,7 @@ PRESETS: dict[str, Callable[[], NodeTopology]] = {
     "pcie-8gpu-2socket": pcie_8gpu_2socket,
     "pcie-4gpu-2socket": pcie_4gpu_2socket,
     "pcie-16gpu-nvbridge": pcie_16gpu_nvbridge,
+    "g4dn-12xlarge": g4dn_12xlarge,
 }
 
 
