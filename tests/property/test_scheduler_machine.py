@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from dataclasses import dataclass, field, replace
 
 import pytest
@@ -100,6 +101,11 @@ ALLOWED: frozenset[tuple[JobState | None, JobState]] = frozenset(
     }
 )
 RESUMING = (StopKind.MIGRATE, StopKind.RESIZE)
+# What a waiting job's reason states about the cluster, to check against it.
+FREE_NOW = re.compile(r"needs \d+ GPUs; (\d+) are free")
+BEHIND = re.compile(r"waiting behind ([\w.-]+)")
+QUEUED = re.compile(r"queued behind ([\w.-]+(?:, [\w.-]+)*)")
+HELD = re.compile(r"held by ([\w.-]+(?:, [\w.-]+)*)")
 
 PRESETS = ("pcie-4gpu-2socket", "pcie-8gpu-2socket", "dgx1-v100", "hgx-h100")
 GANG_POLICIES = sorted(name for name, info in SCHEDULER_POLICIES.items() if info.base.gang)
@@ -450,6 +456,29 @@ class Driver:
                 held[pair] = name
         if not held and self.policy.backfill:
             self._check_idle()
+        self._check_reasons()
+
+    def _check_reasons(self) -> None:
+        """What each waiting job's reason says is true now, so no two reasons contradict: the
+        free GPU count, the jobs it waits behind (waiting themselves), the jobs queued ahead
+        (waiting), and the jobs holding its reserved GPUs (running or stopping)."""
+        free = sum(mask.bit_count() for _, _, mask in self.sched.view.free())
+        pending = set(self.named(P))
+        holding = set(self.named(R, S))
+        for name in sorted(pending):
+            reason = self.sched.job(name).reason
+            where = f"{name} waits: {reason!r}"
+            for count in FREE_NOW.findall(reason):
+                self.expect(int(count) == free, f"{where}, but {free} GPUs are free")
+            for other in BEHIND.findall(reason):
+                if other != "it":
+                    self.expect(other in pending - {name}, f"{where}, but {other} does not wait")
+            for names in QUEUED.findall(reason):
+                ahead = set(names.split(", "))
+                self.expect(ahead <= pending - {name}, f"{where}: not all of {ahead} wait")
+            for names in HELD.findall(reason):
+                jobs = set(names.split(", "))
+                self.expect(jobs <= holding, f"{where}: not all of {jobs} hold GPUs")
 
     def capacity_now(self) -> Capacity:
         """Present nodes, their healthy GPUs free: the cluster as an idle driver sees it."""

@@ -393,8 +393,10 @@ def reservation_case(short_limit: float) -> Case:
 @pytest.mark.parametrize("short_limit", [50, 90, 91])
 def test_reservation_and_backfill(short_limit: float) -> None:
     s = play(reservation_case(short_limit))
-    assert "reserved n0 GPUs 0,1,2,3,4,5,6,7 (by t=100)" in s.explain("big")
-    assert "waiting behind big" in s.explain("s2")
+    assert "reserved n0 GPUs 0,1,2,3,4,5,6,7, held by a; expected to start by t=100" in s.explain(
+        "big"
+    )
+    assert "outside the GPUs reserved for big; waiting behind it" in s.explain("s2")
     backfilled = short_limit <= 90
     # a ends: its GPUs stay kept for big, although s2 could use them.
     assert project(s.handle(JobFinished(95, "a", True))) == (

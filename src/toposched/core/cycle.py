@@ -21,17 +21,18 @@ first one: within one cycle nothing frees up, so a shape that failed fails again
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from toposched.core.actions import Action, StopKind
 from toposched.core.books import Books
 from toposched.core.changes import Changes
 from toposched.core.job import JobState
 from toposched.core.moves import plan_growth
-from toposched.core.ordering import Key, Shape, Waiting
+from toposched.core.ordering import Cut, Key, Shape, Waiting
 from toposched.core.policy import SchedulerPolicy, SingleGpu
 from toposched.core.reclaim import Reclaim
-from toposched.core.records import JobRecord, Reservation
-from toposched.core.reservation import Reserver
+from toposched.core.records import JobRecord, Reservation, Said
+from toposched.core.reservation import Reserver, describe
 from toposched.core.room import RoomPlan, plan_defragment, plan_preempt, plan_shrink
 from toposched.placement.gang import GangRequest, Placement, Shortfall
 from toposched.placement.policies import GangPlacer
@@ -77,15 +78,22 @@ class GangCycle:
         self.cycles += 1
         turn = Turn(self, only)
         out: list[Action] = []
+        cut: Cut | None = None
         for rec in self.waiting.in_order(only, turn.skip):  # 2
             if rec.state is not JobState.PENDING:
                 continue
             if books.capacity.total_free == 0 and turn.first_blocked:
+                cut = Cut(self.cycles, None)
                 break
             actions, more = turn.admit(rec)  # 3, and 4-5 for the first blocked job
             out += actions
             if not more:
+                if not self.policy.backfill:
+                    cut = Cut(self.cycles, rec.name)
                 break
+        if only is None:
+            # The jobs this cycle did not reach are told why (views.CoreView.reason).
+            self.waiting.cut = cut
         if self.policy.elastic and not self.waiting:
             out += self.grow()  # 6
         return out
@@ -134,7 +142,7 @@ class GangCycle:
             # Running jobs are demoted as they run: one may have become preemptible since.
             out = self.preempt(rec, request, short) if self._demotes() else []
             if not out:
-                rec.note(now, f"{short.reason}; {res.describe(books.capacity)}")
+                rec.note(now, f"{short.reason}; {self.describe(res)}")
             return out
         if self.policy.elastic:
             out = self.carry_out(rec, plan_shrink(books, rec, request, self.place))
@@ -151,10 +159,13 @@ class GangCycle:
             books.reservation = self.reserver.reserve(rec, request)
         res = books.reservation
         if res is not None and res.job == rec.name:
-            rec.note(now, f"{short.reason}; {res.describe(books.capacity)}")
+            rec.note(now, f"{short.reason}; {self.describe(res)}")
         else:
             rec.note(now, short.reason)
         return out
+
+    def describe(self, res: Reservation) -> str:
+        return describe(self.books, res, self.policy.default_runtime_s)
 
     def _demotes(self) -> bool:
         return self.policy.preemption and self.policy.demote_after_gpu_h is not None
@@ -213,6 +224,9 @@ class Turn:
 
     def __init__(self, cycle: GangCycle, only: str | None) -> None:
         self.cycle = cycle
+        # What each failed shape's note states that jobs started later change (the free GPU
+        # count, the reservation's holder): views.CoreView says it as it is when read.
+        self.said: dict[Failed, Said] = {}
         self.books = cycle.books
         self.waiting = cycle.waiting
         self.failed: dict[Failed, str] = {}
@@ -272,12 +286,14 @@ class Turn:
         known = self.failed.get(failed)
         if known is not None:
             rec.note(books.now, known)
+            rec.said = self.said.get(failed)
             return [], True
         request = cycle.request(rec, whole[2])
         result: Placement | Shortfall
         free = books.capacity.total_free
         if request.gpus > free:
             result = Shortfall(f"needs {request.gpus} GPUs; {free} are free")
+            self.said[failed] = Said(free=free)
         else:
             result = cycle.place(books.capacity, request, books.network_gbps, exclude)
         if isinstance(result, Shortfall):
@@ -287,7 +303,13 @@ class Turn:
             if exclude is not None and books.reservation is not None:
                 why = f"backfilled around the reservation for {books.reservation.job}"
             return cycle.changes.start(rec, result, why), True
-        return self.blocked(rec, request, result, failed, exclude is not None)
+        outcome = self.blocked(rec, request, result, failed, exclude is not None)
+        said = self.said.get(failed)
+        res = books.reservation
+        if res is not None and res.job == rec.name and "; reserved " in rec.reason:
+            said = replace(said or Said(), behind=None, reserved=True)
+        rec.said = said
+        return outcome
 
     def blocked(
         self, rec: JobRecord, request: GangRequest, short: Shortfall, failed: Failed, off: bool
@@ -307,17 +329,24 @@ class Turn:
             if not self.cycle.policy.backfill:
                 return out, False
         res = books.reservation
-        text = short.reason if res is None else f"{short.reason}; waiting behind {res.job}"
+        if res is not None and books.jobs[res.job].state is not JobState.PENDING:
+            res = None  # its holder started in this cycle: nobody waits behind it any more
+        if res is None:
+            text = short.reason
+        elif off:  # its free GPUs were counted without those reserved for a job ahead
+            text = f"{short.reason} outside the GPUs reserved for {res.job}; waiting behind it"
+        else:
+            text = f"{short.reason}; waiting behind {res.job}"
         self.failed[failed] = text
+        if res is not None:  # the shape's note, for the jobs after this one, names it
+            self.said[failed] = replace(self.said.get(failed, Said()), behind=res.job)
         if not head:
             mine = res is not None and res.job == rec.name
-            rec.note(
-                now, f"{short.reason}; {res.describe(books.capacity)}" if res and mine else text
-            )
+            rec.note(now, f"{short.reason}; {self.cycle.describe(res)}" if res and mine else text)
         whole = failed[:4]
         if not off:
             self.hopeless.add(whole)
-            self.waiting.shape_notes[whole] = (self.cycle.cycles, text)
+            self.waiting.shape_notes[whole] = (self.cycle.cycles, text, self.said.get(failed))
             return out, not self.hopeless.issuperset(self.waiting.lists.shapes)
         if books.reservation is not self.judged_for:
             self.off_reserved.clear()  # judged against another reservation

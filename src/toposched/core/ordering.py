@@ -16,12 +16,13 @@ from __future__ import annotations
 import bisect
 import heapq
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from toposched.core.books import Books
 from toposched.core.demotion import Demotions
 from toposched.core.policy import Order, SchedulerPolicy
-from toposched.core.records import JobRecord, QueueRecord
+from toposched.core.records import JobRecord, QueueRecord, Said
 from toposched.topology.cluster import NodeSelector, Tier
 
 Shape = tuple[int, int, Tier, NodeSelector]  # workers, GPUs each, widest tier, nodes
@@ -80,6 +81,15 @@ def shape_now(rec: JobRecord, now: float) -> Shape:
     if spec.min_workers == 1:
         tier = Tier.NODE  # one worker is on one node whatever it would accept
     return (spec.min_workers, spec.gpus_per_worker, tier, spec.selector)
+
+
+@dataclass(frozen=True)
+class Cut:
+    """A cycle (its number) that stopped before trying every waiting job: no GPU was left
+    free (`head` None), or `head` could not start and jobs start in order (no backfill)."""
+
+    cycle: int
+    head: str | None
 
 
 class PendingJobs:
@@ -214,7 +224,10 @@ class Waiting:
         self._keeps_ranks = policy.order is not Order.FIFO
         self._ranks: dict[str, tuple[int, Rank]] = {}
         # What the last cycle that gave up on a shape said, for the jobs it did not reach.
-        self.shape_notes: dict[Shape, tuple[int, str]] = {}
+        # (cycle, text, what the text states that may change before it is read)
+        self.shape_notes: dict[Shape, tuple[int, str, Said | None]] = {}
+        # Where the last full cycle stopped before the end of the queue, and why.
+        self.cut: Cut | None = None
 
     def __bool__(self) -> bool:
         return bool(self.lists)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from toposched.core.actions import StopKind
@@ -41,6 +42,7 @@ class JobRecord:
     forgiven: float = 0.0
     restarts: int = 0
     reason: str = ""
+    said: Said | None = None  # what `reason` states that may change before it is read
     tried: int = 0  # the last scheduling cycle that looked at this job
     log: deque[tuple[float, str]] = field(default_factory=lambda: deque(maxlen=LOG_LINES))
 
@@ -51,6 +53,7 @@ class JobRecord:
     def note(self, time: float, text: str) -> None:
         """Record why something happened (or did not); repeats of the last line are dropped."""
         self.reason = text
+        self.said = None
         if not self.log or self.log[-1][1] != text:
             self.log.append((time, text))
 
@@ -82,6 +85,16 @@ class JobRecord:
         if self.started is None or limit is None:
             return math.inf
         return self.started + limit
+
+
+@dataclass(frozen=True)
+class Said:
+    """Facts a waiting job's note states that later events change: the free GPU count, and
+    the job whose reservation it waits behind (views.CoreView says them as they are when read)."""
+
+    free: int | None = None
+    behind: str | None = None
+    reserved: bool = False  # it describes the job's own reservation (its holders change)
 
 
 @dataclass
@@ -120,15 +133,26 @@ class Reservation:
         """Whether any reserved GPU is free now (else keeping it from others changes nothing)."""
         return any(capacity.free[i] & mask for i, mask in self.gpus.items())
 
-    def describe(self, capacity: Capacity) -> str:
-        if not self._text:  # the GPUs and the time never change once reserved
-            self._text = self._describe(capacity)
-        return self._text
+    def describe(self, capacity: Capacity, holders: Mapping[str, float]) -> str:
+        """The GPUs kept, the jobs holding them now (`holders`: each with its expected end,
+        inf where it declares no time limit), and when the job is expected to start."""
+        if not self._text:  # the GPUs never change once reserved
+            self._text = self._gpus(capacity)
+        text = f"reserved {self._text}"
+        if holders:
+            text += f", held by {', '.join(sorted(holders))}"
+        if not math.isinf(self.until):
+            return f"{text}; expected to start by t={self.until:g}"
+        unknown = sorted(job for job, end in holders.items() if math.isinf(end))
+        why = ""
+        if unknown:
+            has = "has no time limit" if len(unknown) == 1 else "have no time limits"
+            why = f": {', '.join(unknown)} {has}"
+        return f"{text}; start time unknown{why}"
 
-    def _describe(self, capacity: Capacity) -> str:
+    def _gpus(self, capacity: Capacity) -> str:
         parts = []
         for i, mask in sorted(self.gpus.items()):
             gpus = ",".join(str(g) for g in range(capacity.nodes[i].size) if mask >> g & 1)
             parts.append(f"{capacity.nodes[i].name} GPUs {gpus}")
-        when = "when running jobs end" if math.isinf(self.until) else f"by t={self.until:g}"
-        return f"reserved {'; '.join(parts)} ({when})"
+        return "; ".join(parts)

@@ -16,6 +16,25 @@ from toposched.topology.cluster import Tier
 Frees = tuple[float, int, int]  # (latest end of the jobs waited for, their GPUs, GPUs then free)
 
 
+def end_estimate(books: Books, rec: JobRecord, default_runtime_s: float | None) -> float:
+    """When a job holding GPUs is expected to give them back: now if it is being stopped."""
+    if rec.state is JobState.STOPPING:
+        return books.now
+    return rec.expected_end(default_runtime_s)
+
+
+def describe(books: Books, res: Reservation, default_runtime_s: float | None) -> str:
+    """The reservation in words, with the jobs on its GPUs now and their expected ends."""
+    cap = books.capacity
+    holders: dict[str, float] = {}
+    for i, mask in res.gpus.items():
+        for gpu in range(cap.nodes[i].size):
+            job = books.owner.get((i, gpu)) if mask >> gpu & 1 else None
+            if job is not None and job not in holders:
+                holders[job] = end_estimate(books, books.jobs[job], default_runtime_s)
+    return res.describe(cap, holders)
+
+
 class Reserver:
     """Finds the GPUs that free up first for a blocked job. How each node comes to free k GPUs
     is remembered until its jobs change (`Books.node_stamp`); with `validate`, every
@@ -29,9 +48,7 @@ class Reserver:
 
     def end_estimate(self, rec: JobRecord) -> float:
         """When a job holding GPUs is expected to give them back: now if it is being stopped."""
-        if rec.state is JobState.STOPPING:
-            return self.books.now
-        return rec.expected_end(self.default_runtime_s)
+        return end_estimate(self.books, rec, self.default_runtime_s)
 
     def reserve(self, rec: JobRecord, request: GangRequest) -> Reservation | None:
         """The GPUs that free up first for `rec` (one node if it fits in one, else whole nodes)."""

@@ -10,9 +10,10 @@ from toposched.core.actions import StopKind
 from toposched.core.books import Books
 from toposched.core.changes import stop_signal
 from toposched.core.job import JobSpec, JobState
-from toposched.core.ordering import Waiting
+from toposched.core.ordering import Cut, Waiting
 from toposched.core.policy import SchedulerPolicy
-from toposched.core.records import JobRecord
+from toposched.core.records import JobRecord, Reservation, Said
+from toposched.core.reservation import describe
 from toposched.placement.gang import Placement
 
 
@@ -102,29 +103,31 @@ class CoreView:
         return stop_signal(spec, kind, self.policy)
 
     def reason(self, rec: JobRecord) -> str:
-        """The last recorded reason; a job not yet tried says how many are ahead of it."""
+        """The last recorded reason; a job not yet tried says which jobs are ahead of it."""
         noted = self._noted(rec)
         if noted is not None:
             return noted
-        ahead = 0
+        ahead: list[str] = []
         for other in self._waiting.in_order():
             if other.name == rec.name:
                 break
-            ahead += 1
-        return f"queued; {ahead} job(s) ahead of it"
+            ahead.append(other.name)
+        return _queued(ahead)
 
     def reasons(self, names: Iterable[str]) -> dict[str, str]:
         """`reason` of many jobs: the queue is walked once for all, not once per job (a driver
         that tells thousands of waiting jobs why they wait)."""
-        ahead: dict[str, int] | None = None
+        order: list[str] | None = None
+        position: dict[str, int] = {}
         out: dict[str, str] = {}
         for name in names:
             rec = self._books.job(name)
             noted = self._noted(rec)
             if noted is None:
-                if ahead is None:
-                    ahead = {r.name: i for i, r in enumerate(self._waiting.in_order())}
-                noted = f"queued; {ahead.get(name, len(ahead))} job(s) ahead of it"
+                if order is None:
+                    order = [r.name for r in self._waiting.in_order()]
+                    position = {job: i for i, job in enumerate(order)}
+                noted = _queued(order[: position.get(name, len(order))])
             out[name] = noted
         return out
 
@@ -133,18 +136,50 @@ class CoreView:
         return self._books.job(name).state
 
     def _noted(self, rec: JobRecord) -> str | None:
-        """Why the job is as it is, as recorded; None for a waiting job not yet tried."""
+        """Why the job is as it is, as recorded; None for a waiting job not yet tried. A job
+        the latest cycles did not reach is told what stopped them, the newest word winning; a
+        free GPU count is the one of now (jobs started since the note took some)."""
+        if rec.state is not JobState.PENDING:
+            return rec.reason
         books, waiting = self._books, self._waiting
-        if rec.state is JobState.PENDING:
-            # A cycle that stopped before this job still said why its shape cannot start.
-            filed = waiting.lists.filed.get(rec.name)
-            note = waiting.shape_notes.get(filed[1]) if filed else None
-            holder = books.reservation is not None and books.reservation.job == rec.name
-            if note is not None and note[0] > rec.tried and not holder:
-                return note[1]
-            if rec.reason == "submitted":
-                return None
-        return rec.reason
+        holder = books.reservation is not None and books.reservation.job == rec.name
+        text = None if rec.reason == "submitted" else rec.reason
+        newest = (rec.tried, text, rec.said)
+        filed = waiting.lists.filed.get(rec.name)
+        note = waiting.shape_notes.get(filed[1]) if filed else None
+        # A cycle that stopped before this job still said why its shape cannot start.
+        if note is not None and note[0] > newest[0] and not holder:
+            newest = note
+        cut = waiting.cut
+        if cut is not None and cut.cycle > newest[0] and cut.head != rec.name and not holder:
+            res = books.reservation
+            if res is not None and books.jobs[res.job].state is not JobState.PENDING:
+                res = None  # its holder has started since
+            newest = (cut.cycle, _cut_text(cut, res), None)
+        _, text, said = newest
+        return text if text is None or said is None else self._as_now(rec, text, said)
+
+    def _as_now(self, rec: JobRecord, text: str, said: Said) -> str:
+        """A note with what it states brought up to now: the free GPU count, the jobs on its
+        reserved GPUs, and no waiting behind a reservation whose holder has started."""
+        books = self._books
+        if said.reserved:
+            text, _, _ = text.partition("; reserved ")
+            res = books.reservation
+            if res is not None and res.job == rec.name:
+                text = f"{text}; {describe(books, res, self.policy.default_runtime_s)}"
+        free = books.capacity.total_free
+        if said.free is not None and said.free != free:
+            text = text.replace(f"; {said.free} are free", f"; {free} are free", 1)
+        behind = said.behind
+        holder = books.jobs.get(behind) if behind is not None else None
+        if behind is not None and (holder is None or holder.state is not JobState.PENDING):
+            for words in (
+                f" outside the GPUs reserved for {behind}; waiting behind it",
+                f"; waiting behind {behind}",
+            ):
+                text = text.replace(words, "", 1)
+        return text
 
     def explain(self, name: str, when: Callable[[float], str] | None = None) -> str:
         """Why a job waits, or why it runs where it runs, in plain words; `when` shows an event
@@ -182,3 +217,19 @@ class CoreView:
         return f"service: {served / 3600:.2f} GPU-hours" + (
             " (demoted: ranks after jobs that have had less)" if demoted else ""
         )
+
+
+def _queued(ahead: list[str]) -> str:
+    """A waiting job not yet tried: the jobs ahead of it, the first few by name."""
+    if not ahead:
+        return "queued; next to be tried"
+    named = ", ".join(ahead[:3])
+    more = f" and {len(ahead) - 3} more" if len(ahead) > 3 else ""
+    return f"queued behind {named}{more}"
+
+
+def _cut_text(cut: Cut, res: Reservation | None) -> str:
+    if cut.head is not None:
+        return f"waiting behind {cut.head}, which cannot start yet (jobs start in order)"
+    behind = f"; waiting behind {res.job}" if res is not None else ""
+    return f"no GPU is free{behind}"
