@@ -13,6 +13,7 @@ from rich.table import Table
 from toposched.cli.output import console, emit_json, fail
 from toposched.cli.params import policy_params
 from toposched.core import SCHEDULER_POLICIES, PolicyError, make_scheduler_policy
+from toposched.dashboard.simreport import write_html
 from toposched.discovery.files import load_cluster
 from toposched.perf import PerfError, PerfModel
 from toposched.sim.engine import SimResult, Simulation
@@ -84,6 +85,9 @@ def sim(
         "e.g. toposched.demote_after_gpu_h=null.",
     ),
     plots: bool = typer.Option(True, "--plots/--no-plots", help="Write PNG plots."),
+    html: Path | None = typer.Option(
+        None, "--html", help="Also write one self-contained HTML report (tables, SVG plots)."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the metrics as JSON."),
 ) -> None:
     """Replay a trace with each policy; print a side-by-side table and write files to --out."""
@@ -166,6 +170,14 @@ def sim(
         write_jobs(result, out)
     if plots:
         write_plots(results, out)
+    rows = [
+        (heading, [_cell(summaries[n][key], style) for n in names]) for key, heading, style in TABLE
+    ]
+    if html is not None:
+        try:
+            write_html(html, results, rows, {"jobs": f"{len(jobs.jobs):,}", **extra})
+        except OSError as err:
+            fail(f"--html {html}: {err.strerror or err}")
     if as_json:
         emit_json({"policies": summaries})
         return
@@ -173,8 +185,8 @@ def sim(
     table.add_column("metric")
     for name in names:
         table.add_column(name, justify="right")
-    for key, heading, style in TABLE:
-        table.add_row(heading, *(_cell(summaries[n][key], style) for n in names))
+    for heading, cells in rows:
+        table.add_row(heading, *cells)
     console.print(table)
     deadlocked = [r.policy for r in results if r.deadlocked]
     if deadlocked:
@@ -182,4 +194,8 @@ def sim(
             f"[red]deadlocked[/red]: {', '.join(deadlocked)} (jobs hold part of their GPUs and "
             "wait for the rest, which other waiting jobs hold)"
         )
-    console.print(f"wrote {out}/metrics.json, jobs-<policy>.csv" + (", *.png" if plots else ""))
+    console.print(
+        f"wrote {out}/metrics.json, jobs-<policy>.csv"
+        + (", *.png" if plots else "")
+        + (f", and {html}" if html is not None else "")
+    )

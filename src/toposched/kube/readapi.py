@@ -14,6 +14,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, gen
 from toposched import __version__
 from toposched.core import JobState
 from toposched.core.views import JobView
+from toposched.dashboard import mount_dashboard
 from toposched.server.localnode import topology_name
 from toposched.server.schemas import (
     Explanation,
@@ -146,6 +147,7 @@ def make_app(runner: Runner) -> FastAPI:
                 raise HTTPException(404, f"no job named {name!r}")
             return _job_out(s.view.job(name))
 
+    mount_dashboard(app)
     return app
 
 
