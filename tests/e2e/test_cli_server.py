@@ -464,3 +464,95 @@ def test_token_and_server_from_the_environment(
     monkeypatch.setenv("TOPOSCHED_URL", "localhost:8080")
     with pytest.raises(ConfigError, match=r"from TOPOSCHED_URL.*expected http://HOST:PORT"):
         server_url()
+
+
+# ---------------------------------------------------------------------- pages and bad input
+
+
+def test_list_shows_one_page_and_all_walks_every_page(
+    server: ServerProcess, cli: Callable[..., Result]
+) -> None:
+    with server.client() as http:
+        made = [
+            http.post("/api/v1/jobs", json={"queue": "paged", "command": ["true"]}).json()["name"]
+            for _ in range(5)
+        ]
+    for name in made:
+        wait_for(server, name, "succeeded")
+    first = cli("list", "--queue", "paged", "--state", "succeeded", "--limit", "2")
+    assert first.code == 0, first.err
+    assert made[0] in first.out and made[1] in first.out and made[2] not in first.out
+    hint = first.err.strip()
+    assert hint.startswith("more jobs: toposched list --state succeeded --queue paged --limit 2")
+    assert hint.endswith("(or --all for every page)")
+    following = hint.removeprefix("more jobs: toposched ").removesuffix(
+        " (or --all for every page)"
+    )
+    second = cli(*following.split())
+    assert second.code == 0, second.err
+    assert made[2] in second.out and made[3] in second.out and made[1] not in second.out
+
+    page, every, capped, live = run_all(
+        user_env(server),
+        ("list", "--queue", "paged", "--state", "succeeded", "--limit", "2", "--json"),
+        ("list", "--all", "--queue", "paged", "--json"),
+        ("list", "--all", "--queue", "paged", "--limit", "3", "--json"),
+        ("list", "--queue", "paged", "--json"),
+    )
+    assert [job["name"] for job in page.json()["jobs"]] == made[:2]
+    assert isinstance(page.json()["metadata"]["continue"], str)
+    assert "command" not in page.json()["jobs"][0]
+    assert every.json() == {"jobs": every.json()["jobs"], "metadata": {"continue": None}}
+    assert [job["name"] for job in every.json()["jobs"]] == made
+    assert [job["name"] for job in capped.json()["jobs"]] == made[:3]
+    assert live.json() == {"jobs": [], "metadata": {"continue": None}}
+
+
+def test_bad_input_exits_2_and_creates_nothing(
+    server: ServerProcess, cli: Callable[..., Result], tmp_path: Path
+) -> None:
+    jobfile = tmp_path / "job.yaml"
+    jobfile.write_text("command: !!python/object/apply:os.system ['touch pwned']\n")
+    with server.client() as http:
+        before = http.get("/api/v1/jobs", params={"all": "true", "limit": 1000}).json()
+    results = run_all(
+        user_env(server),
+        ("submit", "--limit", "inf", "--", "true"),
+        ("submit", "--checkpoint-grace", "nan", "--", "true"),
+        ("submit", "-f", str(jobfile)),
+        ("submit", "--checkpoint-signal", "SIGKILL", "--", "true"),
+        ("submit", "--workdir", "/no/such/dir", "--", "true"),
+    )
+    said = [
+        "error: --limit: expected a finite number of seconds, got inf",
+        "error: --checkpoint-grace: expected a finite number of seconds, got nan",
+        f"error: {jobfile}:1: command: the YAML tag !!python/object/apply:os.system is not allowed",
+        "error: body.checkpoint.signal: checkpoint signal 'SIGKILL' cannot be caught",
+        "error: body.workdir: workdir '/no/such/dir' is not a directory on the server",
+    ]
+    for result, line in zip(results, said, strict=True):
+        assert result.code == 2, result.err
+        assert line in result.err and "Traceback" not in result.err
+        assert result.out == ""
+    assert not (REPO / "pwned").exists()
+    with server.client() as http:
+        assert http.get("/api/v1/jobs", params={"all": "true", "limit": 1000}).json() == before
+
+
+def test_a_token_with_a_newline_is_an_authentication_error(server: ServerProcess) -> None:
+    result = run(user_env(server, "tsk_one\nline_two"), "list")
+    assert result.code == 4, result.err
+    assert "the token from TOPOSCHED_TOKEN is not valid: it contains a newline" in result.err
+    assert "lost the connection" not in result.err and "Traceback" not in result.err
+
+
+def test_command_visible_is_a_submit_flag(
+    server: ServerProcess, cli: Callable[..., Result]
+) -> None:
+    shown = cli("submit", "--name", "shown", "--command-visible", "--json", "--", "true")
+    assert shown.code == 0, shown.err
+    assert shown.json()["spec"]["command_visible"] is True
+    hidden = cli("submit", "--name", "unshown", "--json", "--", "true")
+    assert hidden.json()["spec"]["command_visible"] is False
+    wait_for(server, "shown", "succeeded")
+    wait_for(server, "unshown", "succeeded")

@@ -115,7 +115,10 @@ def test_pending_job_says_why_and_starts_when_room_frees(api: Api, out: Path) ->
     api.submit(name="big", gpus=8, **worker(out, wait="go"))
     waiting = api.submit(name="next", gpus=4, **worker(out))
     assert waiting["state"] == "pending"
-    why = "needs 4 GPUs; 0 are free; reserved node-a GPUs 0,1,2,3 (when running jobs end)"
+    why = (
+        "needs 4 GPUs; 0 are free; reserved node-a GPUs 0,1,2,3, held by big; "
+        "start time unknown: big has no time limit"
+    )
     assert waiting["reason"] == why
     text = api.get("/api/v1/jobs/next/explain")["text"]
     assert text.startswith("job next: pending; queue default, priority 0, 1 worker(s) x 4 GPU(s)")

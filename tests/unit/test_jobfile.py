@@ -39,6 +39,7 @@ env:
   NCCL_DEBUG: WARN
   PORT: 8080
 workdir: /data/runs
+command_visible: true
 """
 
 
@@ -59,6 +60,7 @@ def test_every_field_is_read_with_its_type() -> None:
         "command": ["python", "train.py", "--model", "resnet50", "--note", "two words"],
         "env": {"NCCL_DEBUG": "WARN", "PORT": "8080"},
         "workdir": "/data/runs",
+        "command_visible": True,
     }
     assert set(job.spec) == set(FIELDS)
     assert job.path == "job.yaml"
@@ -146,6 +148,11 @@ def test_a_file_without_command_is_fine_here() -> None:
         ("gpus: two\n", 1, "gpus", "expected a whole number, got the text 'two'"),
         ("gpus: 2.0\n", 1, "gpus", "expected a whole number, got a number (2.0)"),
         ("workers: true\n", 1, "workers", "expected a whole number, got a boolean (true)"),
+        ("priority: '5'\n", 1, "priority", "expected a whole number, got the text '5'"),
+        ('priority: "5"\n', 1, "priority", "expected a whole number, got the text '5'"),
+        ("command_visible: yes please\n", 1, "command_visible", "expected true or false"),
+        ("command_visible: 1\n", 1, "command_visible", "expected true or false"),
+        ("command_visible:\n", 1, "command_visible", "needs a value"),
         ("name: x\npriority: [1]\n", 2, "priority", "expected a whole number, got a list"),
         ("priority:\n", 1, "priority", "needs a value"),
         ("name: x\n\ngpu: 2\n", 3, "gpu", "unknown field; did you mean 'gpus'?"),
@@ -212,6 +219,33 @@ def test_errors_of_the_whole_file(text: str, line: int, problem: str) -> None:
     assert caught.value.field is None
     assert problem in str(caught.value)
     assert str(caught.value).startswith(f"job.yaml:{line}: ")
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "field", "tag"),
+    [
+        ("command: !!python/object/apply:os.system ['id']\n", 1, "command", "!!python/object"),
+        ("command: !!python/name:os.system\n", 1, "command", "!!python/name:os.system"),
+        ("command: [python, !!python/bytes eA==]\n", 1, "command", "!!python/bytes"),
+        ("name: x\nenv:\n  A: !!binary aGk=\n", 3, "env", "!!binary"),
+        ("gpus: !local 2\n", 1, "gpus", "!local"),
+        ("checkpoint: !!set {SIGUSR1}\n", 1, "checkpoint", "!!set"),
+        ("--- !!python/object:os.Thing\ncommand: x\n", 1, None, "!!python/object:os.Thing"),
+    ],
+)
+def test_unknown_yaml_tags_are_refused(text: str, line: int, field: str | None, tag: str) -> None:
+    # Read as text they once ran: `!!python/object/apply:os.system [...]` became a command.
+    with pytest.raises(JobFileError) as caught:
+        parse_job_text(text, "job.yaml")
+    err = caught.value
+    assert (err.line, err.field) == (line, field)
+    assert f"the YAML tag {tag}" in err.problem and "not allowed" in err.problem
+
+
+def test_plain_tags_that_resolve_to_data_are_read() -> None:
+    text = "command: !!str python\nworkers: !!int 2\nname: 2024-01-01\nlimit_s: !!float 60\n"
+    spec = parse_job_text(text).spec
+    assert spec == {"command": ["python"], "workers": 2, "name": "2024-01-01", "limit_s": 60.0}
 
 
 @pytest.mark.parametrize("text", ["", "# only a comment\n", "---\n"])

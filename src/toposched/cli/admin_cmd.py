@@ -74,7 +74,7 @@ def top_node(server: str = SERVER, as_json: bool = JSON) -> None:
 def top_job(server: str = SERVER, as_json: bool = JSON) -> None:
     """Running jobs, one line each: shape, GPUs (node:indices per worker), time running."""
     with api(server) as client:
-        jobs = client.jobs(states=["running", "stopping"])
+        jobs = list(client.all_jobs(states=["running", "stopping"]))
     if as_json:
         emit_json({"jobs": jobs})
         return

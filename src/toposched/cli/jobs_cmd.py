@@ -6,8 +6,11 @@ Exit codes of every server command: 0 ok; 1 the server failed; 2 bad input (here
 
 from __future__ import annotations
 
+import itertools
 import json
+import math
 import os
+import shlex
 import sys
 import time
 from collections.abc import Iterator
@@ -21,7 +24,15 @@ from rich.markup import escape
 from rich.table import Table
 
 from toposched.cli.output import EXIT_BAD_INPUT, console, emit_json, fail
-from toposched.client.http import UNREACHABLE, ApiError, Client, ConfigError, is_local
+from toposched.client.http import (
+    UNREACHABLE,
+    ApiError,
+    BadToken,
+    Client,
+    ConfigError,
+    JobFilters,
+    is_local,
+)
 from toposched.client.jobfile import (
     JobFile,
     JobFileError,
@@ -44,6 +55,7 @@ STATUS_EXIT = {
     403: EXIT_NOT_ALLOWED,
     404: EXIT_NOT_FOUND,
     409: EXIT_CONFLICT,
+    413: EXIT_BAD_INPUT,
     422: EXIT_BAD_INPUT,
 }
 
@@ -90,6 +102,8 @@ def api(server: str | None) -> Iterator[Client]:
     with the documented exit code."""
     try:
         client = Client.from_env(server, on_retry=_retrying)
+    except BadToken as err:
+        fail(str(err), EXIT_NOT_ALLOWED)
     except ConfigError as err:
         fail(str(err), EXIT_BAD_INPUT)
     try:
@@ -294,6 +308,12 @@ def submit(
         metavar="DIR",
         help="Working directory of the workers (default, for this machine's server: here).",
     ),
+    command_visible: bool = typer.Option(
+        None,
+        "--command-visible/--command-hidden",
+        help="Whether other teams may see the command (default: hidden from them).",
+        show_default=False,
+    ),
     server: str = SERVER,
     as_json: bool = JSON,
 ) -> None:
@@ -301,6 +321,8 @@ def submit(
 
     Example: toposched submit --workers 2 --gpus 4 -- python train.py --epochs 3
     """
+    _finite("--limit", limit)
+    _finite("--checkpoint-grace", checkpoint_grace)
     jobfile: JobFile | None = None
     base: dict[str, Any] = {}
     if file is not None:
@@ -321,6 +343,7 @@ def submit(
         "max_restarts": max_restarts,
         "limit_s": limit,
         "workdir": workdir,
+        "command_visible": command_visible,
         "command": list(command) if command else None,
     }
     overrides.update({key: value for key, value in given.items() if value is not None})
@@ -360,6 +383,12 @@ def submit(
     )
 
 
+def _finite(flag: str, value: float | None) -> None:
+    """Exit 2 on inf or nan: no number of seconds, and not even JSON."""
+    if value is not None and not math.isfinite(value):
+        fail(f"{flag}: expected a finite number of seconds, got {value}", EXIT_BAD_INPUT)
+
+
 # ---------------------------------------------------------------------- the others
 
 
@@ -378,27 +407,68 @@ def get(
 
 
 def list_jobs(
-    all_jobs: bool = typer.Option(False, "--all", "-a", help="Include ended jobs."),
+    all_jobs: bool = typer.Option(
+        False, "--all", "-a", help="Include ended jobs, and show every page."
+    ),
     state: list[str] = typer.Option(
         None, "--state", help="Only jobs in this state; repeatable (pending, running, ...)."
     ),
     queue: str = typer.Option(None, "--queue", help="Only jobs of this queue."),
     owner: str = typer.Option(None, "--owner", help="Only jobs of this user."),
-    limit: int = typer.Option(None, "--limit", help="At most this many jobs."),
+    limit: int = typer.Option(
+        None,
+        "--limit",
+        min=1,
+        help="Jobs per page (server default 100, at most 1000); with --all, at most this "
+        "many jobs in all.",
+    ),
+    continue_: str = typer.Option(
+        None,
+        "--continue",
+        metavar="TOKEN",
+        help="Start after the page that printed this token (give the same filters).",
+    ),
     server: str = SERVER,
     as_json: bool = JSON,
 ) -> None:
-    """List jobs: the live ones (pending, running, stopping) unless --all or --state."""
+    """List jobs in submission order, one page: the live ones (pending, running, stopping)
+    unless --all or --state. --all shows ended jobs too, and every page."""
+    filters = JobFilters(states=state, queue=queue, owner=owner, all=all_jobs)
     with api(server) as client:
-        jobs = client.jobs(states=state, queue=queue, owner=owner, all=all_jobs, limit=limit)
+        if all_jobs:
+            size = min(limit or MAX_PAGE, MAX_PAGE)
+            walk = client.all_jobs(page_size=size, continue_=continue_, **filters)
+            jobs, more = list(itertools.islice(walk, limit)), None
+        else:
+            page = client.job_page(limit=limit, continue_=continue_, **filters)
+            jobs, more = page.jobs, page.continue_
     if as_json:
-        emit_json({"jobs": jobs})
+        emit_json({"jobs": jobs, "metadata": {"continue": more}})
         return
     if not jobs:
         hint = "" if all_jobs or state else " (--all shows ended ones too)"
         console.print(f"no jobs{hint}")
         return
     console.print(jobs_table(jobs))
+    if more is not None:
+        sys.stderr.write(f"more jobs: {_next_command(more, limit, state, queue, owner)}\n")
+
+
+# The server's largest page.
+MAX_PAGE = 1000
+
+
+def _next_command(
+    token: str, limit: int | None, state: list[str] | None, queue: str | None, owner: str | None
+) -> str:
+    """The command that shows the next page, with the filters of this one."""
+    words = ["toposched", "list"]
+    words += [word for value in state or [] for word in ("--state", value)]
+    for flag, value in (("--queue", queue), ("--owner", owner), ("--limit", limit)):
+        if value is not None:
+            words += [flag, str(value)]
+    words += ["--continue", token]
+    return f"{shlex.join(words)} (or --all for every page)"
 
 
 def logs(

@@ -16,7 +16,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 from urllib.parse import quote, urlsplit
 
 from toposched.common.paths import ADMIN_TOKEN_FILE, default_data_dir, loopback
@@ -56,6 +56,39 @@ NO_RETRY = Retry(tries=1)
 
 class ConfigError(ValueError):
     """The client cannot be set up as asked (a malformed server URL); nothing was sent."""
+
+
+class BadToken(ConfigError):
+    """The token cannot be sent (it is no HTTP header value); nothing was sent."""
+
+
+def check_token(token: str, source: str) -> None:
+    """Raise BadToken unless `token` is one line of printable ASCII, as tokens are: a newline
+    would break the request's header, and looked like a lost connection."""
+    bad = next((char for char in token if not "!" <= char <= "~"), None)
+    if bad is not None:
+        what = {"\n": "a newline", "\r": "a carriage return", " ": "a space"}.get(bad, repr(bad))
+        raise BadToken(
+            f"the token from {source or 'the caller'} is not valid: it contains {what}; "
+            "a token is one word of printable characters (see `toposched token create`)"
+        )
+
+
+class JobFilters(TypedDict, total=False):
+    """Which jobs a list shows: live ones unless `all` (ended too) or `states`."""
+
+    states: list[str] | None
+    queue: str | None
+    owner: str | None
+    all: bool
+
+
+@dataclass(frozen=True)
+class JobPage:
+    """One page of `GET /jobs`: `continue_` is set while more remain (pass it back)."""
+
+    jobs: list[dict[str, Any]]
+    continue_: str | None
 
 
 class ApiError(Exception):
@@ -182,6 +215,8 @@ class Client:
         self.retry = retry
         self.on_retry = on_retry  # told, in a line, of each retry and why
         self.sleep = sleep
+        if token:
+            check_token(token, token_source)
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._http: httpx.Client = _httpx().Client(
             base_url=self.url + API, headers=headers, timeout=timeout, transport=transport
@@ -306,27 +341,53 @@ class Client:
         return result
 
     def jobs(
+        self, *, limit: int | None = None, **filters: Unpack[JobFilters]
+    ) -> list[dict[str, Any]]:
+        """The first page of jobs (`limit` per page, else the server's default)."""
+        return self.job_page(limit=limit, **filters).jobs
+
+    def job_page(
         self,
         *,
-        states: list[str] | None = None,
-        queue: str | None = None,
-        owner: str | None = None,
-        all: bool = False,
         limit: int | None = None,
-    ) -> list[dict[str, Any]]:
+        continue_: str | None = None,
+        **filters: Unpack[JobFilters],
+    ) -> JobPage:
+        """One page of GET /jobs: the first, or the one after the page that gave `continue_`
+        (with the same filters)."""
         params: dict[str, Any] = {}
-        if states:
-            params["state"] = states
-        if queue:
-            params["queue"] = queue
-        if owner:
-            params["owner"] = owner
-        if all:
+        if filters.get("states"):
+            params["state"] = filters["states"]
+        for key in ("queue", "owner"):
+            if filters.get(key):
+                params[key] = filters[key]
+        if filters.get("all"):
             params["all"] = "true"
         if limit is not None:
             params["limit"] = limit
-        result: list[dict[str, Any]] = self._request("GET", "/jobs", params=params)["jobs"]
-        return result
+        if continue_ is not None:
+            params["continue"] = continue_
+        answer = self._request("GET", "/jobs", params=params)
+        token = (answer.get("metadata") or {}).get("continue")
+        return JobPage(answer["jobs"], token)
+
+    def all_jobs(
+        self,
+        *,
+        page_size: int | None = None,
+        continue_: str | None = None,
+        **filters: Unpack[JobFilters],
+    ) -> Iterator[dict[str, Any]]:
+        """Every job the filters match (after the page that gave `continue_`, if given), page
+        by page, in submission order: each job once, even while others are submitted (they
+        come last)."""
+        token = continue_
+        while True:
+            page = self.job_page(limit=page_size, continue_=token, **filters)
+            yield from page.jobs
+            if page.continue_ is None:
+                return
+            token = page.continue_
 
     def job(self, name: str) -> dict[str, Any]:
         """The JobOut with its history."""

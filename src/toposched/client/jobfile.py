@@ -13,6 +13,7 @@
     command: python train.py --model resnet50   # a string (split as a shell would) or a list
     env: {NCCL_DEBUG: WARN}
     workdir: /data/runs
+    command_visible: false       # true: other teams may see the command (hidden from them)
 
 Types are checked here, with the file and line of each mistake; ranges and names are the
 server's to check (its 422 names the field, and `JobFile.lines` maps it back to a line).
@@ -37,6 +38,12 @@ FLOAT = "tag:yaml.org,2002:float"
 BOOL = "tag:yaml.org,2002:bool"
 NULL = "tag:yaml.org,2002:null"
 STR = "tag:yaml.org,2002:str"
+# The tags plain YAML data resolves to; any other (`!!python/object/apply:...`, `!!binary`, a
+# local `!tag`) is refused, not read as text: `topology parse` refuses them too.
+PLAIN_TAGS = frozenset(
+    f"tag:yaml.org,2002:{kind}"
+    for kind in ("str", "int", "float", "bool", "null", "seq", "map", "timestamp")
+)
 KIND = {INT: "a whole number", FLOAT: "a number", BOOL: "a boolean", NULL: "nothing (null)"}
 
 
@@ -158,7 +165,36 @@ def parse_job_text(text: str, path: str = "<job file>") -> JobFile:
             None,
             f"a job file is a mapping of fields (command: ..., gpus: ...), not {_kind(root)}",
         )
+    _check_tags(root, path)
     return _Reader(path).job(root)
+
+
+def _check_tags(root: MappingNode, path: str) -> None:
+    """Refuse any node under a field that carries a tag plain data does not resolve to."""
+    if root.tag not in PLAIN_TAGS:
+        raise JobFileError(path, _line(root), None, _tag_problem(root))
+    for key_node, value in root.value:
+        field = str(key_node.value) if isinstance(key_node, ScalarNode) else None
+        for node in _nodes(key_node, value):
+            if node.tag not in PLAIN_TAGS:
+                raise JobFileError(path, _line(node), field, _tag_problem(node))
+
+
+def _tag_problem(node: Node) -> str:
+    tag = str(node.tag).replace("tag:yaml.org,2002:", "!!")
+    return f"the YAML tag {tag} is not allowed: a job file holds plain data"
+
+
+def _nodes(*nodes: Node) -> Iterable[Node]:
+    """Every node under `nodes`, them included (a job file is a tree: no anchors loop)."""
+    todo = list(nodes)
+    while todo:
+        node = todo.pop()
+        yield node
+        if isinstance(node, SequenceNode):
+            todo.extend(node.value)
+        elif isinstance(node, MappingNode):
+            todo.extend(part for pair in node.value for part in pair)
 
 
 def _line(node: Node) -> int:
@@ -260,6 +296,12 @@ class _Reader:
             raise self.fail(node, name, f"expected a finite number, got {scalar.value}")
         return value
 
+    def boolean(self, node: Node, name: str) -> bool:
+        scalar = self.scalar(node, name, "true or false")
+        if scalar.tag != BOOL:
+            raise self.fail(node, name, f"expected true or false, got {_kind(node)}")
+        return bool(_construct(scalar))
+
     def restart(self, node: Node, name: str) -> str:
         value = self.text(node, name)
         if value not in RESTART:
@@ -353,4 +395,5 @@ FIELDS: dict[str, tuple[Reader, bool]] = {
     "command": (_Reader.command, False),
     "env": (_Reader.env, False),
     "workdir": (_Reader.text, True),
+    "command_visible": (_Reader.boolean, False),
 }

@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
-from fastapi import FastAPI, Request, status
+import json
+import math
+from typing import Any
+
+from fastapi import FastAPI, HTTPException, Request, status
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import SQLAlchemyError
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from toposched import __version__
+from toposched.dashboard import mount_dashboard
 from toposched.server import routes_cluster, routes_jobs
 from toposched.server.deps import ServerState
 from toposched.server.metrics import Metrics
@@ -26,11 +34,87 @@ def create_app(runtime: Runtime, metrics: Metrics, *, auth: bool = True) -> Fast
     app.state.toposched = ServerState(runtime, metrics, auth, __version__)
     app.include_router(routes_jobs.router)
     app.include_router(routes_cluster.router)
+    mount_dashboard(app)  # the dashboard at /, and /docs without a CDN
     app.add_exception_handler(RuntimeBroken, _unavailable)
     app.add_exception_handler(Unavailable, _unavailable)
     app.add_exception_handler(StoreError, _database)
     app.add_exception_handler(SQLAlchemyError, _database)
+    app.add_exception_handler(RequestValidationError, _invalid)
+    app.add_middleware(BoundedBody)
     return app
+
+
+# The largest request body read: far over a job at its bounds (64 KiB of command, 64 KiB of
+# environment), so that an oversized field still gets its 422 naming it; a larger body is
+# refused before it is read into memory.
+MAX_BODY_BYTES = 16 * 1024 * 1024
+
+
+class BoundedBody:
+    """Answers 413 to a request body over MAX_BODY_BYTES, whether it says its length or not."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope["headers"]).get(b"content-length", b"0")
+        if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+            await _too_large(scope, receive, send)
+            return
+        seen = 0
+
+        async def counted() -> Message:
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > MAX_BODY_BYTES:
+                # An HTTPException: FastAPI passes it on as it is while it reads the body.
+                raise HTTPException(status.HTTP_413_CONTENT_TOO_LARGE, TOO_LARGE)
+            return message
+
+        await self.app(scope, counted, send)
+
+
+TOO_LARGE = f"the request body is over {MAX_BODY_BYTES} bytes (16 MiB); nothing was stored"
+
+
+async def _too_large(scope: Scope, receive: Receive, send: Send) -> None:
+    await JSONResponse({"detail": TOO_LARGE}, status.HTTP_413_CONTENT_TOO_LARGE)(
+        scope, receive, send
+    )
+
+
+# A refused field's value is echoed back only when short: a 10 MB command is not.
+ECHO_CHARS = 200
+
+
+async def _invalid(_request: Request, err: Exception) -> JSONResponse:
+    """FastAPI's 422, one entry per bad field, with each `input` made fit for JSON: a NaN
+    or Infinity sent (Python's JSON reads them) cannot be written back, and made a 500."""
+    assert isinstance(err, RequestValidationError)
+    detail = [_entry(entry) for entry in jsonable_encoder(err.errors())]
+    return JSONResponse({"detail": detail}, status.HTTP_422_UNPROCESSABLE_CONTENT)
+
+
+def _entry(entry: dict[str, Any]) -> dict[str, Any]:
+    entry = {key: _finite(value) for key, value in entry.items()}
+    if "input" in entry and len(json.dumps(entry["input"])) > ECHO_CHARS:
+        del entry["input"]
+    return entry
+
+
+def _finite(value: Any) -> Any:
+    """`value` with each non-finite number as its text ("nan", "inf")."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_finite(item) for item in value]
+    return value
 
 
 async def _unavailable(_request: Request, err: Exception) -> JSONResponse:

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
+import hashlib
+import json
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, HTTPException, Query, Response, status
 from fastapi.responses import StreamingResponse
@@ -18,9 +23,11 @@ from toposched.server.runtime import LIVE, Conflict, NotFound, Runtime, SubmitRe
 from toposched.server.schemas import (
     Explanation,
     HistoryOut,
-    JobList,
     JobOut,
+    JobPage,
     JobSubmit,
+    JobSummary,
+    ListMeta,
     WorkerOut,
 )
 from toposched.store import DuplicateJob, JobRow
@@ -33,27 +40,29 @@ STATES = tuple(state.value for state in JobState)
 HIDDEN = "(hidden)"
 
 
-def job_out(
-    runtime: Runtime,
-    row: JobRow,
-    viewer: Principal,
-    *,
-    history: bool = False,
-    reason: str | None = None,
-) -> JobOut:
-    """The job as `viewer` may see it: another team's environment values are hidden (they
-    often hold keys); its state, placement and command are not. `reason`: the core's, if the
-    caller has it already."""
+def visible_spec(row: JobRow, viewer: Principal) -> dict[str, Any]:
+    """The job's spec as `viewer` may see it: another team sees neither its environment's
+    values (they often hold keys) nor, unless its owner marked it `command_visible`, its
+    command (a secret may be an argument); its state and placement are not hidden."""
     spec = row.spec
-    if not viewer.may_touch(row.queue) and spec.get("env"):
+    if viewer.may_touch(row.queue):
+        return spec
+    if spec.get("env"):
         spec = {**spec, "env": dict.fromkeys(spec["env"], HIDDEN)}
-    return JobOut(
+    if not spec.get("command_visible"):
+        spec = {**spec, "command": [HIDDEN]}
+    return spec
+
+
+def _common(row: JobRow, reason: str) -> dict[str, Any]:
+    """What `get` and a list row share."""
+    return dict(
         name=row.name,
         owner=row.owner,
         queue=row.queue,
         priority=row.priority,
         state=row.state,
-        reason=runtime.reason(row) if reason is None else reason,
+        reason=reason,
         workers=row.spec["workers"],
         gpus_per_worker=row.spec["gpus"],
         placement=[
@@ -65,12 +74,37 @@ def job_out(
         submitted_at=row.submitted_at,
         started_at=row.started_at,
         ended_at=row.ended_at,
-        command=row.spec["command"],
+    )
+
+
+def job_out(
+    runtime: Runtime,
+    row: JobRow,
+    viewer: Principal,
+    *,
+    history: bool = False,
+    reason: str | None = None,
+) -> JobOut:
+    """The whole job as `viewer` may see it (`visible_spec`). `reason`: the core's, if the
+    caller has it already."""
+    spec = visible_spec(row, viewer)
+    return JobOut(
+        **_common(row, runtime.reason(row) if reason is None else reason),
+        command=spec["command"],
         spec=spec,
         history=[HistoryOut(**vars(h)) for h in runtime.store.history(row.name)]
         if history
         else None,
     )
+
+
+# A list row's spec leaves out what may be large (up to the submit's limits): `get` has it.
+UNLISTED = ("command", "env", "workdir")
+
+
+def job_summary(row: JobRow, reason: str) -> JobSummary:
+    spec = {key: value for key, value in row.spec.items() if key not in UNLISTED}
+    return JobSummary(**_common(row, reason), spec=spec)
 
 
 def _row(runtime: Runtime, name: str) -> JobRow:
@@ -134,16 +168,25 @@ def _submit(
             f"user {who.user!r} (team {who.team!r}) may not submit to queue {queue!r}",
         )
     spec = body.model_dump(exclude={"name", "queue"})
+    if body.workdir is not None and not os.path.isdir(body.workdir):
+        # Refused now rather than failing at every start: the workers run on this machine.
+        raise _refused(
+            ["body", "workdir"], f"workdir {body.workdir!r} is not a directory on the server"
+        )
     try:
         row, replayed = server.runtime.submit(who.user, queue, spec, body.name, key)
     except SubmitRefused as err:
-        raise _refused(["body", "gpus"], str(err)) from None
+        raise _refused(["body", *err.field.split(".")], str(err)) from None
     except (DuplicateJob, Conflict) as err:
         raise HTTPException(status.HTTP_409_CONFLICT, str(err)) from None
     return job_out(server.runtime, row, who), replayed
 
 
-@router.get("", response_model=JobList)
+DEFAULT_PAGE = 100
+MAX_PAGE = 1000
+
+
+@router.get("", response_model=JobPage)
 def list_jobs(
     server: Server,
     who: Caller,
@@ -151,22 +194,79 @@ def list_jobs(
     queue: str | None = None,
     owner: str | None = None,
     all: Annotated[bool, Query(description="Include ended jobs.")] = False,
-    limit: Annotated[int, Query(ge=1, le=100_000)] = 1000,
-) -> JobList:
-    """Jobs in submission order: live ones only unless `all` or `state` says otherwise."""
+    limit: Annotated[
+        int, Query(ge=1, description=f"Jobs per page; at most {MAX_PAGE} are given.")
+    ] = DEFAULT_PAGE,
+    newest_first: Annotated[
+        bool, Query(description="Newest first (pages go back in time).")
+    ] = False,
+    continue_: Annotated[
+        str | None,
+        Query(
+            alias="continue",
+            max_length=200,
+            description="The `metadata.continue` of the page before, with the same filters.",
+        ),
+    ] = None,
+) -> JobPage:
+    """One page of jobs in submission order (or newest first): live ones only unless `all`
+    or `state` says otherwise. `metadata.continue` is set while more remain: pass it back
+    (with the same filters) for the next page. A `limit` over the largest page gets that page,
+    as Kubernetes gives fewer than asked."""
     for i, value in enumerate(state or []):
         if value not in STATES:
             raise _refused(["query", "state", str(i)], f"{value!r} is not one of {STATES}")
     states = state or (None if all else list(LIVE))
+    scope = _scope(states, queue, owner, newest_first)
+    after = None if continue_ is None else _after(continue_, scope)
+    limit = min(limit, MAX_PAGE)
     rows = server.runtime.store.jobs(
-        states=states, queue=queue, owner=owner, limit=limit, newest_first=all and not state
+        states=states,
+        queue=queue,
+        owner=owner,
+        limit=limit + 1,
+        newest_first=newest_first,
+        after_seq=after,
     )
-    if all and not state:
-        rows.reverse()
+    more = len(rows) > limit
+    rows = rows[:limit]
     reasons = server.runtime.reasons(rows)
-    return JobList(
-        jobs=[job_out(server.runtime, row, who, reason=reasons[row.name]) for row in rows]
+    token = _token(rows[-1].seq, scope) if more else None
+    return JobPage(
+        jobs=[job_summary(row, reasons[row.name]) for row in rows],
+        metadata=ListMeta(**{"continue": token}),
     )
+
+
+def _scope(states: list[str] | None, queue: str | None, owner: str | None, newest: bool) -> str:
+    """The filters and order a continue token belongs to: another list's would skip jobs."""
+    said = json.dumps([sorted(states) if states is not None else None, queue, owner, newest])
+    return hashlib.sha256(said.encode()).hexdigest()[:16]
+
+
+def _token(seq: int, scope: str) -> str:
+    said = json.dumps({"after": seq, "scope": scope}, separators=(",", ":"))
+    return base64.urlsafe_b64encode(said.encode()).decode().rstrip("=")
+
+
+def _after(token: str, scope: str) -> int:
+    """The seq a continue token goes on after; 422 for a token that is not one of this list."""
+    try:
+        said = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+        after, made_for = said["after"], said["scope"]
+        if type(after) is not int or after < 0:
+            raise ValueError
+    except (ValueError, TypeError, KeyError, binascii.Error):
+        raise _refused(
+            ["query", "continue"], "not a continue token of this server (start the list again)"
+        ) from None
+    if made_for != scope:
+        raise _refused(
+            ["query", "continue"],
+            "the continue token is of a list with other filters (state, queue, owner, all) "
+            "or order (newest_first)",
+        )
+    return after
 
 
 @router.get("/{name}", response_model=JobOut)

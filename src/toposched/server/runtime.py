@@ -35,6 +35,7 @@ from toposched.core import (
     Event,
     JobCancelled,
     JobFinished,
+    JobSpec,
     JobState,
     JobStopped,
     JobSubmitted,
@@ -88,7 +89,11 @@ class Unavailable(RuntimeError):
 
 
 class SubmitRefused(ValueError):
-    """A submission the cluster can never run; nothing was stored."""
+    """A submission the cluster can never run; nothing was stored. `field`: the one at fault."""
+
+    def __init__(self, message: str, field: str = "gpus") -> None:
+        super().__init__(message)
+        self.field = field
 
 
 class NotFound(LookupError):
@@ -305,6 +310,7 @@ class Runtime(Driver):
             never = self.core.never_fits(core)
             if never:
                 raise SubmitRefused(never)
+            self._bound_elastic(core)
             if self.view.knows(name):
                 raise Conflict(f"a job named {name!r} already exists")
             now = self.clock()
@@ -318,6 +324,19 @@ class Runtime(Driver):
             if self.view.job(name).state is JobState.PENDING:
                 return row, False  # still as stored: skip reading it back
             return self.store.job(name) or row, False
+
+    def _bound_elastic(self, spec: JobSpec) -> None:
+        """An elastic job may grow no further than the cluster holds, as its workers may not:
+        a larger maximum would only be a promise never kept."""
+        if spec.elastic is None:
+            return
+        most = self.node.size // spec.gpus_per_worker
+        if spec.elastic.max_workers > most:
+            raise SubmitRefused(
+                f"elastic max ({spec.elastic.max_workers}) is more workers of "
+                f"{spec.gpus_per_worker} GPU(s) than the cluster holds ({most})",
+                "elastic.max",
+            )
 
     def cancel(self, name: str) -> JobRow:
         with self.lock:

@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import posixpath
 import re
 from signal import Signals
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from toposched.core.job import Checkpoint, JobError, LocalityRule
 
@@ -17,19 +25,61 @@ NAME_RULE = (
 )
 
 
+# Bounds on what a job stores, so that no answer grows without bound (a job's `get` carries
+# all of it): Linux takes 2 MiB of arguments and environment, far more than a job needs here.
+MAX_COMMAND_BYTES = 64 * 1024
+MAX_ENV_BYTES = 64 * 1024
+MAX_WORKDIR_BYTES = 4096
+# Signals a process cannot catch: a job cannot save its state on them.
+UNCATCHABLE = ("SIGKILL", "SIGSTOP")
+
+
 def check_name(value: str, what: str) -> str:
-    if not NAME.match(value):
+    # fullmatch: `$` would let a trailing newline through.
+    if not NAME.fullmatch(value):
         raise ValueError(f"{what} {value!r}: use {NAME_RULE}")
     return value
 
 
+def no_nul(value: str, what: str) -> str:
+    """`value`, unless it holds a NUL: no C string (argv, environ, a path) can carry one."""
+    if "\0" in value:
+        raise ValueError(f"{what} {value[:60]!r} contains a NUL character")
+    return value
+
+
+def check_size(used: int, limit: int, what: str) -> None:
+    if used > limit:
+        raise ValueError(f"{what} is {used} bytes; at most {limit} bytes ({limit // 1024} KiB)")
+
+
+def utf8_len(words: list[str]) -> int:
+    return sum(len(word.encode("utf-8", "surrogatepass")) for word in words)
+
+
+def check_workdir(value: str) -> str:
+    """An absolute path with no `.` or `..` step (what it names is what the workers get)."""
+    no_nul(value, "workdir")
+    check_size(utf8_len([value]), MAX_WORKDIR_BYTES, "workdir")
+    if not value.startswith("/"):
+        raise ValueError(f"workdir {value!r} must be an absolute path")
+    if any(part in (".", "..") for part in value.split("/")):
+        plain = posixpath.normpath(value)
+        raise ValueError(f"workdir {value!r} must not contain '.' or '..' steps (write {plain!r})")
+    return value
+
+
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # Strict types: JSON `true` is no worker count, nor "5" a priority.
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+Seconds = Annotated[float, Field(allow_inf_nan=False)]
 
 
 class ElasticIn(Strict):
-    min: Annotated[int, Field(ge=1)]
-    max: Annotated[int, Field(ge=1)]
+    min: Annotated[int, Field(ge=1, le=4096)]
+    max: Annotated[int, Field(ge=1, le=4096)]
 
     @model_validator(mode="after")
     def _order(self) -> ElasticIn:
@@ -40,7 +90,7 @@ class ElasticIn(Strict):
 
 class CheckpointIn(Strict):
     signal: str = "SIGTERM"
-    grace_s: Annotated[float, Field(ge=0, le=86_400)] = 30.0
+    grace_s: Annotated[Seconds, Field(ge=0, le=86_400)] = 30.0
 
     @field_validator("signal")
     @classmethod
@@ -53,6 +103,11 @@ class CheckpointIn(Strict):
         # of the job fail, leaving it stopping for ever with its GPUs held.
         if value.upper() not in Signals.__members__:
             raise ValueError(f"checkpoint signal {value!r} is not a signal of this system")
+        if value.upper() in UNCATCHABLE:
+            raise ValueError(
+                f"checkpoint signal {value!r} cannot be caught, so nothing can checkpoint on it; "
+                "use one such as SIGUSR1 or SIGTERM"
+            )
         return value
 
 
@@ -69,10 +124,13 @@ class JobSubmit(Strict):
     checkpoint: CheckpointIn | None = None
     restart: Literal["never", "on-failure"] = "never"
     max_restarts: Annotated[int, Field(ge=0, le=100)] = 3
-    limit_s: Annotated[float, Field(gt=0)] | None = None
+    limit_s: Annotated[Seconds, Field(gt=0)] | None = None
     command: Annotated[list[str], Field(min_length=1)]
     env: dict[str, str] = Field(default_factory=dict)
     workdir: str | None = None
+    command_visible: bool = Field(
+        False, description="Whether other teams may see the command (their view hides it)."
+    )
 
     @field_validator("name")
     @classmethod
@@ -98,15 +156,25 @@ class JobSubmit(Strict):
     def _command(cls, value: list[str]) -> list[str]:
         if not value[0].strip():
             raise ValueError("the command's first word (the program) must not be empty")
+        for i, word in enumerate(value):
+            no_nul(word, f"word {i} of the command")
+        check_size(utf8_len(value), MAX_COMMAND_BYTES, "the command")
         return value
 
     @field_validator("env")
     @classmethod
     def _env(cls, value: dict[str, str]) -> dict[str, str]:
-        for key in value:
-            if not ENV_KEY.match(key):
-                raise ValueError(f"environment variable name {key!r} is not valid")
+        for key, text in value.items():
+            if not ENV_KEY.fullmatch(key):
+                raise ValueError(f"environment variable name {key[:60]!r} is not valid")
+            no_nul(text, f"the value of environment variable {key}")
+        check_size(utf8_len([*value, *value.values()]), MAX_ENV_BYTES, "the environment")
         return value
+
+    @field_validator("workdir")
+    @classmethod
+    def _workdir(cls, value: str | None) -> str | None:
+        return None if value is None else check_workdir(value)
 
     @model_validator(mode="after")
     def _elastic_range(self) -> JobSubmit:
@@ -131,7 +199,10 @@ class HistoryOut(BaseModel):
     reason: str
 
 
-class JobOut(BaseModel):
+class JobSummary(BaseModel):
+    """A job in a list: what `get` shows but its command, environment and history (a list
+    stays cheap however large those are)."""
+
     name: str
     owner: str
     queue: str
@@ -146,13 +217,30 @@ class JobOut(BaseModel):
     submitted_at: float
     started_at: float | None
     ended_at: float | None
-    command: list[str]
     spec: dict[str, Any]
+
+
+class JobOut(JobSummary):
+    """The whole job, as `get` shows it."""
+
+    command: list[str]
     history: list[HistoryOut] | None = None
+
+
+class ListMeta(BaseModel):
+    # Named as Kubernetes names it: pass it back as `?continue=` for the next page.
+    continue_: str | None = Field(None, alias="continue", serialization_alias="continue")
 
 
 class JobList(BaseModel):
     jobs: list[JobOut]
+
+
+class JobPage(BaseModel):
+    """A page of `GET /api/v1/jobs`: `metadata.continue` is set while more remain."""
+
+    jobs: list[JobSummary]
+    metadata: ListMeta
 
 
 class Explanation(BaseModel):
@@ -183,6 +271,11 @@ class NodeList(BaseModel):
 class LabelIn(Strict):
     key: Annotated[str, Field(min_length=1, max_length=300)]
     value: Annotated[str, Field(max_length=300)] | None
+
+    @field_validator("key", "value")
+    @classmethod
+    def _no_nul(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return None if value is None else no_nul(value, f"label {info.field_name}")
 
 
 class QueueOut(BaseModel):

@@ -329,9 +329,16 @@ class Store:
         owner: str | None = None,
         limit: int | None = None,
         newest_first: bool = False,
+        after_seq: int | None = None,
     ) -> list[JobRow]:
-        """Jobs matching every filter given, in submission order (or newest first)."""
+        """Jobs matching every filter given, in submission order (or newest first);
+        `after_seq`: only those after the job of that `seq` in that order (a page's
+        continuation: seq only grows, and jobs are never deleted, so pages neither skip nor
+        repeat a job)."""
         query = select(schema.jobs)
+        if after_seq is not None:
+            seq = schema.jobs.c.seq
+            query = query.where(seq < after_seq if newest_first else seq > after_seq)
         if states is not None:
             query = query.where(schema.jobs.c.state.in_(list(states)))
         if queue is not None:

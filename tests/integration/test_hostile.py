@@ -1,0 +1,241 @@
+"""Hostile input against a real server: each bad submission or label gets a 4xx naming the
+field, and creates nothing (issue 16's "bad input that gets in", issue 20 item 6)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
+from tests.server import Api, ServerProcess, running_server, worker
+from toposched.server.app import MAX_BODY_BYTES
+from toposched.server.schemas import MAX_COMMAND_BYTES, MAX_ENV_BYTES, JobSubmit, LabelIn
+
+MB = 1024 * 1024
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    with running_server(tmp_path_factory.mktemp("hostile")) as srv:
+        yield srv
+
+
+@pytest.fixture
+def api(server: ServerProcess) -> Iterator[Api]:
+    client = Api(server)
+    yield client
+    client.http.close()
+
+
+def every_job(api: Api) -> list[str]:
+    return [job["name"] for job in api.get("/api/v1/jobs?all=true&limit=1000")["jobs"]]
+
+
+def refused(api: Api, raw: str | bytes, field: str, said: str = "") -> dict[str, Any]:
+    """POST `raw` as the body: a 422 whose entries name `field` (dotted, after `body`), with
+    `said` in its message, and no job made."""
+    before = every_job(api)
+    reply = api.http.post("/api/v1/jobs", content=raw, headers={"Content-Type": "application/json"})
+    assert reply.status_code == 422, reply.text[:500]
+    detail = reply.json()["detail"]
+    locs = {".".join(str(part) for part in entry["loc"][1:]) for entry in detail}
+    assert field in locs, detail
+    assert said in reply.text, detail
+    assert every_job(api) == before
+    body: dict[str, Any] = reply.json()
+    return body
+
+
+def body(**fields: Any) -> dict[str, Any]:
+    return {"command": ["true"], **fields}
+
+
+STRICT_TYPES = [
+    (body(workers=True), "workers"),
+    (body(workers="2"), "workers"),
+    (body(priority="5"), "priority"),
+    (body(gpus=1.0), "gpus"),
+    (body(max_restarts=False), "max_restarts"),
+    (body(command_visible="yes"), "command_visible"),
+    (body(elastic={"min": True, "max": 2}), "elastic.min"),
+]
+
+
+@pytest.mark.parametrize(("sent", "field"), STRICT_TYPES, ids=[f for _, f in STRICT_TYPES])
+def test_types_are_strict(api: Api, sent: dict[str, Any], field: str) -> None:
+    refused(api, json.dumps(sent), field)
+
+
+@pytest.mark.parametrize("signal", ["SIGKILL", "SIGSTOP"])
+def test_an_uncatchable_checkpoint_signal_is_refused(api: Api, signal: str) -> None:
+    sent = body(checkpoint={"signal": signal, "grace_s": 5})
+    refused(api, json.dumps(sent), "checkpoint.signal", "cannot be caught")
+
+
+# Python's JSON reads NaN and Infinity: they once made a 500 (the 422 could not be written).
+NON_FINITE = [
+    ('{"command": ["true"], "limit_s": NaN}', "limit_s"),
+    ('{"command": ["true"], "limit_s": Infinity}', "limit_s"),
+    ('{"command": ["true"], "limit_s": -Infinity}', "limit_s"),
+    ('{"command": ["true"], "checkpoint": {"grace_s": NaN}}', "checkpoint.grace_s"),
+    ('{"command": ["true"], "checkpoint": {"grace_s": Infinity}}', "checkpoint.grace_s"),
+]
+
+
+@pytest.mark.parametrize(("raw", "field"), NON_FINITE)
+def test_non_finite_numbers_are_refused_by_name(api: Api, raw: str, field: str) -> None:
+    answer = refused(api, raw, field)
+    assert "finite" in json.dumps(answer)
+
+
+NUL = [
+    (body(name="job\x00x"), "name"),
+    (body(name="job\n"), "name"),
+    (body(queue="default\x00"), "queue"),
+    (body(command=["true", "a\x00b"]), "command"),
+    (body(command=["tr\x00ue"]), "command"),
+    (body(env={"KEY": "a\x00b"}), "env"),
+    (body(env={"KEY\x00": "x"}), "env"),
+    (body(env={"KEY\n": "x"}), "env"),
+    (body(workdir="/tmp\x00/x"), "workdir"),
+]
+
+
+@pytest.mark.parametrize(("sent", "field"), NUL)
+def test_nul_and_newline_in_names_are_refused(api: Api, sent: dict[str, Any], field: str) -> None:
+    refused(api, json.dumps(sent), field)
+
+
+@pytest.mark.parametrize(
+    ("label", "field"),
+    [({"key": "a\x00b", "value": "x"}, "key"), ({"key": "team", "value": "x\x00"}, "value")],
+)
+def test_nul_in_a_label_is_refused(api: Api, label: dict[str, str], field: str) -> None:
+    before = api.get("/api/v1/nodes")["nodes"][0]["labels"]
+    reply = api.http.put("/api/v1/nodes/node-a/labels", json=label)
+    assert reply.status_code == 422, reply.text
+    assert [entry["loc"] for entry in reply.json()["detail"]] == [["body", field]]
+    assert api.get("/api/v1/nodes")["nodes"][0]["labels"] == before
+
+
+def test_sizes_are_bounded_and_said(api: Api) -> None:
+    huge = "x" * (10 * MB)
+    answer = refused(api, json.dumps(body(command=["echo", huge])), "command", "at most 65536")
+    # The refused value is not echoed back: the answer stays small.
+    assert len(json.dumps(answer)) < 2000
+    refused(api, json.dumps(body(env={"BIG": "y" * (5 * MB)})), "env", "at most 65536")
+    many = {f"K{i}": "v" * 1000 for i in range(MAX_ENV_BYTES // 1000 + 1)}
+    refused(api, json.dumps(body(env=many)), "env", "at most")
+    edge = ["echo", "z" * (MAX_COMMAND_BYTES - len("echo"))]
+    made = api.submit(name="at-the-limit", command=edge)
+    assert api.job(made["name"])["command"] == edge
+
+
+@pytest.mark.parametrize("declared", [True, False])
+def test_a_body_over_16_mib_is_refused_unread(api: Api, declared: bool) -> None:
+    before = every_job(api)
+    chunk = b"x" * MB
+
+    def chunks() -> Iterator[bytes]:
+        yield from [chunk] * (MAX_BODY_BYTES // MB + 1)
+
+    raw: bytes | Iterator[bytes] = chunk * (MAX_BODY_BYTES // MB + 1) if declared else chunks()
+    reply = api.http.post("/api/v1/jobs", content=raw, headers={"Content-Type": "application/json"})
+    assert reply.status_code == 413, reply.text
+    assert "over 16777216 bytes (16 MiB)" in reply.json()["detail"]
+    assert every_job(api) == before
+
+
+@pytest.mark.parametrize(
+    ("workdir", "said"),
+    [
+        ("/tmp/../etc", "'..'"),
+        ("/tmp/./x", "'.'"),
+        ("relative/dir", "absolute"),
+        ("/no/such/directory/here", "not a directory"),
+    ],
+)
+def test_a_bad_workdir_is_refused(api: Api, workdir: str, said: str) -> None:
+    refused(api, json.dumps(body(workdir=workdir)), "workdir", said)
+
+
+def test_an_existing_workdir_is_taken(api: Api, tmp_path: Path) -> None:
+    made = api.submit(name="in-a-dir", command=["true"], workdir=str(tmp_path))
+    assert made["spec"]["workdir"] == str(tmp_path)
+    api.until("in-a-dir", "succeeded")
+
+
+def test_elastic_max_is_bounded_by_the_cluster(api: Api) -> None:
+    # dgx1-v100: 8 GPUs, so at most 8 workers of 1 GPU, 4 of 2.
+    refused(api, json.dumps(body(elastic={"min": 1, "max": 9})), "elastic.max", "holds (8)")
+    sent = body(gpus=2, elastic={"min": 1, "max": 5})
+    refused(api, json.dumps(sent), "elastic.max", "holds (4)")
+    refused(api, json.dumps(body(elastic={"min": 1, "max": 10**9})), "elastic.max")
+    made = api.submit(name="grows-to-all", command=["true"], elastic={"min": 1, "max": 8})
+    assert made["spec"]["elastic"] == {"min": 1, "max": 8}
+    api.until("grows-to-all", "succeeded")
+
+
+def test_another_team_sees_no_command_unless_it_is_marked_visible(
+    api: Api, server: ServerProcess, out: Path
+) -> None:
+    made = api.http.post("/api/v1/tokens", json={"user": "eve", "team": "other"})
+    eve = Api(server, made.json()["token"])
+    secret = ["python", "-c", "pass", "--password=hunter2"]
+    api.submit(name="secretive", command=secret)
+    api.submit(name="open-book", command=["echo", "hello"], command_visible=True)
+    assert api.job("secretive")["command"] == secret  # the owner's team sees it
+    theirs = eve.job("secretive")
+    assert theirs["command"] == ["(hidden)"] and theirs["spec"]["command"] == ["(hidden)"]
+    assert "hunter2" not in json.dumps(theirs)
+    listed = eve.get("/api/v1/jobs?all=true")["jobs"]
+    assert "hunter2" not in json.dumps(listed)
+    assert eve.job("open-book")["command"] == ["echo", "hello"]
+    own = eve.submit(name="eves", **worker(out))
+    assert eve.job(own["name"])["command"] == worker(out)["command"]
+    eve.http.close()
+
+
+# ---------------------------------------------------------------------- the schema, property-style
+
+TEXT = st.text(st.characters(blacklist_categories=["Cs"]), max_size=20)
+
+
+@settings(max_examples=60, deadline=None)
+@given(before=TEXT, after=TEXT, where=st.sampled_from(["name", "arg", "env", "workdir", "label"]))
+def test_a_nul_anywhere_is_refused_by_the_schema(before: str, after: str, where: str) -> None:
+    nul = f"{before}\x00{after}"
+    sent: dict[str, Any] = {"command": ["true"]}
+    if where == "name":
+        sent["name"] = nul
+    elif where == "arg":
+        sent["command"] = ["true", nul]
+    elif where == "env":
+        sent["env"] = {"VAR": nul}
+    elif where == "workdir":
+        sent["workdir"] = "/" + nul
+    if where == "label":
+        with pytest.raises(ValidationError):
+            LabelIn.model_validate({"key": "k", "value": nul})
+        return
+    with pytest.raises(ValidationError) as raised:
+        JobSubmit.model_validate(sent)
+    field = "command" if where == "arg" else where
+    assert [err["loc"][0] for err in raised.value.errors()] == [field]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.floats(allow_nan=True, allow_infinity=True))
+def test_limit_s_is_a_positive_finite_number(value: float) -> None:
+    sent = {"command": ["true"], "limit_s": value}
+    if value > 0 and value != float("inf"):
+        assert JobSubmit.model_validate(sent).limit_s == value
+    else:
+        with pytest.raises(ValidationError):
+            JobSubmit.model_validate(sent)
