@@ -104,3 +104,21 @@ def test_sim_param_errors(cli: Callable[..., Result], tmp_path: Path) -> None:
     ):
         r = cli(*base, "--param", param)
         assert r.code == 2 and message in r.err, (param, r.err)
+
+
+def test_sim_reads_an_extra_catalog(cli: Callable[..., Result], tmp_path: Path) -> None:
+    """`--catalog` adds to the performance catalog (as `perf fit --out` writes one): a network
+    profile only it defines can be named, and its mistakes name the file."""
+    catalog = tmp_path / "lab.yaml"
+    catalog.write_text("networks:\n  lab-10g:\n    bandwidth_gbps: 1.1\n    latency_us: 20\n")
+    base = ["sim", "--trace", PHILLY, "--cluster", "2*dgx1-v100", "--limit", "20"]
+    base += ["--policy", "toposched", "--out", str(tmp_path / "run"), "--no-plots", "--json"]
+    r = cli(*base, "--network", "lab-10g")
+    assert r.code == 2 and "lab-10g" in r.err
+    r = cli(*base, "--network", "lab-10g", "--catalog", str(catalog))
+    assert r.code == 0, r.err
+    assert r.json()["policies"]["toposched"]["jobs"] == 20
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("networks: [oops\n")
+    r = cli(*base, "--catalog", str(broken))
+    assert r.code == 2 and "broken.yaml" in r.err, r.err

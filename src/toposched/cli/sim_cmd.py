@@ -14,6 +14,7 @@ from toposched.cli.output import console, emit_json, fail
 from toposched.cli.params import policy_params
 from toposched.core import SCHEDULER_POLICIES, PolicyError, make_scheduler_policy
 from toposched.dashboard.simreport import write_html
+from toposched.discovery.catalog_files import load_catalog
 from toposched.discovery.files import load_cluster
 from toposched.perf import PerfError, PerfModel
 from toposched.sim.engine import SimResult, Simulation
@@ -89,6 +90,11 @@ def sim(
         None, "--html", help="Also write one self-contained HTML report (tables, SVG plots)."
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the metrics as JSON."),
+    catalogs: list[str] = typer.Option(
+        [],
+        "--catalog",
+        help="Extra performance catalog YAML (repeatable; `perf fit --out` writes one).",
+    ),
 ) -> None:
     """Replay a trace with each policy; print a side-by-side table and write files to --out."""
     names = [p.strip() for p in policy.split(",") if p.strip()]
@@ -114,7 +120,7 @@ def sim(
     try:
         built = load_cluster(cluster)
         jobs = read_trace(trace, format, skip_bad=skip_bad, limit=limit, seed=seed)
-        perf = PerfModel()
+        perf = PerfModel(load_catalog(catalogs))
         if network is not None:
             perf.catalog.network(network)  # an unknown profile fails here, naming the known ones
         if not jobs.jobs:
