@@ -27,11 +27,13 @@ import uvicorn
 from fastapi import FastAPI, Query, Response
 
 from toposched.dashboard import mount_dashboard
+from toposched.server.routes_jobs import DEFAULT_PAGE, MAX_PAGE
 from toposched.server.schemas import (
     GpuOut,
     Health,
-    JobList,
-    JobOut,
+    JobPage,
+    JobSummary,
+    ListMeta,
     NodeList,
     NodeOut,
     QueueList,
@@ -44,13 +46,13 @@ from toposched.topology.presets import dgx1_v100
 TEAMS = ("vision", "speech", "nlp", "recsys", "robotics")
 
 
-def synthetic(nodes: int, jobs: int, seed: int) -> tuple[NodeList, JobList, QueueList]:
+def synthetic(nodes: int, jobs: int, seed: int) -> tuple[NodeList, list[JobSummary], QueueList]:
     rng = random.Random(seed)
     links = dgx1_v100().codes()
     owners: dict[tuple[int, int], str] = {}
     free = [list(range(8)) for _ in range(nodes)]
     cursor = 0
-    made: list[JobOut] = []
+    made: list[JobSummary] = []
     for j in range(jobs):
         size = rng.choice((1, 1, 2, 4, 8))
         team = rng.choice(TEAMS)
@@ -61,9 +63,8 @@ def synthetic(nodes: int, jobs: int, seed: int) -> tuple[NodeList, JobList, Queu
         gpus = [free[cursor].pop(0) for _ in range(size)] if placed else []
         for g in gpus:
             owners[(cursor, g)] = name
-        command = ["python", "train.py", "--model", "resnet50", "--batch", "256"]
         made.append(
-            JobOut(
+            JobSummary(
                 name=name,
                 owner=f"user{j % 40}",
                 queue=team,
@@ -83,8 +84,7 @@ def synthetic(nodes: int, jobs: int, seed: int) -> tuple[NodeList, JobList, Queu
                 submitted_at=1.7e9 + j,
                 started_at=1.7e9 + j if placed else None,
                 ended_at=None,
-                command=command,
-                spec={"workers": 1, "gpus": size, "locality": "node", "command": command},
+                spec={"workers": 1, "gpus": size, "locality": "node"},
             )
         )
     node_list = NodeList(
@@ -110,10 +110,10 @@ def synthetic(nodes: int, jobs: int, seed: int) -> tuple[NodeList, JobList, Queu
             for t in TEAMS
         ]
     )
-    return node_list, JobList(jobs=made), queues
+    return node_list, made, queues
 
 
-def app(nodes: NodeList, jobs: JobList, queues: QueueList) -> FastAPI:
+def app(nodes: NodeList, jobs: list[JobSummary], queues: QueueList) -> FastAPI:
     """The read routes the cluster page calls, each answering prepared JSON."""
     api = FastAPI()
     health = Health(
@@ -134,12 +134,19 @@ def app(nodes: NodeList, jobs: JobList, queues: QueueList) -> FastAPI:
         api.add_api_route(path, lambda body=body: Response(body, media_type="application/json"))
 
     @api.get("/api/v1/jobs")
-    def listed(state: Annotated[list[str] | None, Query()] = None, limit: int = 1000) -> Response:
-        """Live jobs, or those in `state`, in submission order: the real route's answer."""
-        chosen = [j for j in jobs.jobs if j.state in (state or ("pending", "running"))]
-        return Response(
-            JobList(jobs=chosen[:limit]).model_dump_json(), media_type="application/json"
-        )
+    def listed(
+        state: Annotated[list[str] | None, Query()] = None,
+        limit: int = DEFAULT_PAGE,
+        continue_: Annotated[str | None, Query(alias="continue")] = None,
+    ) -> Response:
+        """Live jobs, or those in `state`, in submission order, a page at a time: the real
+        route's answer (slim rows, at most MAX_PAGE, `metadata.continue` while more remain)."""
+        chosen = [j for j in jobs if j.state in (state or ("pending", "running"))]
+        start = int(continue_ or 0)
+        end = start + min(limit, MAX_PAGE)
+        more = str(end) if end < len(chosen) else None
+        page = JobPage(jobs=chosen[start:end], metadata=ListMeta(**{"continue": more}))
+        return Response(page.model_dump_json(by_alias=True), media_type="application/json")
 
     mount_dashboard(api)
     return api

@@ -47,22 +47,14 @@ class CoreView:
 
     def job(self, name: str) -> JobView:
         rec = self._books.job(name)
-        return JobView(
-            rec.name,
-            rec.state,
-            rec.placement,
-            self.reason(rec),
-            rec.restarts,
-            tuple(rec.log),
-            rec.spec,
-            rec.submitted,
-            rec.started,
-        )
+        return _view(rec, self.reason(rec))
 
-    def jobs(self) -> Iterator[JobView]:
-        """Every job the core holds, in submission order."""
-        for rec in sorted(self._books.jobs.values(), key=lambda r: r.seq):
-            yield self.job(rec.name)
+    def jobs(self) -> list[JobView]:
+        """Every job the core holds, in submission order (the queue walked once for the
+        reasons of them all)."""
+        recs = sorted(self._books.jobs.values(), key=lambda r: r.seq)
+        reasons = self.reasons(r.name for r in recs)
+        return [_view(rec, reasons[rec.name]) for rec in recs]
 
     def pending(self) -> Iterator[JobRecord]:
         """Pending jobs in the order the next cycle would try them."""
@@ -87,6 +79,17 @@ class CoreView:
 
     def labels(self, node: str) -> dict[str, str]:
         return dict(self._books.labels.get(node, {}))
+
+    def waiting_and_running(self) -> dict[str, tuple[int, int]]:
+        """Per queue: its jobs waiting, and those holding GPUs (running or stopping)."""
+        out: dict[str, tuple[int, int]] = {}
+        for rec in self._books.jobs.values():
+            if rec.state.terminal:
+                continue
+            waiting, holding = out.get(rec.spec.queue, (0, 0))
+            pending = rec.state is JobState.PENDING
+            out[rec.spec.queue] = (waiting + pending, holding + (not pending))
+        return out
 
     def queues(self) -> dict[str, tuple[int, int]]:
         """(guaranteed, used) GPUs per queue."""
@@ -217,6 +220,20 @@ class CoreView:
         return f"service: {served / 3600:.2f} GPU-hours" + (
             " (demoted: ranks after jobs that have had less)" if demoted else ""
         )
+
+
+def _view(rec: JobRecord, reason: str) -> JobView:
+    return JobView(
+        rec.name,
+        rec.state,
+        rec.placement,
+        reason,
+        rec.restarts,
+        tuple(rec.log),
+        rec.spec,
+        rec.submitted,
+        rec.started,
+    )
 
 
 def _queued(ahead: list[str]) -> str:

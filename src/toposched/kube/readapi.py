@@ -6,23 +6,25 @@ a cluster. Nothing here changes anything: jobs are submitted and cancelled with 
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated, Any
 
-from fastapi import FastAPI, HTTPException, Response
+from fastapi import FastAPI, HTTPException, Query, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, generate_latest
 
 from toposched import __version__
-from toposched.core import JobState
 from toposched.core.views import JobView
 from toposched.dashboard import mount_dashboard
 from toposched.server.localnode import topology_name
+from toposched.server.routes_jobs import DEFAULT_PAGE, MAX_PAGE
 from toposched.server.schemas import (
     Explanation,
     GpuOut,
     Health,
     HistoryOut,
-    JobList,
     JobOut,
+    JobPage,
+    JobSummary,
+    ListMeta,
     NodeList,
     NodeOut,
     QueueList,
@@ -102,27 +104,30 @@ def make_app(runner: Runner) -> FastAPI:
     def queues() -> QueueList:
         with lock:
             usage = s.view.queues()
-            counts: dict[tuple[str, str], int] = {}
-            for view in s.view.jobs():
-                if view.spec is not None and not view.state.terminal:
-                    running = "pending" if view.state is JobState.PENDING else "running"
-                    key = (view.spec.queue, running)
-                    counts[key] = counts.get(key, 0) + 1
+            counts = s.view.waiting_and_running()
         return QueueList(
             queues=[
                 QueueOut(
                     name=name,
                     guaranteed_gpus=guaranteed,
                     used_gpus=used,
-                    pending=counts.get((name, "pending"), 0),
-                    running=counts.get((name, "running"), 0),
+                    pending=counts.get(name, (0, 0))[0],
+                    running=counts.get(name, (0, 0))[1],
                 )
                 for name, (guaranteed, used) in sorted(usage.items())
             ]
         )
 
-    @app.get("/api/v1/jobs", response_model=JobList)
-    def jobs(all: bool = False, queue: str | None = None, limit: int = 1000) -> JobList:
+    @app.get("/api/v1/jobs", response_model=JobPage)
+    def jobs(
+        all: bool = False,
+        queue: str | None = None,
+        limit: Annotated[int, Query(ge=1)] = DEFAULT_PAGE,
+        newest_first: bool = False,
+        continue_: Annotated[str | None, Query(alias="continue")] = None,
+    ) -> JobPage:
+        """The standalone server's paged list (routes_jobs.list_jobs): the core holds every
+        job, so a page's `continue` is simply where the next one starts."""
         with lock:
             views = [
                 v
@@ -130,7 +135,17 @@ def make_app(runner: Runner) -> FastAPI:
                 if (all or not v.state.terminal)
                 and (queue is None or (v.spec is not None and v.spec.queue == queue))
             ]
-            return JobList(jobs=[_job_out(v) for v in views[-limit:]])
+        if newest_first:
+            views.reverse()
+        if continue_ is not None and not continue_.isdigit():
+            raise HTTPException(422, f"continue {continue_!r} is not a token this API gave")
+        start = int(continue_ or 0)
+        end = start + min(limit, MAX_PAGE)
+        token = str(end) if end < len(views) else None
+        return JobPage(
+            jobs=[JobSummary(**_summary(v)) for v in views[start:end]],
+            metadata=ListMeta(**{"continue": token}),
+        )
 
     @app.get("/api/v1/jobs/{name:path}/explain", response_model=Explanation)
     def explain(name: str) -> Explanation:
@@ -151,14 +166,12 @@ def make_app(runner: Runner) -> FastAPI:
     return app
 
 
-def _job_out(view: JobView) -> JobOut:
+def _summary(view: JobView) -> dict[str, Any]:
+    """What a list row and `get` share."""
     spec = view.spec
     assert spec is not None
     placement = view.placement.workers if view.placement is not None else ()
-    history = [
-        HistoryOut(time=t, old=None, new=view.state.value, reason=text) for t, text in view.history
-    ]
-    return JobOut(
+    return dict(
         name=view.name,
         owner=spec.owner,
         queue=spec.queue,
@@ -176,14 +189,19 @@ def _job_out(view: JobView) -> JobOut:
         submitted_at=view.submitted,
         started_at=view.started,
         ended_at=None,
-        command=[],
         spec={
             "workers": spec.workers,
             "gpus": spec.gpus_per_worker,
             "locality": spec.locality.prefer.value,
         },
-        history=history,
     )
+
+
+def _job_out(view: JobView) -> JobOut:
+    history = [
+        HistoryOut(time=t, old=None, new=view.state.value, reason=text) for t, text in view.history
+    ]
+    return JobOut(**_summary(view), command=[], history=history)
 
 
 def serve(app: FastAPI, host: str, port: int) -> threading.Thread:

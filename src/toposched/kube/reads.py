@@ -35,8 +35,21 @@ class SchedulerApi:
         return self.api.request("GET", f"{proxy}{path}", query)
 
     def jobs(self, all_jobs: bool = False, queue: str | None = None) -> list[JSON]:
-        answer = self.get("/api/v1/jobs", all="true" if all_jobs else "false", queue=queue)
-        return list(answer.get("jobs") or [])
+        """Every job, page after page (the read API pages as the standalone server does)."""
+        out: list[JSON] = []
+        token: str | None = None
+        while True:
+            answer = self.get(
+                "/api/v1/jobs",
+                all="true" if all_jobs else "false",
+                queue=queue,
+                limit=1000,
+                **{"continue": token},
+            )
+            out.extend(answer.get("jobs") or [])
+            token = (answer.get("metadata") or {}).get("continue")
+            if not token:
+                return out
 
     def nodes(self) -> list[JSON]:
         return list(self.get("/api/v1/nodes").get("nodes") or [])

@@ -232,10 +232,6 @@ class ListMeta(BaseModel):
     continue_: str | None = Field(None, alias="continue", serialization_alias="continue")
 
 
-class JobList(BaseModel):
-    jobs: list[JobOut]
-
-
 class JobPage(BaseModel):
     """A page of `GET /api/v1/jobs`: `metadata.continue` is set while more remain."""
 
