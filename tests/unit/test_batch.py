@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.builders import DGX1, job, project, scheduler
-from toposched.core import JobFinished, JobSubmitted, SchedulingError
+from toposched.core import JobFinished, JobSubmitted, SchedulingError, StartJob
 from toposched.core.errors import BatchRefused
 
 
@@ -33,5 +33,5 @@ def test_a_refused_event_keeps_the_answer_to_those_before_it() -> None:
         s.handle_batch([JobSubmitted(0, job("a", gpus=4)), JobFinished(0, "nobody", True)])
     assert isinstance(refused.value, SchedulingError)
     assert "nobody" in str(refused.value.cause)
-    assert [a.job for a in refused.value.actions if type(a).__name__ == "StartJob"] == ["a"]
+    assert [a.job for a in refused.value.actions if isinstance(a, StartJob)] == ["a"]
     assert s.job("a").state.value == "running"

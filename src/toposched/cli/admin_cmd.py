@@ -63,7 +63,12 @@ def top_node(server: str = SERVER, as_json: bool = JSON) -> None:
         nodes = client.nodes()
     if as_json:
         emit_json({"nodes": nodes})
-        return
+    else:
+        print_nodes(nodes)
+
+
+def print_nodes(nodes: list[dict[str, Any]]) -> None:
+    """Each node's GPU map and its labels (`top node`, here and on a cluster)."""
     for node in nodes:
         console.print(node_table(node))
         labels = ", ".join(f"{k}={v}" for k, v in sorted(node["labels"].items()))

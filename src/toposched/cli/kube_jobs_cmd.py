@@ -54,6 +54,15 @@ def cluster(kubeconfig: Path | None) -> Iterator[Any]:
         fail(f"the cluster answered {err}", EXIT_NOT_FOUND if err.status == 404 else EXIT_CLUSTER)
 
 
+@contextmanager
+def scheduler(kubeconfig: Path | None, namespace: str) -> Iterator[Any]:
+    """The scheduler's read API (`SchedulerApi`) behind its Service, through `cluster`."""
+    from toposched.kube.reads import SchedulerApi
+
+    with cluster(kubeconfig) as api:
+        yield SchedulerApi(api, namespace)
+
+
 def submit(
     command: list[str] = typer.Argument(None, help="The command each member runs (after --)."),
     file: Path | None = typer.Option(None, "--file", "-f", help="A job file (YAML)."),
@@ -161,12 +170,11 @@ def list_jobs(
 ) -> None:
     """List the scheduler's jobs: the live ones unless --all."""
     from toposched.cli.jobs_cmd import jobs_table
-    from toposched.kube.reads import SchedulerApi
 
-    with cluster(kubeconfig) as api:
-        jobs = SchedulerApi(api, scheduler_namespace).jobs(all_jobs, queue)
+    with scheduler(kubeconfig, scheduler_namespace) as read:
+        jobs = read.jobs(all_jobs, queue)
     if as_json:
-        emit_json({"jobs": jobs})
+        emit_json({"jobs": jobs, "metadata": {"continue": None}})  # list --all --json's shape
     elif not jobs:
         console.print("no jobs" + ("" if all_jobs else " (--all shows ended ones too)"))
     else:
@@ -182,10 +190,9 @@ def get(
 ) -> None:
     """Show a job: state and why, placement (worker, node, GPUs), history."""
     from toposched.cli.jobs_cmd import print_job
-    from toposched.kube.reads import SchedulerApi
 
-    with cluster(kubeconfig) as api:
-        job = SchedulerApi(api, scheduler_namespace).job(namespace, name)
+    with scheduler(kubeconfig, scheduler_namespace) as read:
+        job = read.job(namespace, name)
     if as_json:
         emit_json(job)
     else:
@@ -200,10 +207,8 @@ def explain(
     as_json: bool = JSON,
 ) -> None:
     """Why a job waits, or why it runs where it runs."""
-    from toposched.kube.reads import SchedulerApi
-
-    with cluster(kubeconfig) as api:
-        answer = SchedulerApi(api, scheduler_namespace).explain(namespace, name)
+    with scheduler(kubeconfig, scheduler_namespace) as read:
+        answer = read.explain(namespace, name)
     if as_json:
         emit_json(answer)
     else:
@@ -257,15 +262,11 @@ def top_node(
     as_json: bool = JSON,
 ) -> None:
     """Each node's GPU map, as the scheduler sees it: which job holds each GPU, and the links."""
-    from toposched.cli.admin_cmd import node_table
-    from toposched.kube.reads import SchedulerApi
+    from toposched.cli.admin_cmd import print_nodes
 
-    with cluster(kubeconfig) as api:
-        nodes = SchedulerApi(api, scheduler_namespace).nodes()
+    with scheduler(kubeconfig, scheduler_namespace) as read:
+        nodes = read.nodes()
     if as_json:
         emit_json({"nodes": nodes})
-        return
-    for node in nodes:
-        console.print(node_table(node))
-        labels = ", ".join(f"{k}={v}" for k, v in sorted(node["labels"].items()))
-        console.print(f"labels: {escape(labels) or '(none)'}")
+    else:
+        print_nodes(nodes)

@@ -139,7 +139,7 @@ class KubeScheduler(Driver):
         # Whether writes may go out now (a leader checks that its lease still holds).
         self.fence: Callable[[], bool] = lambda: True
         self._serial = 0
-        self.gathered: list[Event] = []  # jobs' events for the core's next batch
+        self._gathered: list[Event] = []  # jobs' events for the core's next batch
         self._binds: list[tuple[Gang, list[Bind], float]] = []
         self._pool = ThreadPoolExecutor(BIND_CONNECTIONS, thread_name_prefix="bind")
 
@@ -287,10 +287,10 @@ class KubeScheduler(Driver):
         each (on a burst of 10,000 pods, most of the scheduler's time otherwise)."""
         self._sync_nodes()
         self._queue_groups()
-        self.gathered = []
+        self._gathered = []
         self._sync_bound()
         self._sync_waiting()
-        events, self.gathered = [*self.gathered, *also], []
+        events, self._gathered = [*self._gathered, *also], []
         self.feed_batch(events)
         self._sync_reasons()
 
@@ -392,18 +392,18 @@ class KubeScheduler(Driver):
                 holding = [self._mine(gang, k) for k in gang.bound]
                 if not [p for p in holding if p is not None and not p[1].done]:
                     self.evicting.pop(job, None)
-                    self.gathered.append(JobStopped(now, job))
+                    self._gathered.append(JobStopped(now, job))
             elif state is JobState.RUNNING:
                 # A worker that failed, or was deleted (or made again): the gang stops whole.
                 failed = [i for i, p in enumerate(pods) if p is None or p[1].phase == "Failed"]
                 if failed and alive and not gang.failed:
                     gang.failed = True
                     why = "its pod failed or was deleted"
-                    self.gathered.append(WorkerFailed(now, job, failed[0], why))
+                    self._gathered.append(WorkerFailed(now, job, failed[0], why))
                 elif not alive:
                     ok = all(p is not None and p[1].phase == "Succeeded" for p in pods)
                     why = "all pods succeeded" if ok else "its pods ended or were deleted"
-                    self.gathered.append(JobFinished(now, job, ok, why))
+                    self._gathered.append(JobFinished(now, job, ok, why))
             if state.terminal:
                 self._forget(job)
 
@@ -419,7 +419,7 @@ class KubeScheduler(Driver):
                 continue
             present = {p.key for p in waiting.get(gang.key, []) if gang.uids.get(p.key) == p.uid}
             if not set(gang.workers) <= present:
-                self.gathered.append(JobCancelled(now, job))
+                self._gathered.append(JobCancelled(now, job))
                 self._forget(job)
         for key, pods in sorted(waiting.items(), key=lambda kv: _created(self, kv[1])):
             if key not in self.by_key:
@@ -469,7 +469,7 @@ class KubeScheduler(Driver):
         gang.uids = {p.key: p.uid for p in pods}
         self.gangs[job] = gang
         self.by_key[key] = job
-        self.gathered.append(JobSubmitted(now, spec))
+        self._gathered.append(JobSubmitted(now, spec))
 
     def _sync_reasons(self) -> None:
         """Each waiting gang's pods say why they wait: a PodScheduled=False condition and an
