@@ -11,8 +11,10 @@ a job:
 * when the job starts again (requeued after a preemption, moved to other GPUs, or restarted
   after a failure), each rank resumes from its own file.
 
-State lives in $CHECKPOINT_DIR (default: $TMPDIR/toposched-checkpoints/$TOPOSCHED_JOB), one
-JSON file per rank. The job succeeds once every rank has reached --steps.
+State lives in $CHECKPOINT_DIR if set, else in $TOPOSCHED_CHECKPOINT_DIR (the job's own
+directory under the server's data directory, the same for every attempt), else (run by hand)
+in ./checkpoints/$TOPOSCHED_JOB: one JSON file per rank. The job succeeds once every rank has
+reached --steps.
 """
 
 from __future__ import annotations
@@ -22,7 +24,6 @@ import json
 import os
 import signal
 import sys
-import tempfile
 import time
 from pathlib import Path
 from types import FrameType
@@ -52,8 +53,8 @@ def main() -> int:
     signal.signal(signal.SIGTERM, on_signal)
     rank = int(os.environ.get("RANK", "0"))
     job = os.environ.get("TOPOSCHED_JOB", "checkpointable")
-    default = Path(tempfile.gettempdir()) / "toposched-checkpoints" / job
-    directory = Path(os.environ.get("CHECKPOINT_DIR", default))
+    given = os.environ.get("CHECKPOINT_DIR") or os.environ.get("TOPOSCHED_CHECKPOINT_DIR")
+    directory = Path(given) if given else Path("checkpoints") / job
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"rank-{rank}.json"
     step = json.loads(path.read_text())["step"] if path.exists() else 0

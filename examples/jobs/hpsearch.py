@@ -11,8 +11,9 @@ only the standard library. What it shows is the elastic contract:
   more and exits; the restarted job, at its new size, reads every rank's results and splits
   only the trials left over.
 
-Results go to $HPSEARCH_DIR (default: $TMPDIR/toposched-hpsearch/$TOPOSCHED_JOB); rank 0
-prints the best trial once all are done.
+Results go to $HPSEARCH_DIR if set, else to $TOPOSCHED_CHECKPOINT_DIR (the job's own directory
+under the server's data directory, the same for every attempt), else (run by hand) to
+./hpsearch/$TOPOSCHED_JOB; rank 0 prints the best trial once all are done.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ import os
 import random
 import signal
 import sys
-import tempfile
 import time
 from pathlib import Path
 from types import FrameType
@@ -72,8 +72,8 @@ def main() -> int:
     rank = int(os.environ.get("RANK", "0"))
     world = int(os.environ.get("WORLD_SIZE", "1"))
     job = os.environ.get("TOPOSCHED_JOB", "hpsearch")
-    default = Path(tempfile.gettempdir()) / "toposched-hpsearch" / job
-    out = Path(os.environ.get("HPSEARCH_DIR", default))
+    given = os.environ.get("HPSEARCH_DIR") or os.environ.get("TOPOSCHED_CHECKPOINT_DIR")
+    out = Path(given) if given else Path("hpsearch") / job
     out.mkdir(parents=True, exist_ok=True)
     trials = grid(args.trials)
     done = done_trials(out)

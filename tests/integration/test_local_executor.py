@@ -17,6 +17,8 @@ from typing import Any
 import pytest
 
 from tests.server import kill_leftover_workers
+from toposched.common.frameworks import Kind
+from toposched.executors import local
 from toposched.executors.local import ExecutorError, LocalExecutor, RunSpec, WorkerExit
 from toposched.executors.supervisor import proc_stat, read_pids
 
@@ -475,3 +477,184 @@ def test_a_released_run_is_adopted_again_and_its_ends_reported_anew(
         return not my_children()
 
     wait_until("the released supervisors to be reaped", reaped)
+
+
+# ---------------------------------------------------------------------- job kinds
+
+MEMBER = str(WORKERS / "member.py")
+
+
+def kind_spec(
+    out: Path,
+    kind: Kind,
+    workers: tuple[tuple[str, tuple[int, ...]], ...],
+    servers: int = 0,
+    **actions: str,
+) -> RunSpec:
+    """A run of `kind` with `servers` parameter servers; `actions` by role (member.py's)."""
+    args = [f"{role}={action}" for role, action in actions.items()]
+    return RunSpec(
+        job="job",
+        attempt=0,
+        queue="research",
+        command=(sys.executable, MEMBER, str(out), *args),
+        env={},
+        workdir=None,
+        workers=workers,
+        restart_count=0,
+        kind=kind,
+        ps=servers,
+    )
+
+
+def seen(executor: LocalExecutor, out: Path, rank: int, job: str = "job") -> dict[str, str]:
+    """The environment the process of `rank` saw (found by the pid its supervisor recorded)."""
+    pids = read_pids(executor.run_dir(job, 0), rank)
+    assert pids is not None
+    path = out / f"info-{pids.worker_pid}.json"
+    wait_until(path.name, path.exists)
+    env: dict[str, str] = json.loads(path.read_text())["env"]
+    return env
+
+
+ONE_GPU_EACH = (("n0", (0,)), ("n0", (1,)), ("n0", (2,)))
+
+
+def test_tensorflow_workers_and_parameter_servers_see_one_cluster(
+    executor: LocalExecutor, out: Path
+) -> None:
+    run = kind_spec(out, Kind.TENSORFLOW, ONE_GPU_EACH, servers=2, worker="exit:0", ps="sleep")
+    executor.start(run)
+    assert executor.running("job", 0) == {0, 1, 2, 3, 4}
+    envs = [seen(executor, out, rank) for rank in range(5)]
+    configs = [json.loads(env["TF_CONFIG"]) for env in envs]
+    cluster = configs[0]["cluster"]
+    assert [c["cluster"] for c in configs] == [cluster] * 5
+    assert sorted(cluster) == ["chief", "ps", "worker"]
+    addresses = [*cluster["chief"], *cluster["worker"], *cluster["ps"]]
+    assert len(addresses) == 5 and len(set(addresses)) == 5  # a port each
+    assert all(a.startswith("127.0.0.1:") and 0 < int(a.split(":")[1]) < 65536 for a in addresses)
+    # Worker 0 is the chief; the other workers are TensorFlow's workers 0 and 1
+    assert [c["task"] for c in configs] == [
+        {"type": "chief", "index": 0},
+        {"type": "worker", "index": 0},
+        {"type": "worker", "index": 1},
+        {"type": "ps", "index": 0},
+        {"type": "ps", "index": 1},
+    ]
+    assert [env["CUDA_VISIBLE_DEVICES"] for env in envs] == ["0", "1", "2", "", ""]
+    for env in envs:
+        assert "RANK" not in env and "MASTER_ADDR" not in env and "TOPOSCHED_HOSTFILE" not in env
+        assert (env["TOPOSCHED_JOB"], env["TOPOSCHED_ATTEMPT"]) == ("job", "0")
+    # The workers end; the parameter servers, which serve for ever, are stopped, and that
+    # stop fails nothing
+    ends = collect(executor, 5)
+    assert [(ends[r].reason, ends[r].failed) for r in range(3)] == [("exited 0", False)] * 3
+    for rank, name in ((3, "ps-0"), (4, "ps-1")):
+        assert (ends[rank].returncode, ends[rank].reason) == (-15, f"{name} killed by SIGTERM")
+        assert ends[rank].expected and not ends[rank].failed
+    for rank in range(5):
+        assert " says hello" in executor.log_path("job", 0, rank).read_text()
+    assert "ps " in executor.log_path("job", 0, 3).read_text()
+
+
+def test_tensorflow_without_parameter_servers_has_workers_only(
+    executor: LocalExecutor, out: Path
+) -> None:
+    executor.start(kind_spec(out, Kind.TENSORFLOW, ONE_GPU_EACH[:2]))
+    envs = [seen(executor, out, rank) for rank in range(2)]
+    configs = [json.loads(env["TF_CONFIG"]) for env in envs]
+    workers = configs[0]["cluster"]["worker"]
+    assert len(set(workers)) == 2
+    assert configs == [
+        {"cluster": {"worker": workers}, "task": {"type": "worker", "index": 0}},
+        {"cluster": {"worker": workers}, "task": {"type": "worker", "index": 1}},
+    ]
+    assert [e.reason for e in collect(executor, 2).values()] == ["exited 0"] * 2
+
+
+def test_a_failing_parameter_server_is_a_failure(executor: LocalExecutor, out: Path) -> None:
+    run = kind_spec(out, Kind.TENSORFLOW, ONE_GPU_EACH[:1], servers=1, worker="sleep", ps="exit:3")
+    executor.start(run)
+    end = collect(executor, 1)[1]
+    assert (end.rank, end.returncode, end.reason) == (1, 3, "ps-0 exited 3")
+    assert end.failed and not end.expected
+    assert executor.running("job", 0) == {0}
+    executor.stop("job", 0, "SIGTERM", 30)
+    assert collect(executor, 1)[0].failed  # stopped, not ended by itself
+
+
+def test_a_parameter_server_that_ignores_sigterm_is_killed_after_its_grace(
+    executor: LocalExecutor, out: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(local, "PS_GRACE_S", 0.3)
+    run = kind_spec(out, Kind.TENSORFLOW, ONE_GPU_EACH[:1], servers=1, worker="wait", ps="ignore")
+    executor.start(run)
+    wait_until("the ps to ignore SIGTERM", lambda: len(list(out.glob("ready-*"))) == 2)
+    (out / "go").write_text("")
+    ends = collect(executor, 2)
+    assert (ends[0].reason, ends[1].reason) == ("exited 0", "ps-0 killed by SIGKILL")
+    assert not ends[1].failed
+
+
+def test_an_adopted_tensorflow_run_stops_its_parameter_server_once_its_workers_end(
+    executor: LocalExecutor, out: Path
+) -> None:
+    run = kind_spec(out, Kind.TENSORFLOW, ONE_GPU_EACH[:1], servers=1, worker="wait", ps="sleep")
+    executor.start(run)
+    wait_until("both members", lambda: len(list(out.glob("ready-*"))) == 2)
+    executor.release_all()
+    executor.adopt("job", 0, 1, Kind.TENSORFLOW, 1)
+    assert executor.running("job", 0) == {0, 1}
+    (out / "go").write_text("")
+    ends = collect(executor, 2)
+    assert (ends[0].reason, ends[1].reason) == ("exited 0", "ps-0 killed by SIGTERM")
+    assert not ends[1].failed
+
+
+def test_mpi_runs_its_launcher_alone_with_every_gpu_and_a_hostfile(
+    executor: LocalExecutor, out: Path
+) -> None:
+    workers = (("n0", (0, 1)), ("n0", (4, 5)))
+    executor.start(kind_spec(out, Kind.MPI, workers, launcher="sleep"))
+    assert executor.running("job", 0) == {0}
+    env = seen(executor, out, 0)
+    hostfile = executor.run_dir("job", 0) / "hostfile"
+    assert env["OMPI_MCA_orte_default_hostfile"] == env["TOPOSCHED_HOSTFILE"] == str(hostfile)
+    # mpirun starts the 4 ranks itself, one per slot, each with one GPU of the visible four
+    assert hostfile.read_text() == "127.0.0.1 slots=4\n"
+    assert env["CUDA_VISIBLE_DEVICES"] == "0,1,4,5"
+    assert "RANK" not in env and "TF_CONFIG" not in env and "MASTER_PORT" not in env
+    assert (env["TOPOSCHED_JOB"], env["TOPOSCHED_QUEUE"]) == ("job", "research")
+    executor.stop("job", 0, "SIGTERM", 30)
+    end = collect(executor, 1)[0]
+    assert (end.rank, end.reason) == (0, "launcher-0 killed by SIGTERM")
+    assert "launcher " in executor.log_path("job", 0, 0).read_text()
+
+
+def test_an_mpi_launchers_exit_is_the_jobs(executor: LocalExecutor, out: Path) -> None:
+    executor.start(kind_spec(out, Kind.MPI, ONE_GPU_EACH, launcher="exit:4"))
+    end = collect(executor, 1)[0]
+    assert (end.returncode, end.reason, end.failed) == (4, "launcher-0 exited 4", True)
+
+
+def test_every_attempt_of_a_job_is_told_the_same_checkpoint_directory(
+    executor: LocalExecutor, out: Path, runs: Path
+) -> None:
+    for attempt in (0, 1):
+        executor.start(spec(out, "exit:0", attempt=attempt))
+        collect(executor, 1)
+        executor.forget("job", attempt)
+    first = json.loads((out / "info-0.json").read_text())["env"]["TOPOSCHED_CHECKPOINT_DIR"]
+    assert first == str(runs / "job" / "checkpoint") == str(executor.checkpoint_dir("job"))
+    assert (runs / "job" / "checkpoint").is_dir()
+    # act.py rewrote info-0.json for attempt 1
+    again = json.loads((out / "info-0.json").read_text())["env"]
+    assert (again["TOPOSCHED_ATTEMPT"], again["TOPOSCHED_CHECKPOINT_DIR"]) == ("1", first)
+
+
+def test_parameter_servers_are_for_tensorflow_only(executor: LocalExecutor, out: Path) -> None:
+    for kind in (Kind.PYTORCH, Kind.MPI):
+        with pytest.raises(ExecutorError, match="parameter servers"):
+            executor.start(kind_spec(out, kind, ONE_GPU_EACH, servers=1))
+    assert not (executor.run_dir("job", 0)).exists()

@@ -40,6 +40,9 @@ env:
   PORT: 8080
 workdir: /data/runs
 command_visible: true
+kind: tfjob
+ps: 2
+selector: {gpu: v100, zone: "7"}
 """
 
 
@@ -61,6 +64,9 @@ def test_every_field_is_read_with_its_type() -> None:
         "env": {"NCCL_DEBUG": "WARN", "PORT": "8080"},
         "workdir": "/data/runs",
         "command_visible": True,
+        "kind": "tfjob",
+        "ps": 2,
+        "selector": {"gpu": "v100", "zone": "7"},
     }
     assert set(job.spec) == set(FIELDS)
     assert job.path == "job.yaml"

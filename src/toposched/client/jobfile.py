@@ -4,13 +4,17 @@
     queue: default               # optional: the caller's team
     workers: 4
     gpus: 1                      # per worker
+    kind: tensorflow             # pytorch (the default) | tensorflow | mpi, or Arena's tfjob ...
+    ps: 2                        # tensorflow's parameter servers (no GPU)
     locality: node               # node | rack | pod | any, or node,rack@600
+    selector: {gpu: v100}        # only nodes with every one of these labels
     elastic: {min: 2, max: 4}    # or "2:4"
     checkpoint: {signal: SIGUSR1, grace_s: 60}
     restart: on-failure          # never | on-failure
     max_restarts: 3
     limit_s: 3600
-    command: python train.py --model resnet50   # a string (split as a shell would) or a list
+    command: python train.py --model resnet50   # a string (split as a shell would, as one
+                                                # word after `submit --` is) or a list
     env: {NCCL_DEBUG: WARN}
     workdir: /data/runs
     command_visible: false       # true: other teams may see the command (hidden from them)
@@ -31,6 +35,8 @@ from typing import Any
 
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+
+from toposched.common.frameworks import KindError, kind_of
 
 RESTART = ("never", "on-failure")
 INT = "tag:yaml.org,2002:int"
@@ -119,11 +125,11 @@ def parse_env_pairs(pairs: Iterable[str]) -> dict[str, str]:
 
 
 def merge_spec(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
-    """The file's spec with the command line's fields on top: `env` and `checkpoint` are merged
-    key by key, every other field given replaces the file's."""
+    """The file's spec with the command line's fields on top: `env`, `checkpoint` and
+    `selector` are merged key by key, every other field given replaces the file's."""
     merged = dict(base)
     for key, value in overrides.items():
-        if key in ("env", "checkpoint") and isinstance(merged.get(key), dict):
+        if key in ("env", "checkpoint", "selector") and isinstance(merged.get(key), dict):
             merged[key] = {**merged[key], **value}
         else:
             merged[key] = value
@@ -302,6 +308,14 @@ class _Reader:
             raise self.fail(node, name, f"expected true or false, got {_kind(node)}")
         return bool(_construct(scalar))
 
+    def kind(self, node: Node, name: str) -> str:
+        value = self.text(node, name)
+        try:
+            kind_of(value)
+        except KindError as err:
+            raise self.fail(node, name, str(err)) from None
+        return value  # as written: the server names it by its own name
+
     def restart(self, node: Node, name: str) -> str:
         value = self.text(node, name)
         if value not in RESTART:
@@ -386,6 +400,8 @@ FIELDS: dict[str, tuple[Reader, bool]] = {
     "priority": (_Reader.integer, False),
     "workers": (_Reader.integer, False),
     "gpus": (_Reader.integer, False),
+    "kind": (_Reader.kind, False),
+    "ps": (_Reader.integer, False),
     "locality": (_Reader.text, False),
     "elastic": (_Reader.elastic, True),
     "checkpoint": (_Reader.checkpoint, True),
@@ -394,6 +410,7 @@ FIELDS: dict[str, tuple[Reader, bool]] = {
     "limit_s": (_Reader.number, True),
     "command": (_Reader.command, False),
     "env": (_Reader.env, False),
+    "selector": (_Reader.env, True),  # node labels: a mapping of text, as env is
     "workdir": (_Reader.text, True),
     "command_visible": (_Reader.boolean, False),
 }

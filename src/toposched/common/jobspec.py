@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+from toposched.common.frameworks import Kind, Member, kind_of, local_members
 from toposched.core.job import Checkpoint, Elastic, JobSpec, LocalityRule, RestartPolicy
 from toposched.placement.gang import Placement, WorkerSlot
-from toposched.topology.cluster import Tier
+from toposched.topology.cluster import NodeSelector, Tier
 
 
 def core_spec(name: str, owner: str, queue: str, spec: dict[str, Any]) -> JobSpec:
@@ -26,7 +28,20 @@ def core_spec(name: str, owner: str, queue: str, spec: dict[str, Any]) -> JobSpe
         restart=RestartPolicy(spec["restart"]),
         max_restarts=spec["max_restarts"],
         limit_s=spec.get("limit_s"),
+        selector=NodeSelector.of(spec.get("selector")),
     )
+
+
+def job_kind(spec: Mapping[str, Any]) -> tuple[Kind, int]:
+    """A stored submission's kind and parameter servers (one stored before kinds: pytorch)."""
+    return kind_of(str(spec.get("kind") or Kind.PYTORCH.value)), int(spec.get("ps") or 0)
+
+
+def local_processes(spec: Mapping[str, Any], workers: int) -> list[Member]:
+    """The processes the local executor runs for a stored submission on `workers` workers, in
+    the order of their logs: the workers, then parameter servers; an MPI job's launcher alone."""
+    kind, ps = job_kind(spec)
+    return local_members(kind, workers, ps)
 
 
 def placement_json(placement: Placement) -> list[dict[str, Any]]:

@@ -1,4 +1,16 @@
-"""Runs each job's workers as processes on this machine, one supervisor per worker."""
+"""Runs each job's processes on this machine, one supervisor each, as its kind has them."""
+
+# What each kind runs here (the members and what they are told come from common.frameworks):
+# - pytorch: one process per worker, with torchrun's variables;
+# - tensorflow: the workers, then `ps` parameter servers (no GPU), each told TF_CONFIG with
+#   127.0.0.1 and a port of its own; once every worker has ended the parameter servers are
+#   stopped (SIGTERM, SIGKILL after PS_GRACE_S) and that end is no failure, while a parameter
+#   server that ends otherwise with a non-zero status is a failed member (it fails the job);
+# - mpi: the launcher alone, holding every GPU of the job, with the hostfile `127.0.0.1
+#   slots=N` (N = workers x GPUs) in the run directory: mpirun starts the N ranks itself as its
+#   children, so the launcher's end is the job's end and the ranks' output is in its log.
+# Processes are numbered workers first, then parameter servers (an MPI job's launcher is 0):
+# that index names their files (`worker-I.log`, `.pid`, `.exit`) and their ends.
 
 from __future__ import annotations
 
@@ -14,8 +26,16 @@ from collections.abc import Mapping
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
-from signal import SIGKILL, Signals
+from signal import SIGKILL, SIGTERM, Signals
 
+from toposched.common.frameworks import (
+    Kind,
+    KindError,
+    Member,
+    environment,
+    hostfile,
+    local_members,
+)
 from toposched.executors.supervisor import (
     ExitRecord,
     PidRecord,
@@ -31,6 +51,9 @@ __all__ = ["ExecutorError", "LocalExecutor", "RunSpec", "WorkerExit"]
 
 # How long a start waits for every supervisor to report its worker's pids
 START_TIMEOUT_S = 5.0
+# How long TensorFlow parameter servers have to end once every worker has ended
+PS_GRACE_S = 10.0
+LOOPBACK = "127.0.0.1"
 LOST = "lost: supervisor vanished without recording the exit"
 
 
@@ -50,22 +73,31 @@ class RunSpec:
     workdir: str | None
     workers: tuple[tuple[str, tuple[int, ...]], ...]  # per rank: (node name, GPU indices)
     restart_count: int
+    kind: Kind = Kind.PYTORCH
+    ps: int = 0  # TensorFlow parameter servers, which hold no GPU
 
 
 @dataclass(frozen=True)
 class WorkerExit:
-    """The end of one worker, reported once."""
+    """The end of one process of a job (a worker, a parameter server, a launcher), reported once."""
 
     job: str
     attempt: int
-    rank: int
+    rank: int  # the process's index: workers first, then parameter servers
     returncode: int | None  # None: lost, its supervisor vanished without recording the exit
-    reason: str  # "exited 0", "exited 3", "killed by SIGKILL", "lost: ..."
+    reason: str  # "exited 0", "exited 3", "killed by SIGKILL", "lost: ...", "ps-0 exited 1"
+    expected: bool = False  # a parameter server stopped here because every worker had ended
+
+    @property
+    def failed(self) -> bool:
+        """Whether this end fails the job (a worker's non-zero status, a lost process)."""
+        return self.returncode != 0 and not self.expected
 
 
 @dataclass
 class _Worker:
     rank: int
+    member: Member
     supervisor: subprocess.Popen[bytes] | None  # None once reaped, or when adopted
     pids: PidRecord | None  # None: never ran (its command could not be executed) or unknown
     deadline: float | None = None  # time.monotonic() after which a stopped worker is SIGKILLed
@@ -77,7 +109,8 @@ class _Run:
     job: str
     attempt: int
     dir: Path
-    workers: list[_Worker] = field(default_factory=list)
+    workers: list[_Worker] = field(default_factory=list)  # every process, in rank order
+    ps_stopped: bool = False  # the parameter servers were told to end: every worker had ended
 
     def describe(self, rank: int | None = None) -> str:
         where = f"job {self.job!r} attempt {self.attempt}"
@@ -90,10 +123,16 @@ def _reason(returncode: int) -> str:
     return f"exited {returncode}"
 
 
+def _end(run: _Run, worker: _Worker, returncode: int | None, reason: str) -> WorkerExit:
+    member = worker.member
+    expected = run.ps_stopped and member.role == "ps"
+    if member.role != "worker":
+        reason = f"{member.name} {reason}"
+    return WorkerExit(run.job, run.attempt, worker.rank, returncode, reason, expected)
+
+
 def _ended(run: _Run, worker: _Worker, record: ExitRecord) -> WorkerExit:
-    return WorkerExit(
-        run.job, run.attempt, worker.rank, record.returncode, _reason(record.returncode)
-    )
+    return _end(run, worker, record.returncode, _reason(record.returncode))
 
 
 def _parse_signal(name: str) -> Signals:
@@ -104,12 +143,24 @@ def _parse_signal(name: str) -> Signals:
         raise ExecutorError(f"unknown signal {name!r}") from None
 
 
-def _free_port() -> int:
-    # The port is free now, not reserved: the job's rank 0 binds it moments later, as torchrun does
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+def _free_ports(count: int) -> list[int]:
+    # Free now, not reserved: the job binds them moments later, as torchrun does. All are held
+    # open together so that no two are the same.
+    sockets = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind((LOOPBACK, 0))
+        return [int(s.getsockname()[1]) for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def _members(job: str, kind: Kind, workers: int, ps: int) -> list[Member]:
+    try:
+        return local_members(kind, workers, ps)
+    except KindError as err:
+        raise ExecutorError(f"job {job!r}: {err}") from None
 
 
 def _signal_group(pids: PidRecord, sig: Signals) -> None:
@@ -168,6 +219,10 @@ class LocalExecutor:
     def log_path(self, job: str, attempt: int, rank: int) -> Path:
         return self.run_dir(job, attempt) / f"worker-{rank}.log"
 
+    def checkpoint_dir(self, job: str) -> Path:
+        """Where the job keeps its checkpoints: the same for every attempt, beside their runs."""
+        return self.run_dir(job, 0).parent / "checkpoint"
+
     def start(self, run: RunSpec) -> None:
         """Start every worker of `run` or none of them; returns once each worker has a pid."""
         with self._lock:
@@ -183,17 +238,23 @@ class LocalExecutor:
             raise ExecutorError(f"{where}: empty command")
         if not run.workers:
             raise ExecutorError(f"{where}: no workers")
+        members = _members(run.job, run.kind, len(run.workers), run.ps)
         # A second start would read the first one's records as its own
         if any(run_dir.glob("worker-*.pid")) or any(run_dir.glob("worker-*.exit")):
             raise ExecutorError(f"{where} was already started (records in {run_dir})")
         try:
             run_dir.mkdir(parents=True, exist_ok=True)
+            self.checkpoint_dir(run.job).mkdir(exist_ok=True)
+            if run.kind is Kind.MPI:
+                slots = max(1, len(run.workers[0][1]))  # a worker with no GPU still runs a rank
+                text = hostfile([LOOPBACK] * len(run.workers), slots)
+                (run_dir / "hostfile").write_text(text, encoding="utf-8")
         except OSError as exc:
-            raise ExecutorError(f"{where}: cannot create {run_dir}: {exc}") from exc
+            raise ExecutorError(f"{where}: cannot write to {run_dir.parent}: {exc}") from exc
         try:
-            envs = self._environments(run)
+            envs = self._environments(run, members, run_dir / "hostfile")
         except OSError as exc:
-            raise ExecutorError(f"{where}: cannot pick a free MASTER_PORT: {exc}") from exc
+            raise ExecutorError(f"{where}: cannot pick free ports: {exc}") from exc
         started: list[subprocess.Popen[bytes]] = []
         try:
             for rank, env in enumerate(envs):
@@ -203,7 +264,7 @@ class LocalExecutor:
                     raise ExecutorError(
                         f"{tracked.describe(rank)}: cannot start its supervisor: {exc}"
                     ) from exc
-            tracked.workers = self._await_pids(tracked, started)
+            tracked.workers = self._await_pids(tracked, members, started)
         except ExecutorError:
             self._abort(run_dir, started)
             raise
@@ -242,20 +303,43 @@ class LocalExecutor:
                     if not worker.reported and (end := self._check(run, worker, now)) is not None:
                         worker.reported = True
                         ended.append(end)
+                self._stop_parameter_servers(run, now)
             return ended
 
-    def adopt(self, job: str, attempt: int, ranks: int) -> None:
-        """Watch a run started by an earlier executor (before a server restart) from its files."""
+    def _stop_parameter_servers(self, run: _Run, now: float) -> None:
+        """Once every worker has ended, the parameter servers (which serve for ever) must go."""
+        live = [w for w in run.workers if w.member.role == "ps" and not w.reported]
+        if run.ps_stopped or not live:
+            return
+        if any(w.member.role == "worker" and not w.reported for w in run.workers):
+            return
+        run.ps_stopped = True
+        for worker in live:
+            if worker.pids is not None:
+                _signal_group(worker.pids, SIGTERM)
+            deadline = now + PS_GRACE_S
+            if worker.deadline is None or deadline < worker.deadline:
+                worker.deadline = deadline
+
+    def adopt(
+        self, job: str, attempt: int, workers: int, kind: Kind = Kind.PYTORCH, ps: int = 0
+    ) -> None:
+        """Watch a run started by an earlier executor (before a server restart) from its files:
+        a job of `kind` on `workers` workers, with `ps` parameter servers."""
         with self._lock:
             run_dir = self.run_dir(job, attempt)
             if (job, attempt) in self._runs:
                 raise ExecutorError(f"job {job!r} attempt {attempt} is already tracked")
-            if ranks < 1:
+            if workers < 1:
                 raise ExecutorError(
-                    f"job {job!r} attempt {attempt}: ranks must be >= 1, got {ranks}"
+                    f"job {job!r} attempt {attempt}: workers must be >= 1, got {workers}"
                 )
-            workers = [_Worker(rank, None, read_pids(run_dir, rank)) for rank in range(ranks)]
-            self._runs[(job, attempt)] = _Run(job, attempt, run_dir, workers)
+            members = _members(job, kind, workers, ps)
+            tracked = [
+                _Worker(rank, member, None, read_pids(run_dir, rank))
+                for rank, member in enumerate(members)
+            ]
+            self._runs[(job, attempt)] = _Run(job, attempt, run_dir, tracked)
 
     def abandon(self, job: str, attempt: int) -> None:
         """Kill what a start cut short (by the server's death) left of a run no executor tracks.
@@ -308,32 +392,47 @@ class LocalExecutor:
             raise ExecutorError(f"job {job!r} attempt {attempt} is not tracked by this executor")
         return run
 
-    def _environments(self, run: RunSpec) -> list[dict[str, str]]:
+    def _environments(
+        self, run: RunSpec, members: list[Member], hostfile_path: Path
+    ) -> list[dict[str, str]]:
+        """Each process's environment, in rank order: ours over the kind's over the job's own."""
         base = {**os.environ, **run.env}
         if "PYTHONUNBUFFERED" not in run.env:
             base["PYTHONUNBUFFERED"] = "1"  # so that a Python worker's log is live
-        port = str(_free_port())
-        per_node = Counter(node for node, _ in run.workers)
-        seen: Counter[str] = Counter()
+        ours = {
+            "TOPOSCHED_JOB": run.job,
+            "TOPOSCHED_QUEUE": run.queue,
+            "TOPOSCHED_RESTART_COUNT": str(run.restart_count),
+            "TOPOSCHED_ATTEMPT": str(run.attempt),
+            "TOPOSCHED_CHECKPOINT_DIR": str(self.checkpoint_dir(run.job)),
+        }
+        roles = Counter(m.role for m in members)
+        roles["worker"] = len(run.workers)  # an MPI job's workers are its launcher's ranks
+        hosts = {role: [LOOPBACK] * count for role, count in roles.items()}
+        # Every member listens on this machine: a port each (TensorFlow), or the master alone
+        if run.kind is Kind.TENSORFLOW:
+            free = iter(_free_ports(roles["worker"] + roles["ps"]))
+            ports = {role: [next(free) for _ in range(roles[role])] for role in ("worker", "ps")}
+        else:
+            ports = {"worker": _free_ports(1)}  # MASTER_PORT (an MPI job needs none)
+        everything = tuple(g for _, gpus in run.workers for g in gpus)
         envs = []
-        for rank, (node, gpus) in enumerate(run.workers):
-            envs.append(
-                base
-                | {
-                    "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in gpus),
-                    "WORLD_SIZE": str(len(run.workers)),
-                    "RANK": str(rank),
-                    "LOCAL_RANK": str(seen[node]),
-                    "LOCAL_WORLD_SIZE": str(per_node[node]),
-                    "MASTER_ADDR": "127.0.0.1",
-                    "MASTER_PORT": port,
-                    "TOPOSCHED_JOB": run.job,
-                    "TOPOSCHED_QUEUE": run.queue,
-                    "TOPOSCHED_RESTART_COUNT": str(run.restart_count),
-                    "TOPOSCHED_ATTEMPT": str(run.attempt),
-                }
+        for member in members:
+            gpus: tuple[int, ...] = ()
+            if member.role == "worker":
+                gpus = run.workers[member.index][1]
+            elif member.role == "launcher":
+                gpus = everything  # for the ranks mpirun starts
+            kind_env = environment(
+                run.kind,
+                member,
+                hosts,
+                ports=ports,
+                machines=[node for node, _ in run.workers],
+                hostfile_path=str(hostfile_path),
             )
-            seen[node] += 1
+            visible = {"CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in gpus)}
+            envs.append(base | visible | kind_env | ours)
         return envs
 
     def _spawn(
@@ -355,10 +454,15 @@ class LocalExecutor:
                 start_new_session=True,
             )
 
-    def _await_pids(self, run: _Run, started: list[subprocess.Popen[bytes]]) -> list[_Worker]:
+    def _await_pids(
+        self, run: _Run, members: list[Member], started: list[subprocess.Popen[bytes]]
+    ) -> list[_Worker]:
         """Wait until each supervisor has recorded its worker's pids (or that it could not run)."""
         deadline = time.monotonic() + START_TIMEOUT_S
-        workers = [_Worker(rank, proc, None) for rank, proc in enumerate(started)]
+        workers = [
+            _Worker(rank, member, proc, None)
+            for rank, (member, proc) in enumerate(zip(members, started, strict=True))
+        ]
         pending = list(workers)
         pause = 0.002
         while pending:
@@ -417,7 +521,7 @@ class LocalExecutor:
             return _ended(run, worker, ended)
         if worker.pids is not None:
             _signal_group(worker.pids, SIGKILL)  # an unwatched worker must not run on
-        return WorkerExit(run.job, run.attempt, worker.rank, None, LOST)
+        return _end(run, worker, None, LOST)
 
     def _supervisor_alive(self, run: _Run, worker: _Worker) -> bool:
         if worker.supervisor is not None:

@@ -16,6 +16,7 @@ from pydantic import (
     model_validator,
 )
 
+from toposched.common.frameworks import MAX_PS, Kind, KindError, kind_of
 from toposched.core.job import Checkpoint, JobError, LocalityRule
 
 NAME = re.compile(r"^[a-z0-9]([a-z0-9._-]{0,62}[a-z0-9])?$")
@@ -30,6 +31,7 @@ NAME_RULE = (
 MAX_COMMAND_BYTES = 64 * 1024
 MAX_ENV_BYTES = 64 * 1024
 MAX_WORKDIR_BYTES = 4096
+MAX_SELECTOR = 64
 # Signals a process cannot catch: a job cannot save its state on them.
 UNCATCHABLE = ("SIGKILL", "SIGSTOP")
 
@@ -119,7 +121,18 @@ class JobSubmit(Strict):
     priority: Annotated[int, Field(ge=-1000, le=1000)] = 0
     workers: Annotated[int, Field(ge=1, le=4096)] = 1
     gpus: Annotated[int, Field(ge=1, le=64, description="GPUs per worker")] = 1
+    kind: str = Field(
+        Kind.PYTORCH.value,
+        description="pytorch, tensorflow or mpi (Arena's pytorchjob, tfjob, mpijob accepted)",
+    )
+    ps: Annotated[
+        int, Field(ge=0, le=MAX_PS, description="parameter servers (tensorflow only; no GPU)")
+    ] = 0
     locality: str = "node"
+    selector: dict[str, str] = Field(
+        default_factory=dict,
+        description="Node labels the job needs, every one (as Kubernetes' nodeSelector)",
+    )
     elastic: ElasticIn | None = None
     checkpoint: CheckpointIn | None = None
     restart: Literal["never", "on-failure"] = "never"
@@ -141,6 +154,35 @@ class JobSubmit(Strict):
     @classmethod
     def _queue(cls, value: str | None) -> str | None:
         return None if value is None else check_name(value, "queue")
+
+    @field_validator("kind")
+    @classmethod
+    def _kind(cls, value: str) -> str:
+        try:
+            return kind_of(value).value  # stored by its own name: `tfjob` is `tensorflow`
+        except KindError as err:
+            raise ValueError(str(err)) from None
+
+    @field_validator("ps")
+    @classmethod
+    def _ps(cls, value: int, info: ValidationInfo) -> int:
+        kind = info.data.get("kind")  # absent when the kind itself was refused
+        if value and kind is not None and kind != Kind.TENSORFLOW.value:
+            raise ValueError(f"parameter servers (ps={value}) are for tensorflow jobs, not {kind}")
+        return value
+
+    @field_validator("selector")
+    @classmethod
+    def _selector(cls, value: dict[str, str]) -> dict[str, str]:
+        if len(value) > MAX_SELECTOR:
+            raise ValueError(f"a selector has at most {MAX_SELECTOR} labels, got {len(value)}")
+        for key, text in value.items():
+            # A node label's own bounds (LabelIn): a longer one could never match.
+            if not key or len(key) > 300 or len(text) > 300:
+                raise ValueError(f"selector label {key[:60]!r}: 1-300 characters, value 0-300")
+            no_nul(key, "selector label")
+            no_nul(text, f"the value of selector label {key}")
+        return value
 
     @field_validator("locality")
     @classmethod
@@ -225,6 +267,9 @@ class JobOut(JobSummary):
 
     command: list[str]
     history: list[HistoryOut] | None = None
+    deleted: bool = Field(
+        False, description="In a DELETE's answer: the ended job was removed, its name is free."
+    )
 
 
 class ListMeta(BaseModel):
