@@ -15,11 +15,12 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from toposched.common.driver import Driver
 from toposched.core import (
@@ -66,6 +67,9 @@ from toposched.kube.objects import (
 )
 from toposched.topology.cluster import SCHEDULE_LABEL, Cluster, Node, tier_of
 from toposched.topology.node import NodeTopology
+
+_T = TypeVar("_T")
+_R = TypeVar("_R")
 
 log = logging.getLogger("toposched.kube")
 
@@ -481,21 +485,31 @@ class KubeScheduler(Driver):
             for job, gang in self.gangs.items()
             if now - gang.written >= REASON_EVERY_S and self.view.state(job) is JobState.PENDING
         ]
+        writes: list[tuple[Key, Obj, str]] = []
         for job, reason in self.view.reasons(due).items():
             gang = self.gangs[job]
             if reason == gang.reason:
                 continue
             gang.reason, gang.written = reason, now
-            stamp = _stamp(now)
             for key in gang.workers:
                 found = self.pods.get(key)
-                if found is None:
-                    continue
-                try:
-                    self.api.set_scheduled_condition(key[0], key[1], "Unschedulable", reason, stamp)
-                    self.api.event(found[0], "FailedScheduling", reason, "Warning", stamp)
-                except ApiError as err:
-                    log.info("pod %s/%s: could not say why it waits: %s", *key, err)
+                if found is not None:
+                    writes.append((key, found[0], reason))
+        if not writes:
+            return
+        stamp = _stamp(now)
+
+        def say(write: tuple[Key, Obj, str]) -> None:
+            key, obj, reason = write
+            try:
+                self.api.set_scheduled_condition(key[0], key[1], "Unschedulable", reason, stamp)
+                self.api.event(obj, "FailedScheduling", reason, "Warning", stamp)
+            except ApiError as err:
+                log.info("pod %s/%s: could not say why it waits: %s", *key, err)
+
+        # On the binds' connections, several at once: on a burst, thousands of pods wait, and
+        # two round trips each, one after the other, held up the loop for seconds.
+        self._on_connections(say, writes)
 
     # ------------------------------------------------------------------ carrying out
 
@@ -562,7 +576,7 @@ class KubeScheduler(Driver):
         calls = [(gang, bind) for gang, binds, _ in queued for bind in binds]
         if not calls:
             return
-        answers = list(self._pool.map(lambda c: self._bind_one(c[0], *c[1][1:]), calls))
+        answers = self._on_connections(lambda c: self._bind_one(c[0], *c[1][1:]), calls)
         failed: dict[str, list[str]] = {}
         for (gang, (what, *_)), why in zip(calls, answers, strict=True):
             if why:
@@ -571,6 +585,38 @@ class KubeScheduler(Driver):
             if gang.job in failed:
                 why = "bind failed: " + "; ".join(failed[gang.job])
                 self.post(WorkerFailed(now, gang.job, 0, why))
+
+    def _on_connections(self, call: Callable[[_T], _R], items: list[_T]) -> list[_R]:
+        """`call` on each item, at most BIND_CONNECTIONS at once on the pool's threads; the
+        answers in order. As the pool's map, but one task per thread rather than one per item:
+        each task takes the next item until none is left, so that a burst of thousands of binds
+        costs a handful of futures, not one each (and as many wake-ups of this thread). If a
+        call raises, no new one starts, and the first item's error in order is raised once the
+        calls under way have ended."""
+        answers: list[Any] = [None] * len(items)
+        errors: dict[int, BaseException] = {}
+        lock = threading.Lock()
+        following = iter(range(len(items)))
+
+        def work() -> None:
+            while True:
+                with lock:
+                    i = None if errors else next(following, None)
+                if i is None:
+                    return
+                try:
+                    answers[i] = call(items[i])
+                except BaseException as err:  # raised in the caller's thread, below
+                    with lock:
+                        errors[i] = err
+                    return
+
+        tasks = [self._pool.submit(work) for _ in range(min(BIND_CONNECTIONS, len(items)))]
+        for task in tasks:
+            task.result()
+        if errors:
+            raise errors[min(errors)]
+        return answers
 
     def _bind_one(self, gang: Gang, key: Key, node: str, annotations: dict[str, str]) -> str:
         """Bind one pod of `gang`; returns why it failed, or "" once it is bound as asked. A
