@@ -8,9 +8,12 @@ test cancels what it left running. Waiting is done by polling the API with a dea
 
 from __future__ import annotations
 
+import http.server
+import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -556,3 +559,240 @@ def test_command_visible_is_a_submit_flag(
     assert hidden.json()["spec"]["command_visible"] is False
     wait_for(server, "shown", "succeeded")
     wait_for(server, "unshown", "succeeded")
+
+
+# ---------------------------------------------------------------------- issue 16: the CLI guesses
+
+
+def submitted_body(*args: str) -> tuple[Result, dict[str, Any] | None]:
+    """`toposched submit ARGS` against a stand-in server that records the body it is sent and
+    answers 201: what the CLI sends, whatever the server then makes of it."""
+    bodies: list[dict[str, Any]] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            bodies.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            answer = json.dumps(
+                {
+                    "name": bodies[-1].get("name") or "x",
+                    "queue": "q",
+                    "state": "pending",
+                    "reason": "submitted",
+                }
+            ).encode()
+            self.send_response(201)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(answer)))
+            self.end_headers()
+            self.wfile.write(answer)
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    stand_in = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=stand_in.serve_forever, daemon=True).start()
+    try:
+        env = {key: value for key, value in os.environ.items() if key != "COLUMNS"}
+        env.update(TOPOSCHED_URL=f"http://127.0.0.1:{stand_in.server_port}", TOPOSCHED_TOKEN="t")
+        result = run(env, "submit", *args)
+    finally:
+        stand_in.shutdown()
+        stand_in.server_close()
+    return result, bodies[0] if bodies else None
+
+
+def test_submit_takes_arenas_kind_and_keeps_options_out_of_the_command() -> None:
+    result, body = submitted_body(
+        "tfjob", "--name", "tf1", "--gpus", "1", "--workers", "2", "--ps", "1", "--gang",
+        "--selector", "gpu=v100", "--selector", "zone=a", "--", "sleep", "5", "--workers", "9",
+    )  # fmt: skip
+    assert result.code == 0, result.err
+    assert body is not None
+    assert body["name"] == "tf1" and body["kind"] == "tensorflow" and body["ps"] == 1
+    assert body["workers"] == 2 and body["gpus"] == 1
+    assert body["selector"] == {"gpu": "v100", "zone": "a"}
+    # Everything after `--` is the command's own, options of submit's name included.
+    assert body["command"] == ["sleep", "5", "--workers", "9"]
+    for word, kind in (("pytorchjob", "pytorch"), ("mpi", "mpi"), ("pytorch", "pytorch")):
+        _, body = submitted_body(word, "--", "true")
+        assert body is not None and body["kind"] == kind
+    # No kind given: none is sent (the server's default).
+    _, body = submitted_body("--", "true")
+    assert body is not None and "kind" not in body and "ps" not in body
+
+
+def test_submit_refuses_a_command_not_after_dashes() -> None:
+    for args in (
+        ("--gpus", "1", "echo", "hi", "--workers", "2"),
+        ("tfjob", "echo", "hi", "--", "true"),
+        ("echo", "hi"),
+    ):
+        result, body = submitted_body(*args)
+        assert result.code == 2, (args, result.err)
+        assert body is None and result.out == ""
+        assert "the command to run goes after `--`" in result.err, result.err
+        assert "toposched submit [KIND] [OPTIONS] -- COMMAND..." in result.err
+    result, body = submitted_body("tfjobs", "--", "true")
+    assert result.code == 2 and body is None
+    assert "unknown job kind 'tfjobs'" in result.err and "tfjob" in result.err
+
+
+def test_a_one_string_command_is_split_on_the_command_line_as_in_a_job_file(
+    tmp_path: Path,
+) -> None:
+    _, flag = submitted_body("--", "sleep 5 'two words'")
+    jobfile = tmp_path / "job.yaml"
+    jobfile.write_text("command: sleep 5 'two words'\n")
+    _, filed = submitted_body("-f", str(jobfile))
+    assert flag is not None and filed is not None
+    assert flag["command"] == filed["command"] == ["sleep", "5", "two words"]
+    # Several words are run as given: no word is split again.
+    _, words = submitted_body("--", "echo", "a b")
+    assert words is not None and words["command"] == ["echo", "a b"]
+    bad, body = submitted_body("--", "echo 'unbalanced")
+    assert bad.code == 2 and body is None and "cannot split" in bad.err
+
+
+def test_an_arena_style_job_runs_its_kind_on_the_server(
+    server: ServerProcess, cli: Callable[..., Result]
+) -> None:
+    submitted = cli("submit", "tfjob", "--name", "tf-arena", "--gpus", "1", "--workers", "2",
+                    "--gang", "--json", "--", "sleep 0.1")  # fmt: skip
+    assert submitted.code == 0, submitted.err
+    job = submitted.json()
+    assert job["spec"]["kind"] == "tensorflow" and len(job["placement"]) == 2
+    done = wait_for(server, "tf-arena", "succeeded")
+    assert done["command"] == ["sleep", "0.1"]
+
+
+def test_a_selector_no_node_matches_waits_and_says_so(
+    server: ServerProcess, cli: Callable[..., Result]
+) -> None:
+    submitted = cli("submit", "--name", "picky", "--selector", "gpu=a100", "--json", "--", "true")
+    assert submitted.code == 0, submitted.err
+    job = submitted.json()
+    assert job["state"] == "pending" and job["spec"]["selector"] == {"gpu": "a100"}
+    assert "no node has the labels gpu=a100" in job["reason"]
+    labelled = cli("node", "label", "node-a", "gpu=a100")
+    assert labelled.code == 0, labelled.err
+    try:
+        wait_for(server, "picky", "succeeded")
+    finally:
+        cli("node", "label", "node-a", "gpu-")
+
+
+def test_delete_takes_several_names_and_says_which_failed(
+    server: ServerProcess, cli: Callable[..., Result]
+) -> None:
+    for name in ("d1", "d2"):
+        assert cli("submit", "--name", name, "--", "sleep", "60").code == 0
+    both = cli("delete", "d1", "d2")
+    assert both.code == 0, both.err
+    assert "d1" in both.out and "d2" in both.out
+    wait_for(server, "d1", "cancelled")
+    wait_for(server, "d2", "cancelled")
+    some = cli("delete", "no-such-job", "d1")
+    assert some.code == 3, some.err  # the first failure's status: not found
+    assert "error: no-such-job: no job named 'no-such-job'" in some.err
+    assert "not deleted: no-such-job (1 of 2)" in some.err
+    assert "deleted d1" in some.out  # the others are still deleted
+
+
+def test_a_name_is_free_once_its_job_has_ended_and_been_deleted(
+    server: ServerProcess, cli: Callable[..., Result]
+) -> None:
+    first = cli("submit", "--name", "again", "--json", "--", "sh", "-c", "echo first")
+    assert first.code == 0, first.err
+    taken = cli("submit", "--name", "again", "--", "true")
+    assert taken.code == 5 and "a job named 'again' already exists" in taken.err
+    wait_for(server, "again", "succeeded")
+    ended = cli("submit", "--name", "again", "--", "true")
+    assert ended.code == 5 and "delete it to free its name" in ended.err
+    deleted = cli("delete", "again")
+    assert deleted.code == 0, deleted.err
+    assert "deleted again" in deleted.out and "its name is free" in deleted.out
+    assert cli("get", "again").code == 3
+    listed = cli("list", "--all", "--json").json()["jobs"]
+    assert not [job for job in listed if job["name"].startswith("again")]
+    second = cli("submit", "--name", "again", "--json", "--", "sh", "-c", "echo second")
+    assert second.code == 0, second.err
+    assert second.json()["attempt"] in (-1, 0) and second.json()["restarts"] == 0
+    done = wait_for(server, "again", "succeeded")
+    # A new job: its own history and logs, none of the old one's.
+    assert [h["new"] for h in done["history"]] == ["pending", "running", "succeeded"]
+    logs = cli("logs", "again")
+    assert logs.out == "second\n", logs.err
+
+
+def test_a_live_jobs_name_stays_taken_after_a_delete(
+    server: ServerProcess, cli: Callable[..., Result]
+) -> None:
+    assert cli("submit", "--name", "busy", "--", "sleep", "60").code == 0
+    cancelled = cli("delete", "busy")
+    assert cancelled.code == 0 and "busy" in cancelled.out
+    taken = cli("submit", "--name", "busy", "--", "true")
+    assert taken.code == 5 and "already exists" in taken.err
+    wait_for(server, "busy", "cancelled")
+    assert cli("delete", "busy").code == 0
+    assert cli("submit", "--name", "busy", "--", "true").code == 0
+    wait_for(server, "busy", "succeeded")
+
+
+def test_logs_tail_prints_the_last_lines(server: ServerProcess, cli: Callable[..., Result]) -> None:
+    submitted = cli("submit", "--name", "talker", "--", "seq", "1", "50")
+    assert submitted.code == 0, submitted.err
+    wait_for(server, "talker", "succeeded")
+    tail, none, every, lines = run_all(
+        user_env(server),
+        ("logs", "talker", "--tail", "3"),
+        ("logs", "talker", "--tail", "0"),
+        ("logs", "talker", "--tail", "500"),
+        ("logs", "talker", "-n", "2", "--json"),
+    )
+    assert tail.code == 0, tail.err
+    assert tail.out == "48\n49\n50\n"
+    assert none.out == ""
+    assert every.out == "".join(f"{i}\n" for i in range(1, 51))
+    assert [row["line"] for row in lines.json_lines()] == ["49", "50"]
+
+
+def test_node_list_shows_each_nodes_gpus(server: ServerProcess, cli: Callable[..., Result]) -> None:
+    assert cli("submit", "--name", "holder", "--gpus", "2", "--", "sleep", "60").code == 0
+    table, as_json = run_all(user_env(server), ("node", "list"), ("node", "list", "--json"))
+    assert table.code == 0, table.err
+    header, row = (line for line in table.out.splitlines() if "NODE" in line or "node-a" in line)
+    assert all(word in header for word in ("GPUS", "FREE", "UNHEALTHY", "LABELS"))
+    cells = [cell.strip() for cell in row.split("│") if cell.strip()]
+    assert cells[:4] == ["node-a", "8", "6", "-"]
+    assert as_json.json()["nodes"][0]["name"] == "node-a"
+
+
+def test_list_shows_restarts_and_attempts(
+    server: ServerProcess, cli: Callable[..., Result]
+) -> None:
+    submitted = cli("submit", "--name", "flaky", "--restart", "on-failure", "--max-restarts",
+                    "1", "--", "false")  # fmt: skip
+    assert submitted.code == 0, submitted.err
+    wait_for(server, "flaky", "failed")
+    listed = cli("list", "--all")
+    assert "RESTARTS" in listed.out
+    row = next(line for line in listed.out.splitlines() if "flaky" in line)
+    assert "1 (attempt 1)" in row
+
+
+def test_gang_is_accepted_and_its_help_says_gangs_are_whole(server: ServerProcess) -> None:
+    shown = run({**user_env(server), "COLUMNS": "300"}, "submit", "--help")
+    assert shown.code == 0
+    gang = next(line for line in shown.out.splitlines() if "--gang" in line)
+    assert "changes nothing: every job is a gang, scheduled whole" in gang
+    text = " ".join(shown.out.split())
+    assert "Usage: toposched submit [KIND] [OPTIONS] -- COMMAND..." in text
+
+
+def test_a_job_files_selector_merges_with_the_flags(tmp_path: Path) -> None:
+    jobfile = tmp_path / "job.yaml"
+    jobfile.write_text("command: [true]\nselector: {gpu: v100, zone: a}\n")
+    _, body = submitted_body("-f", str(jobfile), "--selector", "zone=b")
+    assert body is not None and body["selector"] == {"gpu": "v100", "zone": "b"}
+    bad, body = submitted_body("--selector", "gpu", "--", "true")
+    assert bad.code == 2 and body is None and "--selector: expected KEY=VALUE" in bad.err

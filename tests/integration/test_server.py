@@ -107,8 +107,11 @@ def test_cancel_stops_a_running_job_and_frees_its_gpus(api: Api, out: Path) -> N
     assert api.until("sleeper", "cancelled")["reason"] == "cancelled"
     assert not alive(pid)
     assert set(api.holders().values()) == {None}
+    # Deleting it once it has ended removes it, and frees its name.
     again = api.http.delete("/api/v1/jobs/sleeper")
-    assert again.status_code == 409 and "already ended" in again.text
+    assert again.status_code == 202 and again.json()["deleted"] is True, again.text
+    assert api.http.get("/api/v1/jobs/sleeper").status_code == 404
+    assert api.http.delete("/api/v1/jobs/sleeper").status_code == 404
 
 
 def test_pending_job_says_why_and_starts_when_room_frees(api: Api, out: Path) -> None:

@@ -17,7 +17,7 @@ from toposched.cli.jobs_cmd import JSON, SERVER, api, duration, placement_text, 
 from toposched.cli.output import EXIT_BAD_INPUT, console, emit_json, fail
 
 top_app = typer.Typer(no_args_is_help=True, help="What runs where: GPUs of each node, jobs.")
-node_app = typer.Typer(no_args_is_help=True, help="Nodes: labels.")
+node_app = typer.Typer(no_args_is_help=True, help="Nodes: their GPUs and labels.")
 queue_app = typer.Typer(no_args_is_help=True, help="Queues (one per team) and their shares.")
 token_app = typer.Typer(no_args_is_help=True, help="API tokens (admin).")
 
@@ -99,6 +99,34 @@ def top_job(server: str = SERVER, as_json: bool = JSON) -> None:
             shape(job),
             placement_text(job),
             duration(now - started) if started is not None else "-",
+        )
+    console.print(table)
+
+
+@node_app.command("list")
+def node_list(server: str = SERVER, as_json: bool = JSON) -> None:
+    """Nodes: GPUs in all, free and unhealthy, labels and topology (`top node` shows which
+    job holds each GPU)."""
+    with api(server) as client:
+        nodes = client.nodes()
+    if as_json:
+        emit_json({"nodes": nodes})
+        return
+    table = Table()
+    for column in ("NODE", "GPUS", "FREE", "UNHEALTHY", "TOPOLOGY", "LABELS"):
+        table.add_column(column, overflow="fold")
+    for node in nodes:
+        gpus = node["gpus"]
+        sick = [g["index"] for g in gpus if not g["healthy"]]
+        free = sum(1 for g in gpus if g["job"] is None and g["healthy"])
+        labels = ",".join(f"{k}={v}" for k, v in sorted(node["labels"].items()))
+        table.add_row(
+            escape(node["name"]),
+            str(len(gpus)),
+            str(free),
+            f"[bold red]{','.join(map(str, sick))}[/]" if sick else "-",
+            escape(node["topology"]),
+            escape(labels) or "-",
         )
     console.print(table)
 

@@ -22,6 +22,8 @@ from typing import Any, NoReturn
 import typer
 from rich.markup import escape
 from rich.table import Table
+from typer._click import Context as ClickContext
+from typer.core import TyperCommand
 
 from toposched.cli.output import EXIT_BAD_INPUT, console, emit_json, fail
 from toposched.client.http import (
@@ -40,7 +42,9 @@ from toposched.client.jobfile import (
     merge_spec,
     parse_elastic,
     parse_env_pairs,
+    split_command,
 )
+from toposched.common.frameworks import KindError, kind_of
 
 EXIT_SERVER_ERROR = 1
 EXIT_NOT_FOUND = 3
@@ -206,9 +210,18 @@ def print_job(job: dict[str, Any]) -> None:
             console.print(f"  {clock}  {h['old'] or '-'} -> {h['new']}: {escape(h['reason'])}")
 
 
+def restarts_text(job: dict[str, Any]) -> str:
+    """`1 (attempt 2)`: restarts after failures, and the attempt now (each start, restart,
+    preemption, migration or resize is one); `-` for the attempt of a job never started."""
+    attempt = job.get("attempt", -1)
+    shown = f" (attempt {attempt})" if attempt is not None and attempt >= 0 else ""
+    return f"{job.get('restarts', 0)}{shown}"
+
+
 def jobs_table(jobs: list[dict[str, Any]], title: str | None = None) -> Table:
     table = Table(title=title, title_justify="left")
-    for column in ("NAME", "QUEUE", "OWNER", "STATE", "SHAPE", "GPUS", "AGE", "REASON"):
+    columns = ("NAME", "QUEUE", "OWNER", "STATE", "SHAPE", "GPUS", "RESTARTS", "AGE", "REASON")
+    for column in columns:
         table.add_column(column, overflow="fold")
     now = time.time()
     for job in jobs:
@@ -219,6 +232,7 @@ def jobs_table(jobs: list[dict[str, Any]], title: str | None = None) -> Table:
             state_text(job["state"]),
             shape(job),
             placement_text(job) or "-",
+            restarts_text(job),
             duration(now - job["submitted_at"]),
             escape(job["reason"]),
         )
@@ -255,22 +269,97 @@ def _refusal(err: ApiError, jobfile: JobFile | None, overridden: set[str]) -> st
     return "\n".join(lines)
 
 
+# Where SubmitCommand leaves the words after `--` for `submit`.
+AFTER_DASHES = "toposched.command"
+SUBMIT_USAGE = "toposched submit [KIND] [OPTIONS] -- COMMAND..."
+
+
+class SubmitCommand(TyperCommand):
+    """`submit [KIND] [OPTIONS] -- COMMAND...`: the words after the first `--` are the command,
+    set aside before the options are parsed, so that no option is ever taken for a word of the
+    command nor a word of the command for an option."""
+
+    def parse_args(self, ctx: ClickContext, args: list[str]) -> list[str]:
+        command: list[str] | None = None
+        if "--" in args:
+            at = args.index("--")
+            args, command = args[:at], args[at + 1 :]
+        ctx.meta[AFTER_DASHES] = command
+        return super().parse_args(ctx, args)
+
+    def collect_usage_pieces(self, ctx: ClickContext) -> list[str]:
+        return ["[KIND]", "[OPTIONS]", "-- COMMAND..."]
+
+
+def kind_and_command(
+    words: list[str], command: list[str] | None, usage: str = SUBMIT_USAGE
+) -> tuple[str | None, list[str] | None]:
+    """The job kind among the words before `--` (at most that one word), and the command
+    after it: one word is a command line split as a shell would (as a job file's string).
+    Anything else before `--` is refused, showing `usage`."""
+    kind: str | None = None
+    rest = list(words)
+    if rest:
+        try:
+            kind = kind_of(rest[0]).value
+            rest = rest[1:]
+        except KindError as err:
+            if command is not None and len(rest) == 1:
+                fail(f"{err}; the command goes after `--`: {usage}", EXIT_BAD_INPUT)
+    if rest:
+        shown = shlex.join(rest)
+        fail(
+            f"{shown!r} is not an option of submit: the command to run goes after `--`, "
+            f"options before it: {usage} (for example: {usage.split(' [KIND]')[0]} "
+            f"--gpus 1 -- {shown})",
+            EXIT_BAD_INPUT,
+        )
+    if command is not None and len(command) == 1:
+        try:
+            command = split_command(command[0])
+        except ValueError as err:
+            fail(f"the command: {err}", EXIT_BAD_INPUT)
+    return kind, command or None
+
+
 def submit(
-    command: list[str] = typer.Argument(
+    ctx: typer.Context,
+    words: list[str] = typer.Argument(
         None,
-        metavar="-- COMMAND",
-        help="What each worker runs (after `--`, or after the last option); overrides the "
-        "file's command.",
+        metavar="[KIND]",
+        help="The job kind: pytorch (the default), tensorflow or mpi, or Arena's pytorchjob, "
+        "tfjob, mpijob.",
         show_default=False,
     ),
     file: Path = typer.Option(
         None, "--file", "-f", metavar="JOB.yaml", help="Job spec file; flags override its fields."
     ),
-    name: str = typer.Option(None, "--name", help="Job name (default: made up by the server)."),
+    name: str = typer.Option(
+        None,
+        "--name",
+        help="Job name (default: made up by the server). Taken until the job has ended and "
+        "been deleted.",
+    ),
     queue: str = typer.Option(None, "--queue", help="Queue (default: your team)."),
     priority: int = typer.Option(None, "--priority", help="-1000..1000 (default 0)."),
     workers: int = typer.Option(None, "--workers", help="Workers in the gang (default 1)."),
     gpus: int = typer.Option(None, "--gpus", help="GPUs per worker (default 1)."),
+    ps: int = typer.Option(
+        None, "--ps", min=0, metavar="N", help="Parameter servers (tensorflow jobs; no GPU)."
+    ),
+    gang: bool = typer.Option(
+        False,
+        "--gang",
+        help="Accepted for Arena's sake and changes nothing: every job is a gang, scheduled "
+        "whole (all its workers start together, or none does).",
+    ),
+    selector: list[str] = typer.Option(
+        None,
+        "--selector",
+        metavar="KEY=VALUE",
+        help="Run only on nodes with this label (see `toposched node list`); repeatable, "
+        "every one must match.",
+    ),
     locality: str = typer.Option(
         None, "--locality", help="node, rack, pod, any, or PREFER,ACCEPT@SECONDS (default node)."
     ),
@@ -281,7 +370,10 @@ def submit(
         None,
         "--checkpoint-signal",
         metavar="SIGNAL",
-        help="The job checkpoints on this signal, so it may be preempted (e.g. SIGUSR1).",
+        help="The job checkpoints on this signal (e.g. SIGUSR1), so it may be preempted for "
+        "higher-priority work of its queue or for jobs that have had less service, and migrated. "
+        "A job without one is preempted only to give back GPUs its queue borrowed beyond its "
+        "guarantee.",
     ),
     checkpoint_grace: float = typer.Option(
         None,
@@ -319,8 +411,14 @@ def submit(
 ) -> None:
     """Submit a job: a gang of WORKERS processes with GPUS GPUs each.
 
-    Example: toposched submit --workers 2 --gpus 4 -- python train.py --epochs 3
+    The command goes after `--`, options before it; any other word before `--` is refused.
+
+    One word after `--` is split as a shell would, as a job file's `command:` string is.
+
+    Example: toposched submit tfjob --name tf1 --workers 2 --gpus 1 --ps 1 -- python train.py
     """
+    del gang  # every job is a gang: the flag is only accepted
+    kind, command = kind_and_command(words or [], ctx.meta.get(AFTER_DASHES))
     _finite("--limit", limit)
     _finite("--checkpoint-grace", checkpoint_grace)
     jobfile: JobFile | None = None
@@ -344,7 +442,9 @@ def submit(
         "limit_s": limit,
         "workdir": workdir,
         "command_visible": command_visible,
-        "command": list(command) if command else None,
+        "command": command,
+        "kind": kind,
+        "ps": ps,
     }
     overrides.update({key: value for key, value in given.items() if value is not None})
     if elastic is not None:
@@ -357,6 +457,11 @@ def submit(
             overrides["env"] = parse_env_pairs(env)
         except ValueError as err:
             fail(f"--env: {err}", EXIT_BAD_INPUT)
+    if selector:
+        try:
+            overrides["selector"] = parse_env_pairs(selector)
+        except ValueError as err:
+            fail(f"--selector: {err}", EXIT_BAD_INPUT)
     checkpoint: dict[str, Any] = {}
     if checkpoint_signal is not None:
         checkpoint["signal"] = checkpoint_signal
@@ -477,6 +582,14 @@ def logs(
         False, "--follow", "-f", help="Keep printing until the workers of this attempt end."
     ),
     worker: int = typer.Option(0, "--worker", "-w", min=0, help="Worker rank (default 0)."),
+    tail: int = typer.Option(
+        None,
+        "--tail",
+        "-n",
+        min=0,
+        metavar="N",
+        help="Only the last N lines (then, with --follow, what comes after).",
+    ),
     server: str = SERVER,
     as_json: bool = typer.Option(
         False, "--json", help='One JSON object per line: {"job", "worker", "line"}.'
@@ -484,7 +597,7 @@ def logs(
 ) -> None:
     """Print a worker's output (stdout and stderr) of the job's latest attempt."""
     with api(server) as client:
-        chunks = client.logs(name, worker=worker, follow=follow)
+        chunks = client.logs(name, worker=worker, follow=follow, tail=tail)
         try:
             if as_json:
                 _json_lines(name, worker, chunks)
@@ -515,21 +628,43 @@ def _json_lines(name: str, worker: int, chunks: Iterator[bytes]) -> None:
 
 
 def delete(
-    name: str = typer.Argument(..., help="Job name."),
+    names: list[str] = typer.Argument(..., metavar="NAME...", help="Job names."),
     server: str = SERVER,
-    as_json: bool = JSON,
+    as_json: bool = typer.Option(
+        False, "--json", help="Print each job as the server answers, one JSON object a line."
+    ),
 ) -> None:
-    """Cancel a job.
+    """Delete jobs: cancel each live one, remove each ended one.
 
     A waiting job ends at once; a running one gets its stop signal (its checkpoint signal, else
-    SIGTERM), then SIGKILL after its grace time."""
+    SIGTERM), then SIGKILL after its grace time. An ended job is removed: its name is free
+    again. Each job is tried; the exit status is that of the first that failed."""
+    failed: list[tuple[str, ApiError]] = []
     with api(server) as client:
-        job = client.cancel(name)
-    if as_json:
-        emit_json(job)
-        return
+        for name in names:
+            try:
+                job = client.cancel(name)
+            except ApiError as err:
+                for line in err.message.splitlines():
+                    sys.stderr.write(f"error: {name}: {line}\n")
+                failed.append((name, err))
+                continue
+            if as_json:
+                emit_json(job)
+            else:
+                _deleted(job)
+    if failed:
+        if len(names) > 1:
+            said = ", ".join(name for name, _ in failed)
+            sys.stderr.write(f"error: not deleted: {said} ({len(failed)} of {len(names)})\n")
+        raise typer.Exit(exit_code(failed[0][1]))
+
+
+def _deleted(job: dict[str, Any]) -> None:
     name = escape(job["name"])
-    if job["state"] == "stopping":
+    if job.get("deleted"):
+        console.print(f"deleted [bold]{name}[/] ({state_text(job['state'])}): its name is free")
+    elif job["state"] == "stopping":
         console.print(f"cancelling [bold]{name}[/]: {state_text('stopping')} its workers")
     elif job["state"] == "cancelled":
         console.print(f"cancelled [bold]{name}[/]")
@@ -552,9 +687,7 @@ def explain(
 
 
 def register(app: typer.Typer) -> None:
-    # No interspersed options: everything after the command's first word is the command's own
-    # (`toposched submit python train.py --lr 0.1`), as if after `--`.
-    app.command("submit", context_settings={"allow_interspersed_args": False})(submit)
+    app.command("submit", cls=SubmitCommand)(submit)
     app.command("get")(get)
     app.command("list")(list_jobs)
     app.command("logs")(logs)

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
+from typing import Any
+
 import typer
+from typer._completion_classes import completion_init
+from typer._completion_shared import get_completion_script
 
 from toposched import __version__
 from toposched.cli import (
@@ -16,6 +21,11 @@ from toposched.cli import (
     sim_cmd,
     topology_cmd,
 )
+from toposched.cli.helpfmt import plain_metavars
+
+PROG = "toposched"
+# What the completion scripts set to ask the program for completions (click's convention).
+COMPLETE_VAR = "_TOPOSCHED_COMPLETE"
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -33,6 +43,25 @@ jobs_cmd.register(app)
 admin_cmd.register(app)
 
 
+class Shell(StrEnum):
+    BASH = "bash"
+    ZSH = "zsh"
+    FISH = "fish"
+
+
+@app.command("completion")
+def completion(shell: Shell = typer.Argument(..., help="bash, zsh or fish.")) -> None:
+    """Print the shell completion script for SHELL.
+
+    bash: `source <(toposched completion bash)` in ~/.bashrc.
+
+    zsh: `toposched completion zsh > "${fpath[1]}/_toposched"`.
+
+    fish: `toposched completion fish > ~/.config/fish/completions/toposched.fish`.
+    """
+    typer.echo(get_completion_script(prog_name=PROG, complete_var=COMPLETE_VAR, shell=shell.value))
+
+
 def _version(value: bool) -> None:
     if value:
         typer.echo(f"toposched {__version__}")
@@ -48,5 +77,12 @@ def root(
     """toposched: a topology-aware gang scheduler for deep-learning jobs on GPU servers."""
 
 
+def command() -> Any:
+    """The `toposched` command as click runs it, its help free of Python type names."""
+    return plain_metavars(typer.main.get_command(app))
+
+
 def main() -> None:
-    app()
+    # Typer's completion classes answer the scripts that `completion` prints.
+    completion_init()
+    command()(prog_name=PROG, complete_var=COMPLETE_VAR)

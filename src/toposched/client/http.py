@@ -402,10 +402,15 @@ class Client:
         result: dict[str, Any] = self._request("GET", f"/jobs/{_segment(name)}/explain")
         return result
 
-    def logs(self, name: str, worker: int = 0, follow: bool = False) -> Iterator[bytes]:
-        """One worker's output as it arrives; with `follow`, until the attempt's workers end.
-        The request is made (and may fail) at the first `next()`."""
-        params = {"worker": worker, "follow": "true" if follow else "false"}
+    def logs(
+        self, name: str, worker: int = 0, follow: bool = False, tail: int | None = None
+    ) -> Iterator[bytes]:
+        """One worker's output as it arrives; with `follow`, until the attempt's workers end;
+        with `tail`, from its last `tail` lines on. The request is made (and may fail) at the
+        first `next()`."""
+        params: dict[str, Any] = {"worker": worker, "follow": "true" if follow else "false"}
+        if tail is not None:
+            params["tail"] = tail
         hx = _httpx()
         # Following waits as long as the job runs: no read timeout then.
         timeout = hx.Timeout(self.timeout, read=None if follow else self.timeout)

@@ -124,6 +124,21 @@ class Books:
         while len(self.finished) > keep:
             self.jobs.pop(self.finished.popleft(), None)
 
+    def forget(self, name: str) -> None:
+        """Drop ended job `name` now (its driver deleted it), so that a new job may take its
+        name; nothing if it is not held."""
+        rec = self.jobs.get(name)
+        if rec is None:
+            return
+        if not rec.state.terminal:
+            raise SchedulingError(
+                f"job {name!r} is {rec.state.value}: only an ended job can be forgotten"
+            )
+        del self.jobs[name]
+        # Out of the retirement line too, or its turn there would drop a new job of that name.
+        if name in self.finished:
+            self.finished.remove(name)
+
     def configure_queue(self, name: str, guaranteed: int) -> None:
         if not name:
             raise SchedulingError("a queue needs a name")
