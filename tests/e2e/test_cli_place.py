@@ -124,16 +124,32 @@ def test_demo_shows_topology_beating_topology_unaware_picks(cli) -> None:
     result = cli("demo", "--json")
     assert result.code == 0, result.err
     report = result.json()
-    assert report["sets"] == 70
-    assert report["sets_at_best_ring"] == 8
-    by_policy = {row["policy"]: row for row in report["empty_node"]}
-    assert by_policy["topology"]["ring_bandwidth_gbps"] == 25.0
-    assert by_policy["index-order"]["ring_bandwidth_gbps"] == 25.0
+    sizes = {size["gpus"]: size for size in report["sizes"]}
+    assert (sizes[2]["sets"], sizes[2]["best_ring_bandwidth_gbps"]) == (28, 50.0)
+    assert (sizes[4]["sets"], sizes[4]["sets_at_best_ring"]) == (70, 8)
+    # Issue 16: every case is one where the topology-aware choice differs from index order
+    # and its ring is faster, for 2- and 4-GPU jobs, with GPUs busy already.
+    cases = report["cases"]
+    assert {case["gpus"] for case in cases} == {2, 4}
+    assert any(case["busy"] for case in cases if case["gpus"] == 4)
+    for case in cases:
+        by_policy = {c["policy"]: c for c in case["choices"]}
+        aware, plain = by_policy["topology"], by_policy["index-order"]
+        assert aware["gpus"] != plain["gpus"] and aware["ring"] > plain["ring"], case
+        assert not set(aware["gpus"]) & set(case["busy"])
+    (busy_one,) = [c for c in cases if c["gpus"] == 4 and c["busy"] == [0]]
+    picks = {c["policy"]: (c["gpus"], c["ring"]) for c in busy_one["choices"]}
+    assert picks["topology"] == ([4, 5, 6, 7], 25.0)
+    assert picks["index-order"] == ([1, 2, 3, 4], 6.0)
     after = {(row["policy"], row["mode"]): row for row in report["after_single_gpu_jobs"]}
     assert after[("topology", "pack")]["ring_bandwidth_gbps"] == 25.0
     human = cli("demo")
     assert human.code == 0
-    assert "70 ways to pick 4 GPUs" in human.out
+    assert "70 ways to pick 4 GPUs" in human.out and "Where topology matters" in human.out
+    assert "4,5,6,7 (25)" in human.out and "1,2,3,4 (6)" in human.out
+    flat = cli("demo", "--topology", "hgx-h100", "--gpus", "2")
+    assert flat.code == 0 and "cannot do better" in flat.out
+    assert cli("demo", "--gpus", "9").code == 2
 
 
 def test_requests_file_that_is_not_utf8_exits_2(cli, tmp_path: Path) -> None:

@@ -122,3 +122,32 @@ def test_sim_reads_an_extra_catalog(cli: Callable[..., Result], tmp_path: Path) 
     broken.write_text("networks: [oops\n")
     r = cli(*base, "--catalog", str(broken))
     assert r.code == 2 and "broken.yaml" in r.err, r.err
+
+
+def test_a_deadlocked_policy_has_no_comparable_jct(
+    cli: Callable[..., Result], tmp_path: Path
+) -> None:
+    """Issue 16: k8s-default deadlocks on this slice with 44 of 60 jobs finished; its JCT,
+    queueing, makespan and utilisation would count only those, so the table, the JSON,
+    metrics.json and the HTML report say so instead of printing a figure beside full ones."""
+    base = ["sim", "--trace", PHILLY, "--cluster", "4*dgx1-v100/2", "--limit", "60"]
+    base += ["--policy", "toposched,k8s-default", "--out", str(tmp_path), "--no-plots"]
+    r = cli(*base, "--json")
+    assert r.code == 0, r.err
+    policies = r.json()["policies"]
+    stuck, fine = policies["k8s-default"], policies["toposched"]
+    assert stuck["deadlocked"] is True and stuck["finished"] < 60
+    blind = ("avg_jct_s", "p50_jct_s", "p99_jct_s", "avg_queue_s", "makespan_s", "gpu_alloc_util")
+    assert all(stuck[key] is None for key in blind)
+    assert stuck["partial_hold_gpu_hours"] > 0 and stuck["placement_quality_mean"] > 0
+    assert fine["deadlocked"] is False and all(fine[key] > 0 for key in blind)
+    saved = json.loads((tmp_path / "metrics.json").read_text())
+    assert saved["policies"]["k8s-default"]["avg_jct_s"] is None
+    html = tmp_path / "report.html"
+    table = cli(*base, "--html", str(html))
+    assert table.code == 0, table.err
+    rows = {line.split("│")[1].strip(): line for line in table.out.splitlines() if "│" in line}
+    for heading in ("avg JCT h", "p99 JCT h", "makespan h"):
+        cells = [c.strip() for c in rows[heading].split("│")[2:4]]
+        assert cells[0] != "n/a (deadlocked)" and cells[1] == "n/a (deadlocked)", cells
+    assert "n/a (deadlocked)" in html.read_text()

@@ -508,8 +508,13 @@ def test_a_version_1_database_is_migrated_with_its_jobs(db_url: str) -> None:
     engine.dispose()
     store = Store(db_url)
     try:
-        assert store.version == SCHEMA_VERSION == 2
+        assert store.version == SCHEMA_VERSION == 3
         assert names(store.jobs()) == ["before"]
+        before = store.job("before")
+        assert before is not None and before.service_gpu_s == 0.0  # v3: no service yet
+        store.transition("before", "pending", "running", "started", 3.0, service_gpu_s=42.5)
+        after_start = store.job("before")
+        assert after_start is not None and after_start.service_gpu_s == 42.5
         store.add_job(name="after", owner="a", queue="q", priority=0, spec={}, time=2.0, key="k")
         assert store.job_by_key("a", "k") is not None
     finally:

@@ -396,15 +396,16 @@ class Driver:
                 f"{where}: no failure of this job happened",
             )
         elif kind is StopKind.PREEMPT:
-            # Only borrowed work (its queue above its guarantee) or work of lower priority than
-            # a job waiting in its own queue may be preempted.
+            # Only borrowed work (its queue above its guarantee) or checkpointable work of lower
+            # priority than a job waiting in its own queue may be preempted (issue 16: a job
+            # that cannot checkpoint loses its work, so only borrowing makes it a victim).
             queue = spec.queue
             used = sum(
                 k.placement.gpus
                 for k in self.jobs.values()
                 if k.spec.queue == queue and k.placement is not None
             )
-            outranked = any(
+            outranked = spec.checkpointable and any(
                 k.spec.queue == queue and k.spec.priority > spec.priority for k in self.waiting()
             )
             # Least attained service: checkpointable work that has had the demotion threshold
@@ -420,7 +421,8 @@ class Driver:
             self.expect(
                 used > self.queues.get(queue, 0) or outranked or served,
                 f"{where}: queue {queue} uses {used} of its {self.queues.get(queue, 0)} "
-                "guaranteed GPUs, nobody of higher priority waits in it, and it is not demoted",
+                "guaranteed GPUs, and it cannot checkpoint or nobody of higher priority waits "
+                "in it and it is not demoted",
             )
         elif kind is StopKind.MIGRATE:
             self.expect(spec.checkpointable, f"{where}: migrating a job with no checkpoint")

@@ -13,6 +13,7 @@ from toposched.core import (
     JobStopped,
     SchedulingError,
     StopKind,
+    Tick,
     WorkerSlot,
 )
 from toposched.placement.gang import Placement
@@ -134,3 +135,52 @@ def test_a_stopping_job_needs_its_placement() -> None:
     with pytest.raises(SchedulingError, match="needs its placement"):
         s.handle(JobRestored(1, job("x"), 0, None, stopping=StopKind.CANCEL))
     assert s.books.jobs == {}
+
+
+LAS = {"demote_after_gpu_h": 1.0}  # demoted after 3,600 GPU-seconds
+
+
+@pytest.mark.parametrize(
+    ("served", "order"),
+    [((0.0, 0.0), ["first", "second"]), ((3600.0, 100.0), ["second", "first"])],
+)
+def test_restored_service_orders_waiting_jobs_by_least_attained_service(
+    served: tuple[float, float], order: list[str]
+) -> None:
+    """Issue 16: the service a waiting job had comes back with it. `first` had the demotion
+    threshold of service before the restart: it waits behind `second`, which had less, as it
+    did before (with no service handed back, submission order decides)."""
+    s = scheduler(DGX1, **LAS)
+    s.handle(
+        JobRestored(100, job("run", 8), 5, placed("n0", tuple(range(8)))),
+        JobRestored(100, job("first", 8), 10, service_gpu_s=served[0]),
+        JobRestored(100, job("second", 8), 20, service_gpu_s=served[1]),
+    )
+    assert [r.name for r in s.pending()] == order
+    assert s.view.attained_service("first") == served[0]
+    assert ("demoted" in s.explain("first")) is (served[0] >= 3600)
+    got = project(s.handle(JobFinished(200, "run", True)))
+    assert got == [
+        moved("run", "running", "succeeded"),
+        *started(order[0], {"n0": tuple(range(8))}),
+    ]
+
+
+def test_a_restored_running_job_counts_its_service_on_from_what_it_had() -> None:
+    """`long` had 3,520 GPU-seconds when the driver restarted: on 8 GPUs it reaches the
+    3,600 threshold 10 s later, and then the waiting `new` preempts it (it can checkpoint)."""
+    s = scheduler(DGX1, **LAS)
+    long = job("long", 8, checkpoint=Checkpoint("SIGUSR1", 5.0))
+    s.handle(JobRestored(100, long, 1, placed("n0", tuple(range(8))), service_gpu_s=3520.0))
+    assert s.view.attained_service("long") == 3520.0
+    assert [a for a in s.handle(*submit(job("new", 8), t=105)) if a.job == "long"] == []
+    assert s.view.attained_service("long") == 3560.0
+    assert project(s.handle(Tick(109))) == []
+    assert ("stop", "long", "preempt") in project(s.handle(Tick(110)))
+
+
+def test_service_handed_back_must_be_a_finite_number() -> None:
+    s = scheduler(DGX1)
+    with pytest.raises(SchedulingError, match="service must be a finite number"):
+        s.handle(JobRestored(5, job("w", 4), 1, service_gpu_s=-1.0))
+    assert not s.view.knows("w")

@@ -549,6 +549,21 @@ def test_preempt_signal_follows_the_checkpoint_contract() -> None:
     assert "preempting b1 for it" in s.explain("a")
 
 
+def test_work_that_cannot_checkpoint_is_preempted_only_to_give_back_borrowed_gpus() -> None:
+    """Issue 16: `lo` (queue A, no checkpoint) would lose its work if stopped. A job of higher
+    priority in A does not preempt it; queue B, within its guarantee, takes back the GPUs A
+    borrowed beyond its own (none)."""
+    s = scheduler(DGX1, queues={"A": 0, "B": 8})
+    s.handle(*submit(job("lo", 8, queue="A")))
+    assert s.job("lo").state is JobState.RUNNING
+    actions = s.handle(*submit(job("hi", 4, queue="A", priority=5), t=1))
+    assert not [a for a in actions if isinstance(a, StopJob)]
+    assert s.job("lo").state is JobState.RUNNING and s.job("hi").state is JobState.PENDING
+    stops = [a for a in s.handle(*submit(job("b", 4, queue="B"), t=2)) if isinstance(a, StopJob)]
+    assert [(a.job, a.kind, a.signal) for a in stops] == [("lo", StopKind.PREEMPT, "SIGTERM")]
+    assert "preempted for b" in stops[0].reason
+
+
 def test_preempted_victims_are_pending_again() -> None:
     s = scheduler(PCIE8, queues={"A": 4})
     s.handle(*submit(*B_JOBS))
@@ -573,7 +588,10 @@ def test_preempted_victims_are_pending_again() -> None:
         cluster(node("n0", DGX1)),
         [
             (
-                submit(job("lo0", 4, priority=0), job("lo1", 4, priority=1)),
+                submit(
+                    job("lo0", 4, priority=0, checkpoint=CKPT),
+                    job("lo1", 4, priority=1, checkpoint=CKPT),
+                ),
                 [*two_steps("lo0", {"n0": LOW}), *two_steps("lo1", {"n0": HIGH})],
             ),
             (
@@ -584,6 +602,15 @@ def test_preempted_victims_are_pending_again() -> None:
                 [JobStopped(2, "lo0")],
                 [moved("lo0", "stopping", "pending"), *started("hi", {"n0": LOW})],
             ),
+        ],
+    ),
+    Case(
+        # lo0 would lose its work: it goes only to give back GPUs its queue borrowed.
+        "higher priority does not preempt work that cannot checkpoint",
+        cluster(node("n0", DGX1)),
+        [
+            (submit(job("lo0", 8, priority=0)), two_steps("lo0", {"n0": ALL8})),
+            (submit(job("hi", 4, priority=5), t=1), [queued("hi")]),
         ],
     ),
     Case(
@@ -875,7 +902,7 @@ def test_failure_reason_and_restart_count() -> None:
         "cancel a victim while it is being preempted: cancelled, not requeued",
         cluster(node("n0", DGX1)),
         [
-            (submit(job("lo", 8)), two_steps("lo", {"n0": ALL8})),
+            (submit(job("lo", 8, checkpoint=CKPT)), two_steps("lo", {"n0": ALL8})),
             (submit(job("hi", 8, priority=1), t=1), [queued("hi"), *stopping("lo", "preempt")]),
             ([JobCancelled(2, "lo")], []),
             (

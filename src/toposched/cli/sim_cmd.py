@@ -18,7 +18,7 @@ from toposched.discovery.catalog_files import load_catalog
 from toposched.discovery.files import load_cluster
 from toposched.perf import PerfError, PerfModel
 from toposched.sim.engine import SimResult, Simulation
-from toposched.sim.metrics import summarise
+from toposched.sim.metrics import comparable, summarise
 from toposched.sim.report import write_jobs, write_metrics, write_plots
 from toposched.sim.traces import FORMATS, TraceError, read_trace
 from toposched.sim.workload import DEFAULT_WORKLOAD
@@ -42,7 +42,12 @@ TABLE = (
 )
 
 
-def _cell(value: float | int | bool, style: str) -> str:
+DEADLOCKED = "n/a (deadlocked)"  # a figure that counts only the jobs that got through
+
+
+def _cell(value: float | int | bool | None, style: str) -> str:
+    if value is None:
+        return DEADLOCKED
     if style == "hours":
         return f"{float(value) / 3600:,.2f}"
     return style.format(value)
@@ -67,6 +72,11 @@ def sim(
         None,
         "--network",
         help="A network profile of the performance catalog (default: the cluster's own tiers).",
+    ),
+    framework: str = typer.Option(
+        "pytorch-horovod",
+        "--framework",
+        help="A framework of the performance catalog that every job trains with.",
     ),
     relax_after: float = typer.Option(
         DEFAULT_WORKLOAD.relax_after_s,
@@ -123,6 +133,7 @@ def sim(
         perf = PerfModel(load_catalog(catalogs))
         if network is not None:
             perf.catalog.network(network)  # an unknown profile fails here, naming the known ones
+        perf.catalog.framework(framework)
         if not jobs.jobs:
             fail(f"{trace}: the trace has no jobs")
         out.mkdir(parents=True, exist_ok=True)  # before minutes of simulation, not after
@@ -154,6 +165,7 @@ def sim(
                 workload=workload,
                 seed=seed,
                 network=network,
+                framework=framework,
                 guarantees=guarantees,
                 policy_params=params[name],
             )
@@ -162,7 +174,7 @@ def sim(
                 bar.update(task, completed=done)
 
             results.append(simulation.run(advance))
-    summaries = {r.policy: summarise(r) for r in results}
+    summaries = {r.policy: comparable(summarise(r)) for r in results}
     extra = {
         "trace": trace,
         "format": jobs.format,
@@ -198,7 +210,8 @@ def sim(
     if deadlocked:
         console.print(
             f"[red]deadlocked[/red]: {', '.join(deadlocked)} (jobs hold part of their GPUs and "
-            "wait for the rest, which other waiting jobs hold)"
+            f"wait for the rest, which other waiting jobs hold); its figures marked {DEADLOCKED} "
+            "would count only the jobs that got through"
         )
     console.print(
         f"wrote {out}/metrics.json, jobs-<policy>.csv"

@@ -122,10 +122,12 @@ class Driver(ABC):
         placement: Placement | None = None,
         restarts: int = 0,
         stopping: StopKind | None = None,
+        service_gpu_s: float = 0.0,
     ) -> None:
         """Give the core back one stored job: running (or being stopped) on `placement`, or
-        waiting. Raises SchedulingError, changing nothing, if the placement no longer fits."""
-        self.feed(JobRestored(now, spec, submitted, placement, restarts, stopping))
+        waiting, with the service it had had by `now` (`CoreView.attained_service`). Raises
+        SchedulingError, changing nothing, if the placement no longer fits."""
+        self.feed(JobRestored(now, spec, submitted, placement, restarts, stopping, service_gpu_s))
 
     def stop_signal(self, spec: JobSpec, kind: StopKind) -> tuple[str, float]:
         """The signal and grace the core would send to stop `spec` for `kind`: a stop carried

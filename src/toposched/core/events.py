@@ -26,13 +26,16 @@ class JobSubmitted(Event):
 class JobRestored(Event):
     """A driver that restarted hands back a job it had persisted: waiting since `submitted`
     when `placement` is None, else running there already (its workers were adopted), or being
-    stopped there when `stopping` names the stop under way (answer it with JobStopped)."""
+    stopped there when `stopping` names the stop under way (answer it with JobStopped).
+    `service_gpu_s`: the GPU-seconds of service it had had by the event's time (least attained
+    service counts them, as the old core did since the job's last promotion)."""
 
     spec: JobSpec
     submitted: float
     placement: Placement | None = None
     restarts: int = 0
     stopping: StopKind | None = None
+    service_gpu_s: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,8 @@ the scheduling cycle that follows every event decides what starts.
 
 from __future__ import annotations
 
+import math
+
 from toposched.core.actions import Action, StopKind, Transition
 from toposched.core.books import Books
 from toposched.core.changes import Changes
@@ -58,13 +60,19 @@ class Lifecycle:
         placement: Placement | None,
         restarts: int,
         stopping: StopKind | None,
+        service_gpu_s: float = 0.0,
     ) -> list[Action]:
         if spec.name in self.books.jobs:
             raise SchedulingError(f"a job named {spec.name!r} already exists")
         if placement is None and stopping is not None:
             raise SchedulingError(f"job {spec.name!r}: a job being stopped needs its placement")
+        if not 0.0 <= service_gpu_s < math.inf:
+            raise SchedulingError(
+                f"job {spec.name!r}: service must be a finite number >= 0, got {service_gpu_s}"
+            )
         if placement is None:
             rec = self.books.register(spec, submitted, restarts)
+            rec.banked_service = service_gpu_s
             never = self.never_fits(spec)
             if never:
                 return self.changes.end(rec, JobState.REJECTED, never)
@@ -73,6 +81,9 @@ class Lifecycle:
             return []
         self._check_restorable(spec, placement)
         rec = self.books.register(spec, submitted, restarts)
+        # Its service so far is banked; the current run counts on from now (before the
+        # demotion clock starts, which reads it).
+        rec.banked_service = service_gpu_s
         self.books.allocate(rec, placement)
         rec.placement = placement
         rec.state = JobState.RUNNING

@@ -142,9 +142,11 @@ class Reclaim:
 
     def victims_for(self, rec: JobRecord) -> list[JobRecord]:
         """Running jobs `rec` may preempt: work borrowed beyond another queue's guarantee (if
-        `rec` is within its own), lower-priority work of its own queue, and, under least attained
-        service, checkpointable demoted work that would rank after `rec` (if `rec` is not
-        demoted itself), of its own queue or borrowed by another."""
+        `rec` is within its own), checkpointable lower-priority work of its own queue, and,
+        under least attained service, checkpointable demoted work that would rank after `rec`
+        (if `rec` is not demoted itself), of its own queue or borrowed by another. A job that
+        cannot checkpoint loses its work when stopped, so it goes only to give back what its
+        queue borrowed."""
         spec = rec.spec
         queues = self.books.queues
         within = queues[spec.queue].within_guarantee(spec.min_workers * spec.gpus_per_worker)
@@ -163,7 +165,12 @@ class Reclaim:
                 if r.state is not JobState.RUNNING:
                     continue
                 if r.spec.queue == spec.queue:
-                    if lower and r.spec.priority < spec.priority and self._behind(r, rec, level):
+                    if (
+                        lower
+                        and r.spec.checkpointable
+                        and r.spec.priority < spec.priority
+                        and self._behind(r, rec, level)
+                    ):
                         out.append(r)
                 elif within and r.name in self._beyond(r.spec.queue, borrowed):
                     out.append(r)

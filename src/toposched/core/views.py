@@ -100,6 +100,15 @@ class CoreView:
         workers before the whole gang fits)."""
         return dict(self._books.held_waiting)
 
+    def attained_service(self, name: str) -> float | None:
+        """The GPU-seconds of service job `name` has had by the core's time, as least attained
+        service counts them (since its last promotion): what a driver persists and hands back
+        in `JobRestored.service_gpu_s`. None for a job the core no longer holds."""
+        rec = self._books.jobs.get(name)
+        if rec is None:
+            return None
+        return max(0.0, rec.service(self._books.now) - rec.forgiven)
+
     def stop_signal(self, spec: JobSpec, kind: StopKind) -> tuple[str, float]:
         """The signal and grace the core sends when it stops `spec` for `kind`: a driver that
         carries on a stop after a restart sends the same."""

@@ -70,6 +70,27 @@ def summarise(result: SimResult) -> dict[str, float | int | bool]:
     }
 
 
+# Figures a deadlocked run cannot be compared on: they count only the jobs that finished or
+# started before the deadlock (and the span up to its last finish), not the jobs stuck for good.
+DEADLOCK_BLIND = (
+    "avg_jct_s",
+    "p50_jct_s",
+    "p95_jct_s",
+    "p99_jct_s",
+    "avg_queue_s",
+    "makespan_s",
+    "gpu_alloc_util",
+    "effective_util",
+)
+
+
+def comparable(summary: dict[str, float | int | bool]) -> dict[str, float | int | bool | None]:
+    """`summary` as reports show it: a deadlocked run's DEADLOCK_BLIND figures are None."""
+    if not summary["deadlocked"]:
+        return dict(summary)
+    return {k: None if k in DEADLOCK_BLIND else v for k, v in summary.items()}
+
+
 def team_shares(result: SimResult) -> dict[str, dict[str, float]]:
     """Each queue's share of the GPU-time that jobs held while running, and the share of the
     cluster's GPUs it is guaranteed."""

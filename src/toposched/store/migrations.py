@@ -4,7 +4,22 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from sqlalchemy import Connection, Engine, inspect, select
+from sqlalchemy import (
+    JSON,
+    Column,
+    Connection,
+    Engine,
+    Float,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    inspect,
+    select,
+    text,
+)
 
 from toposched.store import schema
 
@@ -13,13 +28,38 @@ class MigrationError(RuntimeError):
     """The database cannot be brought to this version of toposched."""
 
 
+# `jobs` as version 1 made it, frozen here because v3 alters the live definition.
+_V1 = MetaData()
+_V1_JOBS = Table(
+    "jobs",
+    _V1,
+    Column("seq", Integer, primary_key=True, autoincrement=True),
+    Column("name", String(200), nullable=False, unique=True),
+    Column("owner", String(200), nullable=False),
+    Column("queue", String(200), nullable=False),
+    Column("priority", Integer, nullable=False),
+    Column("spec", JSON, nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("placement", JSON, nullable=True),
+    Column("attempt", Integer, nullable=False),
+    Column("restarts", Integer, nullable=False),
+    Column("stop_kind", String(16), nullable=True),
+    Column("submitted_at", Float, nullable=False),
+    Column("started_at", Float, nullable=True),
+    Column("ended_at", Float, nullable=True),
+)
+Index("jobs_state", _V1_JOBS.c.state)
+
+
 def _v1(conn: Connection) -> None:
-    # The first schema is the tables as `schema.py` defines them. A later migration that alters
-    # a table must first freeze this step's definitions here, so that v1 stays v1.
+    # The first schema: `jobs` as frozen above, the other tables as `schema.py` defines them.
+    # A later migration that alters one of those must first freeze it here too, so that v1
+    # stays v1.
+    _V1.create_all(conn, tables=[_V1_JOBS])
     schema.metadata.create_all(
         conn,
         tables=[
-            schema.jobs,
             schema.job_history,
             schema.queues,
             schema.node_labels,
@@ -33,7 +73,12 @@ def _v2(conn: Connection) -> None:
     schema.metadata.create_all(conn, tables=[schema.submit_keys, schema.job_stops])
 
 
-MIGRATIONS: list[Callable[[Connection], None]] = [_v1, _v2]
+def _v3(conn: Connection) -> None:
+    # Each job's attained service (least attained service), 0 for the jobs stored before.
+    conn.execute(text("ALTER TABLE jobs ADD COLUMN service_gpu_s FLOAT DEFAULT 0 NOT NULL"))
+
+
+MIGRATIONS: list[Callable[[Connection], None]] = [_v1, _v2, _v3]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

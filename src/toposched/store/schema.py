@@ -23,7 +23,8 @@ schema_version = Table(
     Column("version", Integer, nullable=False),
 )
 
-# One row per job ever submitted: names are never reused, so a name finds one job for good.
+# One row per job ever submitted: a name finds at most one job. A deleted (ended) job's row is
+# kept under `NAME/SEQ`, a name no job can take, in state `deleted`: its name is free again.
 jobs = Table(
     "jobs",
     metadata,
@@ -42,6 +43,9 @@ jobs = Table(
     Column("submitted_at", Float, nullable=False),
     Column("started_at", Float, nullable=True),
     Column("ended_at", Float, nullable=True),
+    # GPU-seconds of service as least attained service counts it (since the job's last
+    # promotion), as of its last start or stop: a restart hands it back to the core (v3).
+    Column("service_gpu_s", Float, nullable=False, server_default="0"),
 )
 Index("jobs_state", jobs.c.state)
 
