@@ -114,7 +114,12 @@ class GangCycle:
     def request(self, rec: JobRecord, widest: Tier) -> GangRequest:
         spec = rec.spec
         return GangRequest(
-            spec.min_workers, spec.gpus_per_worker, widest, self.mode, selector=spec.selector
+            spec.min_workers,
+            spec.gpus_per_worker,
+            widest,
+            self.mode,
+            selector=spec.selector,
+            model=spec.model,
         )
 
     def on_selected(self, short: Shortfall, selector: NodeSelector) -> Shortfall:

@@ -86,7 +86,8 @@ class RestartPolicy(StrEnum):
 
 @dataclass(frozen=True)
 class Checkpoint:
-    """The job saves its state on `signal` within `grace_s`: it may be preempted and migrated."""
+    """The job saves its state on `signal` within `grace_s`: it may be preempted for priority or
+    service and migrated (a job without one is preempted only to give back borrowed GPUs)."""
 
     signal: str = "SIGTERM"
     grace_s: float = 30.0
@@ -135,6 +136,8 @@ class JobSpec:
     max_restarts: int = 3
     limit_s: float | None = None
     selector: NodeSelector = EVERY_NODE  # the node labels it needs
+    # The performance catalog's name for what it trains: placement by the model needs it.
+    model: str | None = None
 
     def __post_init__(self) -> None:
         if not self.name or not isinstance(self.name, str):

@@ -54,12 +54,21 @@ class SchedulerPolicy:
     (toposched.placement.policies, the same names `toposched place --policy` takes).
     reservation: the first blocked job keeps the GPUs that free up first (no starvation).
     backfill: later jobs may start while an earlier one is blocked (False: strict FIFO).
+    preemption: a blocked job may stop running ones (core/reclaim.py): work another queue
+    borrowed beyond its guarantee, and checkpointable work below (preempt_lower_priority: of
+    lower priority in its queue; demote_after_gpu_h: demoted). A job that cannot checkpoint is
+    stopped only to give back what its queue borrowed.
     grow_after_s: an elastic job runs this long at one size before it is grown again.
     demote_after_gpu_h: least attained service (as Tiresias): a job that has run this many
     GPU-hours ranks after jobs of its priority that have not, and a waiting job that has not
     may preempt it if it can checkpoint (None: no demotion; order by submission alone).
     promote_after_s: a demoted job that has waited this long ranks with the others again, so
     it cannot starve (None: never promoted).
+    spread_by_model: None (the default): a gang spans the fewest nodes. A number >= 0: a gang
+    that may span nodes and names its model goes where the driver's performance model
+    predicts the shortest step, on the fewest nodes within this fraction of it (0: the
+    fastest), which may be more nodes than it needs (placement/by_model.py); drivers without
+    a model (the server) place as before.
     """
 
     name: str = "toposched"
@@ -81,6 +90,7 @@ class SchedulerPolicy:
     demote_after_gpu_h: float | None = 8.0
     promote_after_s: float | None = 86_400.0
     keep_finished: int = 10_000
+    spread_by_model: float | None = None
 
     def __post_init__(self) -> None:
         for key, kind in _COERCE.items():
@@ -116,6 +126,8 @@ class SchedulerPolicy:
                 raise PolicyError(f"{key} must be positive, got {value}")
         if self.keep_finished < 0:
             raise PolicyError(f"keep_finished must be >= 0, got {self.keep_finished}")
+        if self.spread_by_model is not None and not self.spread_by_model >= 0:
+            raise PolicyError(f"spread_by_model must be >= 0, got {self.spread_by_model}")
 
     def _check_combinations(self) -> None:
         """Refuse switches that cannot work together, saying which and why."""

@@ -52,7 +52,8 @@ from toposched.core.records import JobRecord
 from toposched.core.reservation import Reserver
 from toposched.core.validate import check as check_books
 from toposched.core.views import CoreView, JobView
-from toposched.placement.policies import placement_policy
+from toposched.placement.by_model import ModelSpread, StepTime
+from toposched.placement.policies import GangPlacer, placement_policy
 from toposched.placement.request import Mode
 from toposched.topology.cluster import Cluster
 
@@ -74,8 +75,10 @@ class Scheduler:
         *,
         validate: bool = False,
         rng: random.Random | None = None,
+        step_time: StepTime | None = None,
     ) -> None:
-        """`rng` feeds the policies that pick at random (a seeded one keeps runs repeatable)."""
+        """`rng` feeds the policies that pick at random (a seeded one keeps runs repeatable);
+        `step_time`, a performance model's prediction, is what `spread_by_model` places by."""
         self.policy = policy = policy or SchedulerPolicy()
         self.validate = validate
         self.books = books = Books(cluster)
@@ -91,11 +94,13 @@ class Scheduler:
         self.gang: GangCycle | None = None
         self.binding: WorkerBinding | None = None
         if placing.gang is not None:
+            place: GangPlacer = placing.gang
+            if policy.spread_by_model is not None and step_time is not None:
+                place = ModelSpread(place, step_time, policy.spread_by_model)
+            # Preemption plans the fewest nodes: a spread plan would stop more jobs for it.
             self.reclaim = Reclaim(books, waiting, self.demotions, policy, placing.gang)
             reserver = Reserver(books, policy.default_runtime_s, validate)
-            self.gang = GangCycle(
-                books, waiting, changes, policy, placing.gang, self.reclaim, reserver
-            )
+            self.gang = GangCycle(books, waiting, changes, policy, place, self.reclaim, reserver)
         if not policy.gang:
             assert placing.worker is not None  # SchedulerPolicy refuses it otherwise
             self.binding = WorkerBinding(
@@ -155,7 +160,9 @@ class Scheduler:
             case JobSubmitted(spec=spec):
                 return life.submit(spec)
             case JobRestored(spec=spec, submitted=submitted, placement=placement, restarts=n):
-                return life.restore(spec, submitted, placement, n, event.stopping)
+                return life.restore(
+                    spec, submitted, placement, n, event.stopping, event.service_gpu_s
+                )
             case JobCancelled(job=name):
                 return life.cancel(self.books.job(name))
             case JobFinished(job=name, succeeded=ok, reason=why):
@@ -203,6 +210,11 @@ class Scheduler:
             return self.binding.run()
         assert self.gang is not None
         return self.gang.run(only)
+
+    def forget(self, name: str) -> None:
+        """Drop ended job `name` (its driver deleted it): its name may be submitted again.
+        SchedulingError for a live job; nothing for one not held."""
+        self.books.forget(name)
 
     # ------------------------------------------------------------------ queries
 

@@ -67,13 +67,15 @@ class Placement:
 @dataclass(frozen=True)
 class GangRequest:
     """`workers` x `gpus_per_worker`, no wider apart than `widest`, on nodes `selector`
-    matches; `mode` for 1-GPU jobs."""
+    matches; `mode` for 1-GPU jobs; `model`, the performance catalog's name for what the job
+    trains, for placers that predict its speed (placement/by_model.py)."""
 
     workers: int
     gpus_per_worker: int
     widest: Tier = Tier.CLUSTER
     mode: Mode = Mode.PACK
     selector: NodeSelector = EVERY_NODE
+    model: str | None = None
 
     @property
     def gpus(self) -> int:

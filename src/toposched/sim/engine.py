@@ -33,8 +33,9 @@ from toposched.core import (
     Transition,
     make_scheduler_policy,
 )
-from toposched.perf import ModelSpec, PerfModel
+from toposched.perf import DEFAULT_BATCH, ModelSpec, PerfModel
 from toposched.perf.interference import factor_from_counts, level_masks, neighbour_counts
+from toposched.perf.steptime import fastest, step_time
 from toposched.placement.capacity import full_mask
 from toposched.placement.tables import from_mask, to_mask
 from toposched.sim.traces import Trace, TraceJob
@@ -142,11 +143,14 @@ class Simulation(Driver):
         self._speeds: dict[tuple[object, ...], float] = {}
         self.gpu_type = gpu_type or self.perf.catalog.gpu_for(cluster.nodes[0].topology.name)
         self.node_gpus = max(node.size for node in cluster.nodes)
+        self._step_time = step_time(self.perf, self.gpu_type, framework=framework, network=network)
+        self._reference: dict[tuple[str, int, NodeTopology], float] = {}
         scheduler = Scheduler(
             cluster,
             make_scheduler_policy(policy, policy_params or {}),
             self.guarantees,
             rng=random.Random(seed),
+            step_time=self._step_time,
         )
         super().__init__(scheduler)
         self.jobs = {j.name: SimJob(j, j.duration_s) for j in trace.jobs}
@@ -368,21 +372,43 @@ class Simulation(Driver):
         found = self._speeds.get(key)
         if found is not None:
             return found
-        ratio = self.perf.speed_ratio(
+        shares = [(self._kinds[kind], from_mask(own)) for kind, own in owns]
+        actual = self.perf.estimate(
             model,
             self.gpu_type,
-            [(self._kinds[kind], from_mask(own)) for kind, own in owns],
+            shares,
             framework=self.framework,
             network=self.network,
             tier=placement.tier,
             interference=slowdown,
         )
+        gpus = sum(len(gpus) for _, gpus in shares)
+        ratio = actual.throughput / self._best(model, gpus, shares[0][0])
         # The trace's duration is the run time at an ideal placement: nothing runs faster.
         speed = min(1.0, ratio)
         if len(self._speeds) >= SPEED_MEMO:
             self._speeds.clear()  # bounded, though the keys are few
         self._speeds[key] = speed
         return speed
+
+    def _best(self, model: str, gpus: int, topology: NodeTopology) -> float:
+        """Throughput at the ideal placement: the fewest whole nodes (`PerfModel.ideal`), or
+        where the model predicts spreading over more nodes of this cluster faster, that."""
+        key = (model, gpus, topology)
+        found = self._reference.get(key)
+        if found is None:
+            ideal = self.perf.ideal(
+                model,
+                self.gpu_type,
+                gpus,
+                topology,
+                framework=self.framework,
+                network=self.network,
+            ).throughput
+            step = fastest(self._step_time, model, self.cluster.nodes, gpus)
+            spread = 0.0 if step is None else gpus * DEFAULT_BATCH / step
+            found = self._reference[key] = max(ideal, spread)
+        return found
 
     # ------------------------------------------------------------------ samples
 

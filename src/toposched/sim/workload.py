@@ -39,6 +39,7 @@ class Workload:
             queue=job.queue,
             locality=locality,
             checkpoint=checkpoint,
+            model=job.model,
         )
 
 

@@ -1,0 +1,310 @@
+"""Multi-node gangs placed where a performance model predicts the shortest step (docs/placement.md).
+
+The fewest-nodes rule assumes that packing a job is never slower. On some clusters it is: with
+a per-flow cap on the network (AWS g4dn, `aws-50g`), `22` is slower than `1111`. `ModelSpread`
+wraps a gang placer: for a job that names its model and may span nodes it tries every shape
+(how many GPUs on which kind of node), predicts each one's step time with `StepTime`, and takes
+the fastest, or the fewest nodes within `tolerance` of it; everything else goes to the placer
+it wraps, as does a search that would try more than `max_shapes` shapes.
+
+Nodes are interchangeable when, for every GPU count, the GPUs the node would give have the
+same topology, ring bandwidth and most GPUs under one PCIe switch: that is all of a node's
+share the performance model reads (docs/perfmodel.md, "The formula").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from itertools import islice
+
+from toposched.placement.capacity import Capacity
+from toposched.placement.gang import (
+    GangRequest,
+    Placement,
+    Shortfall,
+    WorkerSlot,
+    node_domain,
+    node_gpus,
+    ring_gbps,
+    slots_of,
+)
+from toposched.placement.request import Mode
+from toposched.topology.cluster import Node, Tier
+from toposched.topology.node import NodeTopology
+
+Share = tuple[NodeTopology, tuple[int, ...]]
+StepTime = Callable[[str, Sequence[Share], Tier], float | None]
+"""Predicted seconds per step of model `name` on the shares (one per node) joined at the tier;
+None when the model is unknown, and the job is then placed by the wrapped placer."""
+
+GangPlacerFn = Callable[
+    [Capacity, GangRequest, Mapping[Tier, float], Mapping[int, int] | None],
+    Placement | Shortfall,
+]
+
+MAX_SHAPES = 4_000
+# Relative slack under which two predicted step times count as equal (float noise only).
+EPSILON = 1e-9
+
+
+@dataclass(frozen=True)
+class _Kind:
+    """Nodes of one domain that are interchangeable for the model, and what each gives."""
+
+    key: tuple[object, ...]  # the topology, and what the model reads of each offer
+    members: tuple[tuple[int, int], ...]  # (node index, usable free mask), lowest index first
+    offers: Mapping[int, tuple[int, ...]]  # GPU count -> GPUs of the first member
+    looks: Mapping[int, tuple[float | None, int]]  # GPU count -> what the model reads of it
+    topology: NodeTopology
+
+
+Shape = tuple[tuple[int, int], ...]  # (kind, GPUs) per node, each kind's largest first
+# The fastest time, and the chosen shape with the index of its domain; None: too many shapes.
+Found = tuple[float, int, Shape] | None
+
+
+@dataclass
+class ModelSpread:
+    """A gang placer: `base` for what the model cannot judge, the fastest predicted shape else."""
+
+    base: GangPlacerFn
+    step_time: StepTime
+    tolerance: float = 0.0
+    max_shapes: int = MAX_SHAPES
+    memo_limit: int = 50_000
+    searches: int = field(default=0, init=False)
+    overflows: int = field(default=0, init=False)
+    # Answers per (request, kinds of nodes per domain): the same cluster state recurs often,
+    # above all while reclaim asks what-if questions.
+    _memo: dict[tuple[object, ...], Found] = field(default_factory=dict, init=False, repr=False)
+    _times: dict[tuple[object, ...], float | None] = field(
+        default_factory=dict, init=False, repr=False
+    )
+
+    def __call__(
+        self,
+        cap: Capacity,
+        request: GangRequest,
+        network: Mapping[Tier, float],
+        exclude: Mapping[int, int] | None = None,
+    ) -> Placement | Shortfall:
+        found = self.base(cap, request, network, exclude)
+        model = request.model
+        if (
+            isinstance(found, Shortfall)
+            or model is None
+            or request.workers == 1
+            or request.widest == Tier.NODE
+        ):
+            return found
+        now = self.step_time(model, _shares(cap, found), found.tier)
+        if now is None:
+            return found  # a model the performance catalog does not know
+        self.searches += 1
+        domains = _domains(cap, request, exclude)
+        key = (
+            request.workers,
+            request.gpus_per_worker,
+            model,
+            tuple((tier, tuple((k.key, len(k.members)) for k in kinds)) for tier, kinds in domains),
+        )
+        if key in self._memo:
+            best = self._memo[key]
+        else:
+            best = self._search(domains, request.workers, request.gpus_per_worker, model)
+            if len(self._memo) >= self.memo_limit:
+                self._memo.clear()
+            self._memo[key] = best
+        if best is None:
+            self.overflows += 1
+            return found
+        fastest, where, shape = best
+        if now <= fastest * (1.0 + self.tolerance) * (1.0 + EPSILON):
+            return found  # today's rule is (within tolerance of) the fastest: keep it
+        kinds = domains[where][1]
+        plan: list[tuple[int, int, int]] = []
+        used: dict[int, int] = {}
+        for k, c in shape:
+            n = used.get(k, 0)
+            used[k] = n + 1
+            i, free = kinds[k].members[n]
+            plan.append((i, free, c))
+        return _placement(cap, request, network, plan)
+
+    def _time(self, model: str, tier: Tier, kinds: list[_Kind], shape: Shape) -> float | None:
+        """The predicted step of `shape`, remembered by what the model reads of each node's
+        share, so that alike nodes elsewhere (other GPU indices) ask the model once."""
+        looks = tuple(
+            sorted(
+                ((c, kinds[k].looks[c], kinds[k].topology) for k, c in shape),
+                key=lambda share: (share[0], share[1], share[2].name),
+            )
+        )
+        key = (model, tier, looks)
+        if key in self._times:
+            return self._times[key]
+        shares = [(kinds[k].topology, kinds[k].offers[c]) for k, c in shape]
+        time = self._times[key] = self.step_time(model, shares, tier)
+        if len(self._times) >= self.memo_limit:
+            self._times.clear()
+        return time
+
+    def _search(
+        self, domains: list[tuple[Tier, list[_Kind]]], workers: int, g: int, model: str
+    ) -> Found:
+        """The fastest time, and the shape with the fewest nodes within tolerance of it."""
+        # Counted before any is judged, so that a search too large costs little.
+        shapes: list[tuple[int, Shape]] = []
+        seen: set[tuple[object, ...]] = set()
+        for where, (tier, kinds) in enumerate(domains):
+            alike = (tier, tuple((k.key, len(k.members)) for k in kinds))
+            if alike in seen:
+                continue  # a domain like one before it (racks of empty nodes): the same answers
+            seen.add(alike)
+            shapes += ((where, shape) for shape in _shapes(kinds, workers, g, self.max_shapes))
+            if len(shapes) > self.max_shapes:
+                return None
+        judged: list[tuple[float, int, Tier, int, int, Shape]] = []
+        for where, shape in shapes:
+            tier, kinds = domains[where]
+            time = self._time(model, tier if len(shape) > 1 else Tier.NODE, kinds, shape)
+            if time is None:
+                continue
+            spare = sum(kinds[k].members[0][1].bit_count() - c for k, c in shape)
+            judged.append((time, len(shape), tier, spare, where, shape))
+        if not judged:
+            return None
+        fastest = min(j[0] for j in judged)
+        limit = fastest * (1.0 + self.tolerance) * (1.0 + EPSILON)
+        # Fewest nodes, then the lowest tier, the fastest, the fullest nodes (best fit).
+        _, _, _, _, where, shape = min(
+            (j for j in judged if j[0] <= limit), key=lambda j: (j[1], j[2], j[0], j[3])
+        )
+        return fastest, where, shape
+
+
+def _domains(
+    cap: Capacity, request: GangRequest, exclude: Mapping[int, int] | None
+) -> list[tuple[Tier, list[_Kind]]]:
+    """The kinds of usable nodes in every domain the job accepts, tier by tier."""
+    hidden = cap.hidden(request.selector, exclude)
+    g = request.gpus_per_worker
+    usable = [
+        (i, free)
+        for i, free in ((i, cap.free[i] & ~hidden.get(i, 0)) for i in cap.present_indices())
+        if free.bit_count() >= g
+    ]
+    out: list[tuple[Tier, list[_Kind]]] = []
+    for tier in (Tier.RACK, Tier.POD, Tier.CLUSTER):
+        if tier > request.widest:
+            break
+        domains: dict[tuple[str, ...], list[tuple[int, int]]] = {}
+        for i, free in usable:
+            domains.setdefault(node_domain(cap.nodes[i], tier), []).append((i, free))
+        out.extend((tier, _kinds(cap, domains[key], g, request.mode)) for key in sorted(domains))
+    return out
+
+
+def _kinds(cap: Capacity, members: list[tuple[int, int]], g: int, mode: Mode) -> list[_Kind]:
+    kinds: dict[tuple[object, ...], _Kind] = {}
+    for i, free in sorted(members):
+        topology = cap.nodes[i].topology
+        mine = {
+            c: node_gpus(topology, free, c, cap.aware[i], mode)
+            for c in range(g, free.bit_count() + 1, g)
+        }
+        looks = {c: _looks(topology, gpus) for c, gpus in mine.items()}
+        key = (topology, tuple(looks.items()))
+        kind = kinds.get(key)
+        if kind is None:
+            kinds[key] = _Kind(key, ((i, free),), mine, looks, topology)
+        else:
+            kinds[key] = _Kind(key, (*kind.members, (i, free)), kind.offers, looks, topology)
+    return list(kinds.values())
+
+
+@lru_cache(maxsize=65_536)
+def _looks(topology: NodeTopology, gpus: tuple[int, ...]) -> tuple[float | None, int]:
+    """What the performance model reads of a node's share: its ring and switch crowding."""
+    switches = topology.switches
+    crowd = max(sum(1 for g in gpus if switches[g] == switches[s]) for s in gpus)
+    return ring_gbps(topology, gpus), crowd
+
+
+def _shapes(kinds: list[_Kind], workers: int, g: int, limit: int) -> list[Shape]:
+    """Every multiset of (kind, GPUs on one node) that holds `workers` workers (at most
+    `limit` + 1 of them): per kind a non-increasing list of worker counts, no longer than the
+    kind has nodes."""
+    slots = tuple((max(kind.offers) // g, len(kind.members)) for kind in kinds)
+    return [tuple((k, w * g) for k, w in shape) for shape in _shape_table(slots, workers, limit)]
+
+
+@lru_cache(maxsize=4096)
+def _shape_table(slots: tuple[tuple[int, int], ...], workers: int, limit: int) -> tuple[Shape, ...]:
+    """`_shapes` in workers per node, for kinds that hold (most workers, nodes) each: what
+    the shapes are depends on nothing else, and the same few recur."""
+    total_after = [0] * (len(slots) + 1)
+    for k in range(len(slots) - 1, -1, -1):
+        total_after[k] = total_after[k + 1] + slots[k][0] * slots[k][1]
+
+    def per_kind(left: int, most: int, nodes: int) -> Iterator[list[int]]:
+        """Non-increasing worker counts on at most `nodes` nodes, summing to at most `left`
+        (the empty list first)."""
+        yield []
+        if nodes == 0 or left == 0:
+            return
+        for w in range(min(most, left), 0, -1):
+            for rest in per_kind(left - w, w, nodes - 1):
+                yield [w, *rest]
+
+    def walk(k: int, left: int) -> Iterator[list[tuple[int, int]]]:
+        if left == 0:
+            yield []
+            return
+        if k == len(slots) or total_after[k] < left:
+            return
+        for counts in per_kind(left, *slots[k]):
+            for rest in walk(k + 1, left - sum(counts)):
+                yield [(k, w) for w in counts] + rest
+
+    return tuple(tuple(shape) for shape in islice(walk(0, workers), limit + 1))
+
+
+def _shares(cap: Capacity, placement: Placement) -> list[Share]:
+    return [
+        (cap.nodes[cap.index[node]].topology, gpus)
+        for node, gpus in placement.gpus_by_node().items()
+    ]
+
+
+def _placement(
+    cap: Capacity,
+    request: GangRequest,
+    network: Mapping[Tier, float],
+    plan: list[tuple[int, int, int]],
+) -> Placement:
+    slots: list[WorkerSlot] = []
+    rings: list[float] = []
+    nodes = []
+    for i, free, c in sorted(plan):
+        node = cap.nodes[i]
+        nodes.append(node)
+        gpus = node_gpus(node.topology, free, c, cap.aware[i], request.mode)
+        slots.extend(slots_of(node.name, gpus, request.gpus_per_worker))
+        ring = ring_gbps(node.topology, gpus)
+        if ring is not None:
+            rings.append(ring)
+    tier = _tier_of(nodes)
+    if tier is not Tier.NODE:
+        rings.append(network[tier])
+    return Placement(tuple(slots), min(rings) if rings else None, tier)
+
+
+def _tier_of(nodes: Sequence[Node]) -> Tier:
+    """The lowest tier that joins `nodes`."""
+    for tier in (Tier.NODE, Tier.RACK, Tier.POD):
+        if len({node_domain(n, tier) for n in nodes}) == 1:
+            return tier
+    return Tier.CLUSTER
