@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from toposched.perf import Catalog, PerfError, PerfModel
-from toposched.perf.fit import Fit, fit, job_speed
+from toposched.perf.fit import NCCL_ALGORITHMS, Fit, fit, job_speed, placement_medians
 from toposched.perf.lsq import least_squares
 from toposched.perf.measurements import (
     Measurement,
@@ -143,7 +143,7 @@ def test_a_fit_recovers_the_step_times_it_was_made_from() -> None:
         ],
     )
     model = PerfModel(truth)
-    rows = []
+    rows: list[Measurement] = []
     for job in ("bert", "cifar10"):
         for counts in ((1,), (2,), (4,), (1, 1), (2, 2), (1, 3), (1, 1, 1, 1), (4, 4), (2, 2, 2)):
             for batch in (8, 32, 128):
@@ -237,6 +237,24 @@ def test_placements_larger_than_the_node_are_refused() -> None:
         fit(rows, Catalog.load(), G4DN, network="aws-50g", framework="pytorch-horovod")
 
 
+def test_the_fit_scores_each_placement_once_by_its_median() -> None:
+    """Node orders of one shape at one batch are one placement: the fit sees their median once,
+    as the protocol scores it, so a shape measured in six orders weighs as much as one."""
+    rows = [
+        Measurement("j", None, (1, 3), 8, 0.5, "m.csv", 2),
+        Measurement("j", None, (3, 1), 8, 0.9, "m.csv", 3),
+        Measurement("j", None, (1, 3), 8, 0.6, "m.csv", 4),
+        Measurement("j", None, (1, 3), 16, 0.7, "m.csv", 5),
+        Measurement("k", None, (1, 3), 8, 2.0, "m.csv", 6),
+    ]
+    merged = {(m.job, m.counts, m.batch): m.step_s for m in placement_medians(rows)}
+    assert merged == {("j", (3, 1), 8): 0.6, ("j", (3, 1), 16): 0.7, ("k", (3, 1), 8): 2.0}
+
+
+def test_the_fit_tries_what_nccl_runs_unless_told_otherwise() -> None:
+    assert NCCL_ALGORITHMS == (Allreduce.PIPELINED, Allreduce.HIERARCHICAL)
+
+
 # ---------------------------------------------------------------- the protocol
 
 
@@ -263,20 +281,20 @@ def test_ratio_metrics_count_ordered_pairs_and_merge_node_orders() -> None:
 
 def test_protocol_on_pollux_measurements(fitted: Fit) -> None:
     """docs/perfmodel.md, "Fitting to your measurements": fit on two jobs, predict the third
-    from its 1-GPU rows. These are the figures it reaches (the issue's targets, median <= 10%,
-    worst <= 25%, 90% of pairs, are not all met: see the docs); a change that makes them worse
-    fails here."""
+    from its 1-GPU rows. These are the figures it reaches: the issue's median target (<= 10%)
+    is met for every job, its worst (<= 25%) and pair (90%) targets are not (see the docs); a
+    change that makes any figure worse fails here."""
     held = fitted.held_out
     assert set(held) == set(JOBS)
     reached = {  # median, worst, pair accuracy, as printed by `toposched perf fit`
-        "bert": (0.110, 0.317, 0.861),
-        "cifar10": (0.063, 0.444, 0.780),
-        "imagenet": (0.060, 0.405, 0.751),
+        "bert": (0.092, 0.307, 0.860),
+        "cifar10": (0.062, 0.443, 0.780),
+        "imagenet": (0.055, 0.399, 0.755),
     }
     for job, (median, worst, pairs) in reached.items():
         m = held[job]
-        assert m.median <= median + 0.005, (job, m.median)
-        assert m.worst <= worst + 0.005, (job, m.worst)
-        assert m.pair_accuracy >= pairs - 0.005, (job, m.pair_accuracy)
+        assert m.median <= min(median + 0.002, 0.10), (job, m.median)
+        assert m.worst <= worst + 0.002, (job, m.worst)
+        assert m.pair_accuracy >= pairs - 0.002, (job, m.pair_accuracy)
         assert m.pairs > 200
     assert all(math.isfinite(t) and t > 0 for t in fitted.predicted)

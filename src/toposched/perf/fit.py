@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import statistics
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -25,6 +26,12 @@ from toposched.topology.node import NodeTopology
 BUCKET_MB = (25.0, 64.0)
 """Gradient bucket sizes the fit tries besides the framework's own: PyTorch DDP's default
 `bucket_cap_mb` and Horovod's default fusion buffer."""
+
+
+NCCL_ALGORITHMS = (Allreduce.PIPELINED, Allreduce.HIERARCHICAL)
+"""All-reduce algorithms the fit tries by default: what NCCL, under PyTorch DDP and Horovod
+alike, runs on GPUs. Its ring is pipelined (each buffer streams through the ring in chunks), so
+the unpipelined `ring`, whose every step waits for the slowest hop, is tried only when asked."""
 
 
 START_SHARES = (0.02, 0.15, 0.5)
@@ -224,9 +231,10 @@ def fit(
     algorithms: Sequence[Allreduce] = (),
 ) -> Fit:
     """Fit the parameters of `fitted_params` to the multi-GPU rows of every job (each job's
-    1-GPU speed first, from its own rows) with each all-reduce algorithm of `algorithms` (all
-    by default), keep the best, then refit without each job in turn and score how well the
-    others predict it (`ratio_metrics`). The nodes sit in one rack of `network`."""
+    1-GPU speed first, from its own rows; each placement shape and batch once, by its median)
+    with each all-reduce algorithm of `algorithms` (NCCL_ALGORITHMS by default), keep the
+    best, then refit without each job in turn and score how well the others predict it
+    (`ratio_metrics`). The nodes sit in one rack of `network`."""
     if not rows:
         raise PerfError("no measurements to fit")
     frame = catalog.framework(framework)
@@ -248,7 +256,7 @@ def fit(
 
     nominal = net.bandwidth_gbps[Tier.RACK]
     params = fitted_params(nominal)
-    multi = [m for m in rows if m.gpus > 1]
+    multi = placement_medians([m for m in rows if m.gpus > 1])
     if not multi:
         raise PerfError("no multi-GPU rows to fit the cluster to (every row is on one GPU)")
     problem = _Problem(params, net, rings)
@@ -279,6 +287,23 @@ def fit(
         held_out=held,
         cost=cost,
     )
+
+
+def placement_medians(rows: Sequence[Measurement]) -> list[Measurement]:
+    """One row per job, placement shape and batch, holding the median of its step times: what
+    the protocol scores (`ratio_metrics`). Node orders of one shape are one placement to the
+    model, and a shape measured in six orders must not weigh six times one measured in one;
+    the median also keeps a one-off slow run (a third off, in Pollux's data) from pulling the
+    fit."""
+    groups: dict[tuple[str, str | None, tuple[int, ...], int], list[Measurement]] = defaultdict(
+        list
+    )
+    for m in rows:
+        groups[(m.job, m.gpu_type, m.shape, m.batch)].append(m)
+    return [
+        replace(mine[0], counts=shape, step_s=float(statistics.median(m.step_s for m in mine)))
+        for (_, _, shape, _), mine in groups.items()
+    ]
 
 
 def _speeds(
@@ -322,7 +347,7 @@ class _Problem:
         """The best parameters for `rows`. The all-reduce algorithm and the gradient bucket
         size are choices, not numbers: each is fitted and the one that fits best is kept."""
         choices = []
-        for algorithm in algorithms or tuple(Allreduce):
+        for algorithm in algorithms or NCCL_ALGORITHMS:
             for fusion in sorted({frame.fusion_mb, *BUCKET_MB}):
                 variant = replace(frame, allreduce=algorithm, fusion_mb=fusion)
                 found, cost = self.solve(rows, jobs, variant)
