@@ -60,10 +60,9 @@ def test_submit_watch_and_delete_a_tensorflow_job(
                 "submit",
                 "-f",
                 str(spec),
+                "tfjob",
                 "--image",
                 "tensorflow/tensorflow:2.16.1-gpu",
-                "--kind",
-                "tfjob",
                 "--ps",
                 "1",
                 "-n",
@@ -111,6 +110,11 @@ def test_submit_watch_and_delete_a_tensorflow_job(
         (["--name", "j", "--kind", "caffe"], "unknown job kind 'caffe'"),
         (["--name", "j", "--ps", "2"], "parameter servers (ps=2) are for tensorflow jobs"),
         (["--workers", "2"], "a job on a cluster needs a name"),
+        (
+            ["tfjob", "--name", "j", "--kind", "mpi"],
+            "two job kinds given: tensorflow and --kind mpi",
+        ),
+        (["--name", "j", "python"], "the command goes after `--`: toposched kube submit [KIND]"),
     ],
 )
 def test_a_bad_submit_makes_nothing(

@@ -453,9 +453,11 @@ def test_a_disruption_budget_holds_an_eviction_back_and_says_so(
     until(lambda: cluster.bound("owner"), "the owner bound once the budget is gone")
 
 
-def test_a_higher_priority_pod_preempts_lower_priority_work_of_its_queue(
+def test_a_higher_priority_pod_does_not_preempt_work_that_cannot_checkpoint(
     apiserver: ApiServer, cluster: Cluster
 ) -> None:
+    """Issue 16: a pod declares no checkpoint contract, so an eviction would lose its work;
+    it goes only to give back GPUs its queue borrowed, not for a higher priority."""
     apiserver.create(node("dgx0"))
     apiserver.create(
         {
@@ -467,6 +469,35 @@ def test_a_higher_priority_pod_preempts_lower_priority_work_of_its_queue(
     )
     cluster.start()
     apiserver.create(pod("running", 8))
+    until(lambda: cluster.bound("running"), "the node taken")
+    apiserver.create(pod("low", 8))
+    high = pod("high", 8)
+    high["spec"]["priorityClassName"] = "urgent"  # admission sets spec.priority from it
+    apiserver.create(high)
+    until(lambda: cluster.events("high"), "the higher priority pod says why it waits")
+    assert ("POST", "/api/v1/namespaces/team-a/pods/running/eviction") not in apiserver.requests
+    assert cluster.bound("running") and not cluster.bound("high") and not cluster.bound("low")
+
+
+def test_a_higher_priority_pod_preempts_work_that_saves_its_state(
+    apiserver: ApiServer, cluster: Cluster
+) -> None:
+    """A pod annotated toposched.io/checkpoint=true saves its state on the eviction's SIGTERM
+    (its controller makes it again): a higher priority of its queue may preempt it."""
+    apiserver.create(node("dgx0"))
+    apiserver.create(
+        {
+            "apiVersion": "scheduling.k8s.io/v1",
+            "kind": "PriorityClass",
+            "metadata": {"name": "urgent"},
+            "value": 100,
+        }
+    )
+    cluster.start()
+    running = pod("running", 8)
+    running["metadata"]["annotations"] = {"toposched.io/checkpoint": "true"}
+    running["spec"]["terminationGracePeriodSeconds"] = 60
+    apiserver.create(running)
     until(lambda: cluster.bound("running"), "the node taken")
     apiserver.create(pod("low", 8))
     high = pod("high", 8)

@@ -171,6 +171,33 @@ def test_accepting_unknown_topology_is_true_or_false() -> None:
         gang_spec("team-a/w0", [pod], 1)
 
 
+def test_a_gang_that_saves_on_sigterm_is_checkpointable_with_its_shortest_grace() -> None:
+    saves = {"toposched.io/checkpoint": "true"}
+    first, second = pod_obj("w0", 2, annotations=saves), pod_obj("w1", 2)
+    first["spec"]["terminationGracePeriodSeconds"] = 90
+    second["spec"]["terminationGracePeriodSeconds"] = 45
+    spec = gang_spec("team-a/g", [pod_from(first), pod_from(second)], 2)
+    assert spec.checkpoint is not None
+    assert (spec.checkpoint.signal, spec.checkpoint.grace_s) == ("SIGTERM", 45.0)
+    plain = pod_from(pod_obj("w2", 1))
+    assert gang_spec("team-a/w2", [plain], 1).checkpoint is None
+    group = {"metadata": {"annotations": saves}, "spec": {"minMember": 1}}
+    assert (
+        gang_spec("team-a/g2", [plain], 1, group).checkpoint
+        == gang_spec("team-a/g3", [pod_from(pod_obj("w3", 1, annotations=saves))], 1).checkpoint
+    )  # on the PodGroup or the pod; Kubernetes' default grace of 30 s
+
+
+def test_a_checkpoint_annotation_and_grace_must_be_usable() -> None:
+    pod = pod_from(pod_obj("w0", 1, annotations={"toposched.io/checkpoint": "yes"}))
+    with pytest.raises(ObjectError, match=r'checkpoint must be "true" or "false"'):
+        gang_spec("team-a/w0", [pod], 1)
+    obj = pod_obj("w1", 1)
+    obj["spec"]["terminationGracePeriodSeconds"] = -1
+    with pytest.raises(ObjectError, match=r"terminationGracePeriodSeconds -1"):
+        pod_from(obj)
+
+
 def test_the_allocatable_count_names_no_gpu() -> None:
     """A device plugin's count says how many, not which (and is 0 while it restarts): only
     the agent's `unhealthy` list marks GPUs failed."""

@@ -18,6 +18,7 @@ import typer
 
 from toposched.agent.proto import DEFAULT_PLUGIN_DIR
 from toposched.cli import kube_jobs_cmd
+from toposched.cli.jobs_cmd import SubmitCommand
 from toposched.cli.output import fail
 from toposched.cli.params import policy_params
 from toposched.core import SCHEDULER_POLICIES, PolicyError, make_scheduler_policy
@@ -181,7 +182,7 @@ def _topology_source(
 
 
 # Jobs on a cluster, Arena-like: the commands live with their helpers in kube_jobs_cmd.
-app.command("submit")(kube_jobs_cmd.submit)
+app.command("submit", cls=SubmitCommand)(kube_jobs_cmd.submit)
 app.command("list")(kube_jobs_cmd.list_jobs)
 app.command("get")(kube_jobs_cmd.get)
 app.command("explain")(kube_jobs_cmd.explain)

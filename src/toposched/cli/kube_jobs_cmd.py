@@ -17,6 +17,7 @@ from typing import Any
 import typer
 from rich.markup import escape
 
+from toposched.cli.jobs_cmd import AFTER_DASHES, kind_and_command
 from toposched.cli.output import EXIT_BAD_INPUT, console, emit_json, fail
 from toposched.client.jobfile import JobFileError, load_job_file, merge_spec, parse_env_pairs
 from toposched.common.frameworks import KindError, kind_of
@@ -63,19 +64,29 @@ def scheduler(kubeconfig: Path | None, namespace: str) -> Iterator[Any]:
         yield SchedulerApi(api, namespace)
 
 
+KUBE_SUBMIT_USAGE = "toposched kube submit [KIND] [OPTIONS] -- COMMAND..."
+
+
 def submit(
-    command: list[str] = typer.Argument(None, help="The command each member runs (after --)."),
+    ctx: typer.Context,
+    words: list[str] = typer.Argument(
+        None,
+        metavar="[KIND]",
+        help="The job kind: pytorch (the default), tensorflow or mpi, or Arena's pytorchjob, "
+        "tfjob, mpijob. The command each member runs goes after `--`.",
+        show_default=False,
+    ),
     file: Path | None = typer.Option(None, "--file", "-f", help="A job file (YAML)."),
     image: str = typer.Option(..., "--image", help="The container image of every member."),
-    kind: str = typer.Option(
-        "pytorch",
+    kind_option: str | None = typer.Option(
+        None,
         "--kind",
-        help="pytorch, tensorflow or mpi (or Arena's pytorchjob, tfjob, mpijob).",
+        help="The job kind, as the KIND word says it (kept for scripts that pass it so).",
     ),
     name: str | None = typer.Option(None, "--name", help="Job name (default: the file's)."),
     workers: int | None = typer.Option(None, "--workers", help="GPU workers."),
     gpus: int | None = typer.Option(None, "--gpus", help="GPUs per worker."),
-    ps: int = typer.Option(0, "--ps", help="Parameter servers (tensorflow; no GPU)."),
+    ps: int | None = typer.Option(None, "--ps", help="Parameter servers (tensorflow; no GPU)."),
     queue: str | None = typer.Option(None, "--queue", help="Queue (default: the namespace)."),
     priority_class: str | None = typer.Option(None, "--priority-class", help="A PriorityClass."),
     locality: str | None = typer.Option(None, "--locality", help="node, rack, any, node,rack@600"),
@@ -89,21 +100,26 @@ def submit(
 ) -> None:
     """Make a job on the cluster: a PodGroup, a headless Service and one pod per member.
 
-    Example: toposched kube submit --image IMG --kind tfjob --workers 4 --gpus 2 --ps 1 --
+    Example: toposched kube submit tfjob --image IMG --workers 4 --gpus 2 --ps 1 --
     python train.py"""
     from toposched.kube.submit import KubeJob, SubmitError, create
 
+    word, command = kind_and_command(words or [], ctx.meta.get(AFTER_DASHES), KUBE_SUBMIT_USAGE)
     spec = _spec(file, name, workers, gpus, locality, env, command)
     try:
+        kinds = {kind_of(k) for k in (word, kind_option) if k is not None}
+        if len(kinds) > 1:
+            raise KindError(f"two job kinds given: {word} and --kind {kind_option}")
+        kind = kinds.pop() if kinds else kind_of(spec.get("kind") or "pytorch")
         job = KubeJob(
             name=spec.get("name") or "",
             image=image,
             command=spec.get("command") or [],
-            kind=kind_of(kind),
+            kind=kind,
             namespace=namespace,
             workers=spec.get("workers", 1),
             gpus=spec.get("gpus", 1),
-            ps=ps,
+            ps=spec.get("ps", 0) if ps is None else ps,
             env=spec.get("env") or {},
             queue=queue or spec.get("queue"),
             priority_class=priority_class,

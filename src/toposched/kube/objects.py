@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from toposched.core import JobError, JobSpec, LocalityRule
+from toposched.core import Checkpoint, JobError, JobSpec, LocalityRule
 from toposched.kube.annotations import (
     GPUS,
     TOPOLOGY,
@@ -35,6 +35,13 @@ TOPOLOGY_KNOWN = "toposched.io/topology-known"
 ACCEPT_UNKNOWN = "toposched.io/accept-unknown-topology"
 KNOWN_ONLY = NodeSelector.of({TOPOLOGY_KNOWN: "true"})
 DEFAULT_RACK_LABEL = "toposched.io/rack"
+# The annotation (on the PodGroup or the pod) of a job whose pods save their state when they
+# are sent SIGTERM (an eviction does that, then SIGKILL after terminationGracePeriodSeconds)
+# and whose controller makes them again: only such work is preempted for a higher priority or
+# by least attained service (core/reclaim.py), as on the standalone server.
+CHECKPOINT = "toposched.io/checkpoint"
+EVICTION_SIGNAL = "SIGTERM"
+DEFAULT_GRACE_S = 30.0  # Kubernetes' default terminationGracePeriodSeconds
 
 Obj = Mapping[str, Any]
 
@@ -193,6 +200,8 @@ class Pod:
     locality: str | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
     accept_unknown: str = "false"  # its ACCEPT_UNKNOWN annotation, checked by gang_spec
+    checkpoint: str = "false"  # its CHECKPOINT annotation, checked by gang_spec
+    grace_s: float = DEFAULT_GRACE_S  # its terminationGracePeriodSeconds
     group_kind: GangKind = SCHEDULER_PLUGINS  # which kind of PodGroup `group` names
 
     @property
@@ -234,6 +243,14 @@ def pod_from(obj: Obj) -> Pod:
     priority = spec.get("priority") or 0
     if isinstance(priority, bool) or not isinstance(priority, int):
         raise ObjectError(f"pod {ns}/{name}: spec.priority {priority!r} is not an integer")
+    grace = spec.get("terminationGracePeriodSeconds")
+    if grace is None:
+        grace = DEFAULT_GRACE_S
+    elif isinstance(grace, bool) or not isinstance(grace, int) or grace < 0:
+        raise ObjectError(
+            f"pod {ns}/{name}: spec.terminationGracePeriodSeconds {grace!r} is not a "
+            "non-negative integer"
+        )
     # The scheduler-plugins label wins over Volcano's annotation, as it did before Volcano's
     # own PodGroups were read.
     volcano = not labels.get(GROUP_LABEL) and bool(annotations.get(VOLCANO_GROUP))
@@ -252,6 +269,8 @@ def pod_from(obj: Obj) -> Pod:
         locality=annotations.get(LOCALITY),
         labels=labels,
         accept_unknown=annotations.get(ACCEPT_UNKNOWN) or "false",
+        checkpoint=annotations.get(CHECKPOINT) or "false",
+        grace_s=float(grace),
         group_kind=VOLCANO if volcano else SCHEDULER_PLUGINS,
     )
 
@@ -289,6 +308,13 @@ def gang_spec(job: str, pods: list[Pod], workers: int, group: Obj | None = None)
     accept = annotations.get(ACCEPT_UNKNOWN) or first.accept_unknown
     if accept not in ("true", "false"):
         raise ObjectError(f'{job}: {ACCEPT_UNKNOWN} must be "true" or "false", not {accept!r}')
+    saves = annotations.get(CHECKPOINT) or first.checkpoint
+    if saves not in ("true", "false"):
+        raise ObjectError(f'{job}: {CHECKPOINT} must be "true" or "false", not {saves!r}')
+    # The shortest grace of the gang: an eviction gives each pod its own.
+    checkpoint = (
+        Checkpoint(EVICTION_SIGNAL, min(p.grace_s for p in pods)) if saves == "true" else None
+    )
     try:
         return JobSpec(
             job,
@@ -299,6 +325,7 @@ def gang_spec(job: str, pods: list[Pod], workers: int, group: Obj | None = None)
             priority=max(p.priority for p in pods),
             locality=LocalityRule.parse(text),
             selector=EVERY_NODE if accept == "true" else KNOWN_ONLY,
+            checkpoint=checkpoint,
         )
     except JobError as err:
         raise ObjectError(f"{job}: {err}") from None
