@@ -10,6 +10,7 @@ import socket
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -62,29 +63,45 @@ def test_make_serve_then_the_tour(tmp_path: Path) -> None:
             ["bash", "-e", "-c", tour], cwd=REPO, env=env, capture_output=True, text=True
         )
         assert done.returncode == 0, done.stderr
-        assert "submitted hello" in done.stdout
+        for name in ("pt", "tf", "mpi"):
+            assert f"submitted {name} to queue default: running" in done.stdout
+        # The fourth job waits for GPUs and says why; deleted twice, its name is free again.
+        assert "submitted vgg16-4gpu to queue default: pending (needs 4 GPUs" in done.stdout
+        assert "cancelled vgg16-4gpu\ndeleted vgg16-4gpu (cancelled): its name is free" in (
+            done.stdout
+        )
+        assert "[ps 0] serving the variables of" in done.stdout
         toposched = str(REPO / ".venv" / "bin" / "toposched")
 
-        def state(name: str) -> str:
-            got = subprocess.run(
-                [toposched, "get", name, "--json"], env=env, capture_output=True, text=True
-            )
-            return str(json.loads(got.stdout)["state"])
+        def run(*args: str) -> str:
+            got = subprocess.run([toposched, *args], env=env, capture_output=True, text=True)
+            assert got.returncode == 0, got.stderr
+            return got.stdout
 
-        deadline = time.monotonic() + 60
-        while state("hello") != "succeeded" or state("vgg16-4gpu") != "succeeded":
+        def job(name: str) -> dict[str, Any]:
+            found: dict[str, Any] = json.loads(run("get", name, "--json"))
+            return found
+
+        deadline = time.monotonic() + 90
+        while any(job(n)["state"] != "succeeded" for n in ("pt", "tf", "mpi", "vgg16-4gpu")):
             assert time.monotonic() < deadline, "the README's jobs did not finish"
-            time.sleep(0.2)
-        logs = subprocess.run(
-            [toposched, "logs", "hello", "--worker", "1"], env=env, capture_output=True, text=True
-        )
-        hello = json.loads(
-            subprocess.run(
-                [toposched, "get", "hello", "--json"], env=env, capture_output=True, text=True
-            ).stdout
-        )
-        gpus = ",".join(map(str, hello["placement"][1]["gpus"]))
-        assert logs.stdout.strip() == f"1 {gpus}"
+            time.sleep(0.5)
+        # `logs -f` followed rank 1 to its end, on the GPU it was given.
+        gpu = job("pt")["placement"][1]["gpus"][0]
+        assert f"[rank 1/2] attempt 0, GPU {gpu}: from step 0 of 30" in done.stdout
+        assert "[rank 1/2] done" in done.stdout
+        # The resubmitted job is a new one: its history starts afresh.
+        again = job("vgg16-4gpu")
+        assert [h["new"] for h in again["history"]] == ["pending", "running", "succeeded"]
+        assert [j["name"] for j in json.loads(run("list", "--all", "--json"))["jobs"]] == [
+            "pt",
+            "tf",
+            "mpi",
+            "vgg16-4gpu",
+        ]
+        said = (tmp_path / "serve.log").read_text()
+        assert "job vgg16-4gpu: pending -> cancelled: cancelled while pending" in said
+        assert "job pt: running -> succeeded: all workers exited 0" in said
     finally:
         os.killpg(server.pid, signal.SIGINT)
         try:

@@ -47,17 +47,25 @@ def serve_cmd(
         help="How long a write waits for another process's lock on the SQLite file before the "
         "server refuses changes (503) until it can write again.",
     ),
+    log_level: str = typer.Option(
+        "info",
+        "--log-level",
+        help="debug|info|warning|error: info logs each scheduling decision (job, states, "
+        "placement, reason), debug also each HTTP request.",
+    ),
 ) -> None:
     """Run the scheduler server: jobs run as local processes on this machine's GPUs."""
     # The web stack loads only here, so the other commands start fast.
     from toposched.common.paths import default_data_dir
-    from toposched.server.serve import ServeError, ServeOptions, serve
+    from toposched.server.serve import LOG_LEVELS, ServeError, ServeOptions, serve
     from toposched.store import StoreError
 
     if not 0 < port < 65536:
         fail(f"--port must be 1..65535, got {port}")
     if not 0 <= db_busy_timeout <= 3600:
         fail(f"--db-busy-timeout must be 0..3600 seconds, got {db_busy_timeout:g}")
+    if log_level.lower() not in LOG_LEVELS:
+        fail(f"--log-level must be one of {', '.join(LOG_LEVELS)}, got {log_level!r}")
     try:
         params = policy_params(param, [policy])[policy]
     except PolicyError as err:
@@ -73,6 +81,7 @@ def serve_cmd(
         auth=not no_auth,
         node_name=node_name,
         db_busy_timeout_s=db_busy_timeout,
+        log_level=log_level.lower(),
     )
     try:
         serve(options, say=lambda line: typer.echo(line, err=True))

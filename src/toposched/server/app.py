@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
+import time
 from typing import Any
 
 from fastapi import FastAPI, HTTPException, Request, status
@@ -41,7 +43,41 @@ def create_app(runtime: Runtime, metrics: Metrics, *, auth: bool = True) -> Fast
     app.add_exception_handler(SQLAlchemyError, _database)
     app.add_exception_handler(RequestValidationError, _invalid)
     app.add_middleware(BoundedBody)
+    if access.isEnabledFor(logging.DEBUG):
+        # Outermost, to time and see every answer (a 413 included). Added only at DEBUG: at
+        # INFO a request costs no logging work at all, not even a level check.
+        app.add_middleware(RequestLog)
     return app
+
+
+access = logging.getLogger("toposched.server.http")
+
+
+class RequestLog:
+    """Logs each HTTP request at DEBUG once it is answered: method, path, status (`-` if
+    none was sent) and how long it took, to the end of its body (a followed log included)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        began = time.perf_counter()
+        status = "-"
+
+        async def sent(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = str(message["status"])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sent)
+        finally:
+            took_ms = (time.perf_counter() - began) * 1000
+            access.debug("%s %s %s %.1f ms", scope["method"], scope["path"], status, took_ms)
 
 
 # The largest request body read: far over a job at its bounds (64 KiB of command, 64 KiB of

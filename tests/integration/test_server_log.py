@@ -1,0 +1,59 @@
+"""The server's log, read from a real server: its decisions, its requests and its shutdown."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+from tests.e2e.conftest import run_cli
+from tests.server import Api, running_server, wait_for, worker
+
+
+def test_each_decision_is_logged_and_the_shutdown_names_the_running_jobs(
+    tmp_path: Path, out: Path
+) -> None:
+    with running_server(tmp_path) as server:
+        api = Api(server)
+        api.submit(name="short", workers=2, gpus=2, **worker(out))
+        api.until("short", "succeeded")
+        api.submit(name="stays", command=[sys.executable, "-c", "import time; time.sleep(60)"])
+        api.until("stays", "running")
+        wait_for(lambda: "job stays: pending -> running" in server.log(), "its decision logged")
+        log = server.log()
+        assert "INFO toposched.server: job short: - -> pending: submitted" in log
+        started = re.search(r"job short: pending -> running on (node-a:\S+) (node-a:\S+): ", log)
+        assert started, log
+        placement = api.job("short")["placement"]
+        assert started.groups() == tuple(
+            f"node-a:{','.join(map(str, slot['gpus']))}" for slot in placement
+        )
+        assert "job short: running -> succeeded: all workers exited 0" in log
+        # At the default level, a request costs no log line.
+        assert "POST /api/v1/jobs" not in log
+        server.stop()
+        said = server.log()
+    assert "toposched stopped; 1 job(s) keep running (stays): their workers are adopted" in said
+
+
+def test_a_cancel_logs_its_stop_and_debug_logs_each_request(tmp_path: Path, out: Path) -> None:
+    with running_server(tmp_path, args=("--emulate", "dgx1-v100", "--log-level", "debug")) as srv:
+        api = Api(srv)
+        api.submit(name="long", **worker(out, wait="never"))
+        api.until("long", "running")
+        assert api.http.delete("/api/v1/jobs/long").status_code == 202
+        api.until("long", "cancelled")
+        api.get("/api/v1/jobs/nobody", expect=404)
+        srv.stop()
+        log = srv.log()
+    assert re.search(r"job long: running -> stopping \(cancel: SIGTERM, SIGKILL after \S+ s\)", log)
+    assert "job long: stopping -> cancelled: cancelled" in log
+    assert re.search(r"DEBUG toposched\.server\.http: POST /api/v1/jobs 201 [\d.]+ ms", log)
+    assert re.search(r"DEBUG toposched\.server\.http: GET /api/v1/jobs/nobody 404 [\d.]+ ms", log)
+    assert "toposched stopped; no job was running" in log
+
+
+def test_an_unknown_log_level_is_refused(tmp_path: Path) -> None:
+    result = run_cli("serve", "--data-dir", str(tmp_path), "--log-level", "chatty")
+    assert result.code == 2
+    assert "--log-level must be one of debug, info, warning, error, got 'chatty'" in result.err
