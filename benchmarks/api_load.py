@@ -36,9 +36,10 @@ import tempfile
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -157,7 +158,11 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def run(url: str, token: str, jobs: int, clients: int) -> dict[str, float]:
+def run(
+    url: str, token: str, jobs: int, clients: int, keep_blocker: bool = False
+) -> dict[str, float]:
+    """Submit `jobs` jobs behind a blocking job that takes all 8 GPUs; the blocker is cancelled
+    afterwards (and the jobs then run) unless `keep_blocker`."""
     headers = {"Authorization": f"Bearer {token}"}
     blocker = httpx.post(
         f"{url}/api/v1/jobs",
@@ -177,7 +182,8 @@ def run(url: str, token: str, jobs: int, clients: int) -> dict[str, float]:
     latencies = [x for chunk in per_client for x in chunk]
     if len(latencies) != jobs:
         raise SystemExit(f"only {len(latencies)} of {jobs} submissions completed")
-    httpx.delete(f"{url}/api/v1/jobs/bench-blocker", headers=headers, timeout=30)
+    if not keep_blocker:
+        httpx.delete(f"{url}/api/v1/jobs/bench-blocker", headers=headers, timeout=30)
     return {
         "jobs": jobs,
         "clients": clients,
@@ -207,6 +213,7 @@ class Tally:
     lists: list[float]
     healths: list[float]
     errors: int = 0
+    failures: Counter[str] = field(default_factory=Counter)  # what each error was
 
 
 def new_tally() -> Tally:
@@ -248,12 +255,15 @@ def mix_loop(url: str, token: str, until: float, seed: int, tally: Tally) -> Non
                     path = "/api/v1/jobs?limit=100"
                     took, status = timed(conn, "GET", path, headers=headers)
                     tally.lists.append(took)
-            except (OSError, http.client.HTTPException):
+            except (OSError, http.client.HTTPException) as err:
                 tally.errors += 1
+                tally.failures[type(err).__name__] += 1
                 conn.close()
                 conn = connect(url)
                 continue
-            tally.errors += not 200 <= status < 300
+            if not 200 <= status < 300:
+                tally.errors += 1
+                tally.failures[str(status)] += 1
     finally:
         conn.close()
 
@@ -264,7 +274,9 @@ def health_loop(url: str, until: float, tally: Tally) -> None:
         while time.monotonic() < until:
             took, status = timed(conn, "GET", "/api/v1/health")
             tally.healths.append(took)
-            tally.errors += status != 200
+            if status != 200:
+                tally.errors += 1
+                tally.failures[f"health {status}"] += 1
             time.sleep(0.05)
     finally:
         conn.close()
@@ -319,6 +331,15 @@ def run_mix(
     submit = [x for t in tallies for x in t.submits]
     listed = [x for t in tallies for x in t.lists]
     health = [x for t in tallies for x in t.healths]
+    failures = sum((t.failures for t in tallies), Counter[str]())
+    if failures:
+        print(f"errors: {dict(failures)}", file=sys.stderr)
+    for label, values in (("submit", submit), ("list", listed), ("health", health)):
+        if values:
+            spread = ", ".join(
+                f"p{round(100 * q)} {1000 * percentile(values, q):.1f}" for q in (0.5, 0.9, 0.99)
+            )
+            print(f"{label}: {len(values):,} requests, ms: {spread}", file=sys.stderr)
     return {
         "submit_p99_ms": p99_ms(submit),
         "list_p99_ms": p99_ms(listed),
@@ -332,7 +353,11 @@ def run_mix(
 
 
 def mixed(url: str, token: str, args: argparse.Namespace, db: Path | None) -> dict[str, float]:
-    stored = run(url, token, args.jobs, min(args.clients, 8)) if args.jobs else None
+    # The blocker stays: the stored jobs wait through the mix, so it measures the API and the
+    # store with 10,000 jobs in them, not 8 of them at a time starting and ending.
+    stored = (
+        run(url, token, args.jobs, min(args.clients, 8), keep_blocker=True) if args.jobs else None
+    )
     if stored is not None:
         print(
             f"stored {args.jobs:,} waiting jobs at {stored['submissions_per_s']:,.0f}/s",

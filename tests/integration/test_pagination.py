@@ -14,7 +14,7 @@ import pytest
 from tests.server import Api, ServerProcess, running_server, wait_for, worker
 from toposched.client.http import Client
 from toposched.server.routes_jobs import DEFAULT_PAGE, MAX_PAGE
-from toposched.server.schemas import MAX_COMMAND_BYTES, MAX_ENV_BYTES
+from toposched.server.schemas import MAX_COMMAND_BYTES, MAX_ENV_BYTES, JobOut, JobPage
 
 
 @pytest.fixture(scope="module")
@@ -173,3 +173,19 @@ def test_the_client_walks_every_page(api: Api, server: ServerProcess) -> None:
         rest = client.all_jobs(queue="walked", page_size=3, continue_=first.continue_)
         assert [job["name"] for job in rest] == made[5:]
         assert len(client.jobs(queue="walked", limit=4)) == 4
+
+
+def test_pages_and_submit_answers_are_what_the_schemas_say(api: Api) -> None:
+    """The list and the submit write their answers as plain data, without the models: what
+    they write must be exactly what JobPage and JobOut describe (nothing left out or added,
+    and a value of every field's type)."""
+    made = api.http.post("/api/v1/jobs", json={"command": ["true"], "env": {"K": "v"}})
+    assert made.status_code == 201, made.text
+    body = made.json()
+    assert JobOut.model_validate(body).model_dump(mode="json", by_alias=True) == body
+    assert body["state"] == "pending" and body["history"] is None and body["deleted"] is False
+    got = page(api, limit=3, all="true")
+    assert JobPage.model_validate(got).model_dump(mode="json", by_alias=True) == got
+    running = page(api, state="running")
+    assert running["jobs"][0]["placement"][0]["gpus"] == list(range(8))  # the hog's
+    assert JobPage.model_validate(running).model_dump(mode="json", by_alias=True) == running

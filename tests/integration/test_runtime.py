@@ -326,3 +326,41 @@ def test_a_stop_deadline_survives_a_restart(
     second.executor.stop("stubborn", 0, "SIGKILL", 0)
     second.steps_until("stubborn", "cancelled")
     assert second.store.stop_deadline("stubborn") is None
+
+
+def test_a_restart_keeps_each_jobs_attained_service(data: Path, out: Path) -> None:
+    """Issue 16: least attained service survives a restart. `long` had 160 GPU-seconds when it
+    was preempted for `short` (demoted past 100); `short` had run 10 s on 8 GPUs when the
+    server died. The next server hands both back: `long` still waits demoted, behind a job
+    submitted after the restart, and `short` counts on from 80."""
+    now = [1000.0]
+    las = {"demote_after_gpu_h": 100 / 3600}  # demoted after 100 GPU-seconds
+    first = Rig(data, clock=lambda: now[0], **las)
+    checkpoint = {"signal": "SIGUSR1", "grace_s": 10}
+    first.submit("long", out, gpus=8, checkpoint=checkpoint, env={"WAIT": "never"})
+    first.runtime.step()
+    assert first.state("long") == "running"
+    now[0] = 1020.0
+    first.submit("short", out, gpus=8, env={"WAIT": "go"})
+    assert first.state("long") == "stopping"  # demoted at 1012.5: preempted for `short`
+    first.steps_until("short", "running")
+    long_row = first.store.job("long")
+    assert long_row is not None and long_row.service_gpu_s == 160.0
+    first.runtime.step()  # starts short's workers
+    runs = data / "runs/short/attempt-0"
+    wait_for(lambda: list(runs.glob("worker-*.pid")), "short's worker")
+    # The server dies; the next one starts 10 s later.
+    now[0] = 1030.0
+    second = Rig(data, clock=lambda: now[0], **las)
+    assert "short: adopted attempt 0 on" in " ".join(second.runtime.recover())
+    assert second.runtime.view.attained_service("long") == 160.0
+    assert second.runtime.view.attained_service("short") == 80.0
+    assert "demoted" in second.runtime.explain("long")[1]
+    second.submit("fresh", out, gpus=8, env={"WAIT": "go"})
+    assert [r.name for r in second.runtime.view.pending()] == ["fresh", "long"]
+    (out / "go").write_text("")
+    second.steps_until("short", "succeeded")
+    second.steps_until("fresh", "running")
+    second.runtime.cancel("long")
+    second.steps_until("long", "cancelled")
+    second.steps_until("fresh", "succeeded")

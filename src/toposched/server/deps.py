@@ -30,13 +30,15 @@ class ServerState:
     # Tokens cannot be revoked or changed, so a token once found stays valid: caching it
     # saves a database read on every request.
     known: dict[str, Principal] = field(default_factory=dict)
-    # Threads for changes, apart from the default pool the reads use: changes take turns on
-    # the runtime's lock anyway, and a few waiting on a locked database must leave the reads
-    # their threads. Made on first use, inside the event loop.
+    # Threads for changes, apart from the default pool the reads use, so that changes waiting
+    # on a locked database leave the reads their threads. Changes take turns on the runtime's
+    # lock, and the submissions waiting for it are stored together by the next to get it
+    # (Runtime.submit): the more wait there, the fewer commits a burst costs. Made on first
+    # use, inside the event loop.
     writers: anyio.CapacityLimiter | None = None
 
 
-WRITER_THREADS = 4
+WRITER_THREADS = 16
 P = ParamSpec("P")
 T = TypeVar("T")
 
@@ -56,7 +58,10 @@ async def state(request: Request) -> ServerState:
     return found
 
 
-async def principal(request: Request, server: Annotated[ServerState, Depends(state)]) -> Principal:
+async def principal(request: Request) -> Principal:
+    # The state read here, not as a dependency of its own: each dependency costs FastAPI a
+    # pass over every kind of parameter on every request.
+    server: ServerState = request.app.state.toposched
     if not server.auth:
         return auth.LOCAL_ADMIN
     header = request.headers.get("authorization", "")

@@ -12,10 +12,12 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Annotated, Any
 
+import orjson
 from fastapi import APIRouter, Header, HTTPException, Query, Response, status
 from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
+from toposched.common.jobspec import local_processes
 from toposched.core import JobState
 from toposched.server.auth import Principal
 from toposched.server.deps import Caller, Server, ServerState, writing
@@ -26,9 +28,6 @@ from toposched.server.schemas import (
     JobOut,
     JobPage,
     JobSubmit,
-    JobSummary,
-    ListMeta,
-    WorkerOut,
 )
 from toposched.store import DuplicateJob, JobRow
 
@@ -66,7 +65,7 @@ def _common(row: JobRow, reason: str) -> dict[str, Any]:
         workers=row.spec["workers"],
         gpus_per_worker=row.spec["gpus"],
         placement=[
-            WorkerOut(worker=rank, node=slot["node"], gpus=slot["gpus"])
+            {"worker": rank, "node": slot["node"], "gpus": slot["gpus"]}
             for rank, slot in enumerate(row.placement or [])
         ],
         attempt=row.attempt,
@@ -87,24 +86,34 @@ def job_out(
 ) -> JobOut:
     """The whole job as `viewer` may see it (`visible_spec`). `reason`: the core's, if the
     caller has it already."""
+    out = job_fields(row, viewer, runtime.reason(row) if reason is None else reason)
+    if history:
+        out["history"] = [HistoryOut(**vars(h)) for h in runtime.store.history(row.name)]
+    return JobOut(**out)
+
+
+def job_fields(row: JobRow, viewer: Principal, reason: str) -> dict[str, Any]:
+    """JobOut without its history, in plain data: a submit's answer is written without
+    building and checking a model (tests check it against JobOut)."""
     spec = visible_spec(row, viewer)
-    return JobOut(
-        **_common(row, runtime.reason(row) if reason is None else reason),
-        command=spec["command"],
-        spec=spec,
-        history=[HistoryOut(**vars(h)) for h in runtime.store.history(row.name)]
-        if history
-        else None,
-    )
+    return {
+        **_common(row, reason),
+        "spec": spec,
+        "command": spec["command"],
+        "history": None,
+        "deleted": False,
+    }
 
 
 # A list row's spec leaves out what may be large (up to the submit's limits): `get` has it.
 UNLISTED = ("command", "env", "workdir")
 
 
-def job_summary(row: JobRow, reason: str) -> JobSummary:
+def job_summary(row: JobRow, reason: str) -> dict[str, Any]:
+    """A list row, as JobSummary defines it, in plain data: a page of them is written without
+    building and checking a model per job (tests check pages against JobPage)."""
     spec = {key: value for key, value in row.spec.items() if key not in UNLISTED}
-    return JobSummary(**_common(row, reason), spec=spec)
+    return {**_common(row, reason), "spec": spec}
 
 
 def _row(runtime: Runtime, name: str) -> JobRow:
@@ -136,7 +145,6 @@ async def submit(
     body: JobSubmit,
     server: Server,
     who: Caller,
-    response: Response,
     idempotency_key: Annotated[
         str | None,
         Header(
@@ -147,20 +155,23 @@ async def submit(
             "instead of making a second one.",
         ),
     ] = None,
-) -> JobOut:
+) -> Response:
     """Submit a job. It is refused (422) if it could never run on this cluster, and with 503
     (nothing stored) while the server cannot store changes."""
     # In a worker thread: a write may wait for the database, and the event loop must not
     # (health, metrics and reads answer meanwhile).
     job, replayed = await writing(server, _submit, server, who, body, idempotency_key)
-    if replayed:
-        response.headers[REPLAYED] = "true"
-    return job
+    return Response(
+        orjson.dumps(job),
+        status.HTTP_201_CREATED,
+        headers={REPLAYED: "true"} if replayed else None,
+        media_type="application/json",
+    )
 
 
 def _submit(
     server: ServerState, who: Principal, body: JobSubmit, key: str | None
-) -> tuple[JobOut, bool]:
+) -> tuple[dict[str, Any], bool]:
     queue = body.queue or who.team
     if not who.may_touch(queue):
         raise HTTPException(
@@ -174,12 +185,22 @@ def _submit(
             ["body", "workdir"], f"workdir {body.workdir!r} is not a directory on the server"
         )
     try:
-        row, replayed = server.runtime.submit(who.user, queue, spec, body.name, key)
+        row, replayed, reason = server.runtime.submit(who.user, queue, spec, body.name, key)
     except SubmitRefused as err:
         raise _refused(["body", *err.field.split(".")], str(err)) from None
     except (DuplicateJob, Conflict) as err:
-        raise HTTPException(status.HTTP_409_CONFLICT, str(err)) from None
-    return job_out(server.runtime, row, who), replayed
+        raise HTTPException(status.HTTP_409_CONFLICT, _taken(server, body.name, err)) from None
+    return job_fields(row, who, reason), replayed
+
+
+def _taken(server: ServerState, name: str | None, err: Exception) -> str:
+    """A 409's message; for a taken name, when it will be free."""
+    held = None if name is None else server.runtime.store.job(name)
+    if held is None or held.name not in str(err):
+        return str(err)
+    if held.state in LIVE:
+        return f"{err} ({held.state}); its name is free once it has ended and been deleted"
+    return f"{err} ({held.state}); delete it to free its name"
 
 
 DEFAULT_PAGE = 100
@@ -208,7 +229,7 @@ def list_jobs(
             description="The `metadata.continue` of the page before, with the same filters.",
         ),
     ] = None,
-) -> JobPage:
+) -> Response:
     """One page of jobs in submission order (or newest first): live ones only unless `all`
     or `state` says otherwise. `metadata.continue` is set while more remain: pass it back
     (with the same filters) for the next page. A `limit` over the largest page gets that page,
@@ -232,10 +253,11 @@ def list_jobs(
     rows = rows[:limit]
     reasons = server.runtime.reasons(rows)
     token = _token(rows[-1].seq, scope) if more else None
-    return JobPage(
-        jobs=[job_summary(row, reasons[row.name]) for row in rows],
-        metadata=ListMeta(**{"continue": token}),
-    )
+    page = {
+        "jobs": [job_summary(row, reasons[row.name]) for row in rows],
+        "metadata": {"continue": token},
+    }
+    return Response(orjson.dumps(page), media_type="application/json")
 
 
 def _scope(states: list[str] | None, queue: str | None, owner: str | None, newest: bool) -> str:
@@ -276,19 +298,24 @@ def get_job(name: str, server: Server, who: Caller) -> JobOut:
 
 @router.delete("/{name}", response_model=JobOut, status_code=status.HTTP_202_ACCEPTED)
 async def cancel(name: str, server: Server, who: Caller) -> JobOut:
-    """Cancel a job: a waiting one ends now, a running one is stopped (signal, grace, kill)."""
+    """Delete a job. A live one is cancelled: a waiting one ends now, a running one is stopped
+    (signal, grace, kill). An ended one is removed with its history (`deleted: true` in the
+    answer): its name is free for a new job."""
     return await writing(server, _cancel, server, name, who)
 
 
 def _cancel(server: ServerState, name: str, who: Principal) -> JobOut:
-    _owned(who, _row(server.runtime, name), "cancel")
+    row = _row(server.runtime, name)
+    _owned(who, row, "cancel")
     try:
-        row = server.runtime.cancel(name)
+        if row.state in LIVE:
+            return job_out(server.runtime, server.runtime.cancel(name), who)
+        gone = server.runtime.remove(name)
     except NotFound as err:
         raise HTTPException(status.HTTP_404_NOT_FOUND, str(err)) from None
     except Conflict as err:
         raise HTTPException(status.HTTP_409_CONFLICT, str(err)) from None
-    return job_out(server.runtime, row, who)
+    return job_out(server.runtime, gone, who).model_copy(update={"deleted": True})
 
 
 @router.get("/{name}/explain", response_model=Explanation)
@@ -308,31 +335,63 @@ def logs(
     who: Caller,
     worker: Annotated[int, Query(ge=0)] = 0,
     follow: bool = False,
+    tail: Annotated[
+        int | None, Query(ge=0, description="Only the last `tail` lines (and, with `follow`, on).")
+    ] = None,
 ) -> StreamingResponse:
     """One worker's stdout and stderr, of the job's latest attempt; `follow` streams until the
-    attempt's workers have ended."""
+    attempt's workers have ended; `tail` starts at the last `tail` lines."""
     runtime = server.runtime
     row = _row(runtime, name)
     _owned(who, row, "read the logs of")
     if row.attempt < 0:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"job {name!r} has not started yet")
-    if worker >= len(row.placement or []):
-        raise _refused(
-            ["query", "worker"], f"job {name!r} has {len(row.placement or [])} worker(s)"
-        )
+    # Parameter servers' logs come after the workers' (an MPI job has its launcher's alone)
+    count = len(local_processes(row.spec, len(row.placement or [])))
+    if worker >= count:
+        raise _refused(["query", "worker"], f"job {name!r} has {count} log(s): 0 to {count - 1}")
     path = runtime.executor.log_path(name, row.attempt, worker)
+    start = 0 if tail is None else _tail_offset(path, tail)
     return StreamingResponse(
-        _stream(runtime, name, row.attempt, path, follow), media_type="text/plain"
+        _stream(runtime, name, row.attempt, path, follow, start), media_type="text/plain"
     )
 
 
+TAIL_BLOCK = 1 << 16
+
+
+def _tail_offset(path: Path, lines: int) -> int:
+    """Where the last `lines` lines of the file begin (a last line without its newline counts
+    as one), read backwards a block at a time: a long log is not read whole."""
+    try:
+        with path.open("rb") as src:
+            end = src.seek(0, os.SEEK_END)
+            if lines == 0:
+                return end
+            pos, seen = end, 0
+            while pos > 0:
+                size = min(TAIL_BLOCK, pos)
+                pos -= size
+                src.seek(pos)
+                block = src.read(size)
+                # The file's last byte ends the last line, not one before it.
+                stop = len(block) - 1 if pos + size == end else len(block)
+                at = stop
+                while (at := block.rfind(b"\n", 0, at)) >= 0:
+                    seen += 1
+                    if seen == lines:
+                        return pos + at + 1
+            return 0
+    except FileNotFoundError:
+        return 0
+
+
 async def _stream(
-    runtime: Runtime, name: str, attempt: int, path: Path, follow: bool
+    runtime: Runtime, name: str, attempt: int, path: Path, follow: bool, offset: int = 0
 ) -> AsyncIterator[bytes]:
     # A coroutine, not a generator run in worker threads: one waiting for output held a thread
     # of the pool (40) until the job wrote again, even after its client left, and with the pool
     # used up every route that runs in a thread hung.
-    offset = 0
     while True:
         chunk = _read(path, offset)
         if chunk:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+import shutil
 import threading
 import time
 from collections import deque
@@ -29,7 +30,13 @@ from typing import Any, NoReturn
 from sqlalchemy.exc import SQLAlchemyError
 
 from toposched.common.driver import Driver
-from toposched.common.jobspec import core_spec, placement_from_json, placement_json
+from toposched.common.jobspec import (
+    core_spec,
+    job_kind,
+    local_processes,
+    placement_from_json,
+    placement_json,
+)
 from toposched.core import (
     Action,
     Event,
@@ -54,12 +61,13 @@ from toposched.core import (
 from toposched.executors.local import ExecutorError, LocalExecutor, RunSpec, WorkerExit
 from toposched.executors.supervisor import read_exit, read_pids
 from toposched.server.localnode import LocalNode
-from toposched.store import DuplicateJob, JobRow, Store, StoreError, write_fault
+from toposched.store import DuplicateJob, JobRow, NewJob, Store, StoreError, write_fault
 from toposched.topology.cluster import Cluster, ClusterError, Node
 
 log = logging.getLogger("toposched.server")
 
 LIVE = tuple(state.value for state in JobState if not state.terminal)
+ENDED = tuple(state.value for state in JobState if state.terminal)
 TICK_S = 5.0
 PROBE_S = 1.0  # how often a degraded runtime tries a write
 PEEK_S = 0.1  # how long a read waits for the core before it answers from the store
@@ -69,6 +77,31 @@ STORE_ERRORS = (StoreError, SQLAlchemyError)
 def clock_time(t: float) -> str:
     """An event time as the server's local date and time, to the millisecond."""
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) + f".{int(t % 1 * 1000):03d}"
+
+
+def _service_until(row: JobRow, gpus: int, now: float) -> float:
+    """A running job's attained service at `now`: what it had when its run started (stored
+    then, and at every stop), plus the run so far, the time the server was down included (its
+    workers ran on). Nothing is lost in a crash; a run whose workers ended while the server was
+    down counts until the server learns of the end."""
+    since = row.started_at if row.started_at is not None else now
+    return row.service_gpu_s + gpus * max(0.0, now - since)
+
+
+def _log_decision(t: Transition, start: StartJob | None, stop: StopJob | None) -> None:
+    """One INFO line per stored state change: the job, old -> new, where it runs or how it is
+    stopped, and the core's reason. Built only when INFO is on: the server logs every
+    decision of a burst of submissions."""
+    if not log.isEnabledFor(logging.INFO):
+        return
+    how = ""
+    if start is not None:
+        slots = " ".join(f"{s.node}:{','.join(map(str, s.gpus))}" for s in start.placement.workers)
+        how = f" on {slots}"
+    elif stop is not None:
+        how = f" ({stop.kind.value}: {stop.signal}, SIGKILL after {stop.grace_s:g} s)"
+    old = t.old.value if t.old else "-"
+    log.info("job %s: %s -> %s%s: %s", t.job, old, t.new.value, how, t.reason)
 
 
 class RuntimeBroken(RuntimeError):
@@ -117,6 +150,21 @@ class Snapshot:
     fresh: bool = True
 
 
+@dataclass(eq=False)
+class _Submission:
+    """A submit waiting for the lock, and what became of it (an outcome or an error)."""
+
+    owner: str
+    queue: str
+    spec: dict[str, Any]
+    name: str | None
+    key: str | None
+    core: JobSpec | None = None
+    first: _Submission | None = None  # an earlier one of its batch with the same key
+    outcome: tuple[JobRow, bool, str] | None = None
+    error: BaseException | None = None
+
+
 class Runtime(Driver):
     """One machine's scheduler: call `recover()` once, then `start()` the background loop."""
 
@@ -137,6 +185,9 @@ class Runtime(Driver):
         self.clock = clock
         self.observe = observe
         self.lock = threading.RLock()
+        # Submissions waiting for the lock (`submit`), kept under a lock of their own.
+        self._intake: deque[_Submission] = deque()
+        self._intake_lock = threading.Lock()
         self.node = local.node
         super().__init__(self._new_core())
         self.attempts: dict[str, int] = {}
@@ -176,14 +227,18 @@ class Runtime(Driver):
             now = self.clock()
             for row in waiting:
                 spec = core_spec(row.name, row.owner, row.queue, row.spec)
-                self.restore(now, spec, row.submitted_at, None, row.restarts)
+                self.restore(
+                    now, spec, row.submitted_at, None, row.restarts, None, row.service_gpu_s
+                )
         return notes
 
     def _adopt(self, row: JobRow, waiting: list[JobRow]) -> list[str]:
         now = self.clock()
         spec = core_spec(row.name, row.owner, row.queue, row.spec)
         run_dir = self.executor.run_dir(row.name, row.attempt)
-        ranks = range(len(row.placement or []))
+        kind, ps = job_kind(row.spec)
+        # Every process: a parameter server's or launcher's records count as a worker's do
+        ranks = range(len(local_processes(row.spec, len(row.placement or []))))
         # A supervisor leaves a pid file once its worker runs, or only an exit file when the
         # command could not be started at all. A rank with neither means the start was cut
         # short: what it did start is killed (a slow supervisor would start its worker later,
@@ -208,14 +263,22 @@ class Runtime(Driver):
         # job as stopping until its workers are gone, however long ago they went.
         stopping = StopKind(row.stop_kind or "preempt") if row.state == "stopping" else None
         try:
-            self.restore(now, spec, row.submitted_at, placement, row.restarts, stopping)
+            self.restore(
+                now,
+                spec,
+                row.submitted_at,
+                placement,
+                row.restarts,
+                stopping,
+                _service_until(row, placement.gpus, now),
+            )
         except SchedulingError as err:
-            self.executor.adopt(row.name, row.attempt, len(placement.workers))
+            self.executor.adopt(row.name, row.attempt, len(placement.workers), kind, ps)
             self.executor.stop(row.name, row.attempt, "SIGKILL", 0)
             self._requeue_row(row, now, f"requeued: its placement no longer fits ({err})")
             waiting.append(self.store.job(row.name) or row)
             return [f"{row.name}: stopped and requeued ({err})"]
-        self.executor.adopt(row.name, row.attempt, len(placement.workers))
+        self.executor.adopt(row.name, row.attempt, len(placement.workers), kind, ps)
         self.attempts[row.name] = row.attempt
         if stopping is not None:
             signal, grace = self.stop_signal(spec, stopping)
@@ -293,37 +356,132 @@ class Runtime(Driver):
         spec: dict[str, Any],
         name: str | None = None,
         key: str | None = None,
-    ) -> tuple[JobRow, bool]:
+    ) -> tuple[JobRow, bool, str]:
         """Store a submission, then hand it to the core (it may start at once). Returns the
-        job, and whether it is one that `owner` submitted before with idempotency `key` (a
-        retry: nothing new is stored)."""
+        job, whether it is one that `owner` submitted before with idempotency `key` (a retry:
+        nothing new is stored), and its reason, read under the same hold of the lock (taking
+        it again would queue the answer behind every other change).
+
+        Submissions that arrive while another holds the lock are taken together by the next
+        to get it (`_take_submissions`): one read of their keys, one transaction, then each
+        handed to the core in turn. Under a burst each waits for one commit, not for one per
+        submission ahead of it."""
+        entry = _Submission(owner, queue, spec, name, key)
+        with self._intake_lock:
+            self._intake.append(entry)
         with self.lock:
-            # Before the check for writes: a retry of a submit that was stored finds its job
-            # even while nothing new can be stored.
-            if key is not None and (known := self.store.job_by_key(owner, key)) is not None:
-                if name is not None and known.name != name:
-                    raise Conflict(f"idempotency key {key!r} was used for job {known.name!r}")
-                return known, True
-            self._usable()
-            name = name or f"job-{secrets.token_hex(4)}"
-            core = core_spec(name, owner, queue, spec)
-            never = self.core.never_fits(core)
-            if never:
-                raise SubmitRefused(never)
-            self._bound_elastic(core)
-            if self.view.knows(name):
-                raise Conflict(f"a job named {name!r} already exists")
-            now = self.clock()
-            fields = dict(owner=owner, queue=queue, priority=spec["priority"], spec=spec)
-            row = self._write(self.store.add_job, name=name, time=now, key=key, **fields)
+            if entry.outcome is None and entry.error is None:
+                self._take_submissions()
+        if entry.error is not None:
+            raise entry.error
+        assert entry.outcome is not None
+        return entry.outcome
+
+    def _take_submissions(self) -> None:
+        """Every submission waiting in the intake, in arrival order; under the lock."""
+        with self._intake_lock:
+            batch = list(self._intake)
+            self._intake.clear()
+        # Before the check for writes: a retry of a submit that was stored finds its job
+        # even while nothing new can be stored.
+        keyed = [(e.owner, e.key) for e in batch if e.key is not None]
+        try:
+            known = self.store.jobs_by_keys(keyed)
+        except STORE_ERRORS as err:
+            for entry in batch:
+                entry.error = Unavailable(write_fault(err))
+            return
+        fresh: list[_Submission] = []
+        taken: dict[str, _Submission] = {}  # name -> the entry of this batch that takes it
+        firsts: dict[tuple[str, str], _Submission] = {}  # (owner, key) -> its first entry
+        for entry in batch:
             try:
-                self.feed(JobSubmitted(now, core))
+                self._admissible(entry, known, taken, firsts)
+            except (Conflict, SubmitRefused, Unavailable, RuntimeBroken) as err:
+                entry.error = err
+                continue
+            if entry.outcome is None and entry.first is None:
+                fresh.append(entry)
+        self._store_and_feed(fresh)
+        for entry in batch:
+            if entry.first is not None:  # the same key twice in one batch: a retry
+                entry.error, entry.outcome = entry.first.error, entry.first.outcome
+                if entry.outcome is not None:
+                    entry.outcome = (*entry.outcome[:1], True, entry.outcome[2])
+
+    def _admissible(
+        self,
+        entry: _Submission,
+        known: dict[tuple[str, str], JobRow],
+        taken: dict[str, _Submission],
+        firsts: dict[tuple[str, str], _Submission],
+    ) -> None:
+        """Check one submission of a batch: sets its outcome if it is a retry of a stored
+        one, or `first` if of one earlier in the batch, or raises why it is refused."""
+        if entry.key is not None:
+            pair = (entry.owner, entry.key)
+            stored = known.get(pair)
+            first = firsts.get(pair)
+            if stored is not None or first is not None:
+                had = stored.name if stored is not None else first.name if first else None
+                if entry.name is not None and had != entry.name:
+                    raise Conflict(f"idempotency key {entry.key!r} was used for job {had!r}")
+                if stored is not None:
+                    entry.outcome = (stored, True, self._reason_held(stored))
+                else:
+                    entry.first = first
+                return
+            firsts[pair] = entry
+        self._usable()
+        entry.name = entry.name or f"job-{secrets.token_hex(4)}"
+        core = core_spec(entry.name, entry.owner, entry.queue, entry.spec)
+        never = self.core.never_fits(core)
+        if never:
+            raise SubmitRefused(never)
+        self._bound_elastic(core)
+        if self.view.knows(entry.name) or entry.name in taken:
+            raise Conflict(f"a job named {entry.name!r} already exists")
+        taken[entry.name] = entry
+        entry.core = core
+
+    def _store_and_feed(self, fresh: list[_Submission]) -> None:
+        """Store the batch's new jobs in one transaction (if any is refused, one by one, so
+        that only it fails), then hand each to the core."""
+        if not fresh:
+            return
+        now = self.clock()
+        jobs = [
+            NewJob(e.name or "", e.owner, e.queue, e.spec["priority"], e.spec, now, e.key)
+            for e in fresh
+        ]
+        stored: list[tuple[_Submission, JobRow]] = []
+        try:
+            try:
+                stored = list(zip(fresh, self._write(self.store.add_jobs, jobs), strict=True))
+            except DuplicateJob:
+                for entry, job in zip(fresh, jobs, strict=True):
+                    try:
+                        stored.append((entry, self._write(self.store.add_jobs, [job])[0]))
+                    except DuplicateJob as err:
+                        entry.error = Conflict(str(err))
+        except Unavailable as err:
+            for entry in fresh:
+                if entry.error is None and all(entry is not e for e, _ in stored):
+                    entry.error = err
+        for entry, row in stored:
+            assert entry.core is not None
+            try:
+                self.feed(JobSubmitted(now, entry.core))
             except Unavailable:
                 # Stored, so accepted: the rebuilt core takes it from the store.
-                return row, False
-            if self.view.job(name).state is JobState.PENDING:
-                return row, False  # still as stored: skip reading it back
-            return self.store.job(name) or row, False
+                entry.outcome = (row, False, row.reason)
+                continue
+            except Exception as err:  # this submission's answer, not the batch's
+                entry.error = err
+                continue
+            if self.view.job(row.name).state is not JobState.PENDING:
+                row = self.store.job(row.name) or row  # no longer as stored: read it back
+            entry.outcome = (row, False, self._reason_held(row))
 
     def _bound_elastic(self, spec: JobSpec) -> None:
         """An elastic job may grow no further than the cluster holds, as its workers may not:
@@ -359,6 +517,36 @@ class Runtime(Driver):
                 # store now: a restart meanwhile must still know that it was cancelled.
                 self._after_decision(self.store.set_stop_kind, name, "cancel")
             return self.store.job(name) or row
+
+    def remove(self, name: str) -> JobRow:
+        """Delete ended job `name` from the store and the core: its name is free again.
+        Returns the job as it was; Conflict for a live one (cancel it first)."""
+        with self.lock:
+            self._usable()
+            row = self.store.job(name)
+            if row is None:
+                raise NotFound(f"no job named {name!r}")
+            now = self.clock()
+            if row.state in LIVE or not self._write(self.store.remove_job, name, ENDED, now):
+                raise Conflict(f"job {name!r} is {row.state}: only an ended job can be deleted")
+            self.core.forget(name)
+            self._discard_runs(name)
+            return row
+
+    def _discard_runs(self, name: str) -> None:
+        """A deleted job's runs (logs, pid and exit files) and checkpoints go with it: a new job
+        of its name would find them (its attempt 0 refused as started, the old checkpoint
+        loaded). Moved aside at once, removed by the loop thread (a checkpoint may be large)."""
+        home = self.executor.run_dir(name, 0).parent
+        trash = home.with_name(f".deleted-{name}-{secrets.token_hex(4)}")
+        try:
+            home.rename(trash)
+        except FileNotFoundError:
+            return  # it never started
+        except OSError as err:
+            log.warning("job %s: deleted, but its runs stay in %s: %s", name, home, err)
+            return
+        self._later(shutil.rmtree, trash, True)
 
     def configure_queue(self, name: str, guaranteed_gpus: int) -> None:
         with self.lock:
@@ -406,6 +594,12 @@ class Runtime(Driver):
 
     def reason(self, row: JobRow) -> str:
         return self.reasons([row])[row.name]
+
+    def _reason_held(self, row: JobRow) -> str:
+        """`reason`, for a caller that holds the lock."""
+        if self.degraded is None and row.state in LIVE and self.view.knows(row.name):
+            return self.view.reasons([row.name])[row.name]
+        return row.reason
 
     def explain(self, name: str) -> tuple[JobRow, str]:
         row = self.store.job(name)
@@ -561,6 +755,7 @@ class Runtime(Driver):
             self._later(self._stop_run, t.job, self.attempts[t.job], stop.signal, stop.grace_s)
         elif new is JobState.PENDING:
             if old is None:
+                _log_decision(t, start, stop)
                 return  # the submission is already stored
             restarts = self.view.job(t.job).restarts
             self.store.transition(
@@ -572,13 +767,16 @@ class Runtime(Driver):
                 placement=None,
                 stop_kind=None,
                 restarts=restarts,
+                service_gpu_s=self.view.attained_service(t.job),
             )
         else:
             fields: dict[str, Any] = {"stop_kind": None}
             if new.terminal:
                 fields["ended_at"] = now
+                fields["service_gpu_s"] = self.view.attained_service(t.job)
                 self.attempts.pop(t.job, None)
             self.store.transition(t.job, old, new.value, t.reason, now, **fields)
+        _log_decision(t, start, stop)
 
     def _launch(self, t: Transition, start: StartJob, now: float) -> None:
         row = self.store.job(t.job)
@@ -594,8 +792,10 @@ class Runtime(Driver):
             attempt=attempt,
             stop_kind=None,
             started_at=now,
+            service_gpu_s=self.view.attained_service(t.job),
         )
         self.attempts[t.job] = attempt
+        kind, ps = job_kind(row.spec)
         run = RunSpec(
             job=t.job,
             attempt=attempt,
@@ -605,6 +805,8 @@ class Runtime(Driver):
             workdir=row.spec.get("workdir"),
             workers=tuple((slot.node, slot.gpus) for slot in start.placement.workers),
             restart_count=row.restarts,
+            kind=kind,
+            ps=ps,
         )
         self._later(self._start_run, run)
 
@@ -642,7 +844,7 @@ class Runtime(Driver):
         if self.executor.running(job, attempt):
             # The rest of a gang whose worker failed must stop; the job ends once they have.
             state = self.view.job(job).state
-            failed = [ended for ended in ends if ended.returncode != 0]
+            failed = [ended for ended in ends if ended.failed]
             if failed and state is JobState.RUNNING:
                 self.feed(WorkerFailed(now, job, failed[0].rank, failed[0].reason))
             return
@@ -652,12 +854,12 @@ class Runtime(Driver):
         if state is JobState.STOPPING:
             self.feed(JobStopped(now, job))
         elif state is JobState.RUNNING:
-            ok = all(e.returncode == 0 for e in seen.values())
+            ok = not any(e.failed for e in seen.values())
             why = (
                 "all workers exited 0"
                 if ok
                 else "; ".join(
-                    f"worker {r}: {e.reason}" for r, e in sorted(seen.items()) if e.returncode != 0
+                    f"worker {r}: {e.reason}" for r, e in sorted(seen.items()) if e.failed
                 )
             )
             self.feed(JobFinished(now, job, ok, why))

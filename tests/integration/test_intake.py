@@ -1,0 +1,109 @@
+"""Submissions that wait for the runtime's lock are taken together: one transaction, each
+answered as if alone (a refused one fails alone; a retry in the same burst finds its job)."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.test_runtime import Rig
+from tests.server import kill_leftover_workers, wait_for
+from toposched.server.runtime import Conflict
+from toposched.server.schemas import JobSubmit
+from toposched.store import JobRow, NewJob
+
+
+@pytest.fixture
+def rig(tmp_path: Path) -> Iterator[Rig]:
+    data = tmp_path / "data"
+    data.mkdir()
+    yield Rig(data)
+    kill_leftover_workers(data)
+
+
+def spec(**fields: Any) -> dict[str, Any]:
+    body = JobSubmit(command=[sys.executable, "-c", "pass"], **fields)
+    return body.model_dump(exclude={"name", "queue"})
+
+
+Answer = tuple[JobRow, bool, str] | BaseException
+
+
+def burst(rig: Rig, calls: list[tuple[str | None, str | None]]) -> list[Answer]:
+    """Each (name, idempotency key) submitted from its own thread while the test holds the
+    lock; released once all are waiting, so that the first to get it takes them all."""
+    answers: list[Answer | None] = [None] * len(calls)
+
+    def one(i: int, name: str | None, key: str | None) -> Callable[[], None]:
+        def run() -> None:
+            try:
+                answers[i] = rig.runtime.submit("admin", "default", spec(gpus=8), name, key)
+            except BaseException as err:  # the answer under test
+                answers[i] = err
+
+        return run
+
+    threads = [threading.Thread(target=one(i, *call)) for i, call in enumerate(calls)]
+    with rig.runtime.lock:
+        for thread in threads:
+            thread.start()
+        wait_for(lambda: len(rig.runtime._intake) == len(calls), "every submit to wait")
+    for thread in threads:
+        thread.join(timeout=30)
+    assert all(answer is not None for answer in answers)
+    return [answer for answer in answers if answer is not None]
+
+
+def spy_batches(rig: Rig) -> list[list[str]]:
+    sizes: list[list[str]] = []
+    add_jobs = rig.store.add_jobs
+
+    def recording(jobs: list[NewJob]) -> list[JobRow]:
+        sizes.append([job.name for job in jobs])
+        return add_jobs(jobs)
+
+    rig.store.add_jobs = recording  # type: ignore[method-assign]
+    return sizes
+
+
+def test_a_burst_is_stored_in_one_transaction_and_each_answered(rig: Rig) -> None:
+    batches = spy_batches(rig)
+    answers = burst(
+        rig, [("a", None), ("b", "k1"), ("a", None), ("c", "k1"), (None, "k1"), ("d", None)]
+    )
+    assert len(batches) == 1 and sorted(batches[0]) == ["a", "b", "d"]
+    # Two submits of `a`: one stored, the other refused as a taken name.
+    a_answers = [answers[0], answers[2]]
+    assert sum(isinstance(a, Conflict) for a in a_answers) == 1
+    assert sum(isinstance(a, tuple) and a[0].name == "a" for a in a_answers) == 1
+    # The key k1: the first with it is stored; a retry without a name gets that job back as a
+    # replay, and one naming another job is refused.
+    first_k1 = answers[1]
+    assert isinstance(first_k1, tuple) and first_k1[0].name == "b" and first_k1[1] is False
+    retry = answers[4]
+    assert isinstance(retry, tuple) and retry[0].name == "b" and retry[1] is True
+    other = answers[3]
+    assert isinstance(other, Conflict) and "'b'" in str(other)
+    assert {row.name for row in rig.store.jobs()} == {"a", "b", "d"}
+    assert all(rig.runtime.view.knows(name) for name in ("a", "b", "d"))
+
+
+def test_a_name_taken_in_the_store_fails_alone(rig: Rig) -> None:
+    # Stored behind the runtime's back: the core does not know it, only the database does,
+    # so the batch's transaction fails and its jobs are stored one by one.
+    rig.store.add_job(
+        name="taken", owner="admin", queue="default", priority=0, spec=spec(), time=1.0
+    )
+    batches = spy_batches(rig)
+    answers = burst(rig, [("x", None), ("taken", None), ("y", None)])
+    assert sorted(batches[0]) == ["taken", "x", "y"]  # the one transaction, refused
+    assert isinstance(answers[1], Conflict) and "taken" in str(answers[1])
+    for answer, name in ((answers[0], "x"), (answers[2], "y")):
+        assert isinstance(answer, tuple) and answer[0].name == name
+        assert rig.runtime.view.knows(name)
+    assert not rig.runtime.view.knows("taken")
