@@ -215,6 +215,13 @@ class Api:
         node = self.get("/api/v1/nodes")["nodes"][0]
         return {gpu["index"]: gpu["job"] for gpu in node["gpus"]}
 
+    def drain(self) -> None:
+        """Cancel every live job and wait until none is left: the node empty for the next
+        test of a module that shares its server."""
+        for job in self.get("/api/v1/jobs")["jobs"]:
+            self.http.delete(f"/api/v1/jobs/{job['name']}")
+        wait_for(lambda: not self.get("/api/v1/jobs")["jobs"], "the node to drain")
+
 
 def worker(out: Path, wait: str | None = None, **exits: int) -> dict[str, Any]:
     env = {"OUT": str(out), **{f"EXIT_{rank[1:]}": str(code) for rank, code in exits.items()}}

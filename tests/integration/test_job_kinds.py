@@ -28,10 +28,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 def api(server: ServerProcess) -> Iterator[Api]:
     client = Api(server)
     yield client
-    # Leave the node empty for the next test.
-    for job in client.get("/api/v1/jobs")["jobs"]:
-        client.http.delete(f"/api/v1/jobs/{job['name']}")
-    wait_for(lambda: not client.get("/api/v1/jobs")["jobs"], "the node to drain")
+    client.drain()
 
 
 def command(out: Path, **actions: str) -> list[str]:

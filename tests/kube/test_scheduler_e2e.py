@@ -453,11 +453,9 @@ def test_a_disruption_budget_holds_an_eviction_back_and_says_so(
     until(lambda: cluster.bound("owner"), "the owner bound once the budget is gone")
 
 
-def test_a_higher_priority_pod_does_not_preempt_work_that_cannot_checkpoint(
-    apiserver: ApiServer, cluster: Cluster
-) -> None:
-    """Issue 16: a pod declares no checkpoint contract, so an eviction would lose its work;
-    it goes only to give back GPUs its queue borrowed, not for a higher priority."""
+def _running_then_urgent(apiserver: ApiServer, cluster: Cluster, running: dict[str, Any]) -> None:
+    """`running` takes the one node, then a pod of its priority and an `urgent` one ask for
+    all its GPUs."""
     apiserver.create(node("dgx0"))
     apiserver.create(
         {
@@ -468,12 +466,20 @@ def test_a_higher_priority_pod_does_not_preempt_work_that_cannot_checkpoint(
         }
     )
     cluster.start()
-    apiserver.create(pod("running", 8))
+    apiserver.create(running)
     until(lambda: cluster.bound("running"), "the node taken")
     apiserver.create(pod("low", 8))
     high = pod("high", 8)
     high["spec"]["priorityClassName"] = "urgent"  # admission sets spec.priority from it
     apiserver.create(high)
+
+
+def test_a_higher_priority_pod_does_not_preempt_work_that_cannot_checkpoint(
+    apiserver: ApiServer, cluster: Cluster
+) -> None:
+    """Issue 16: a pod declares no checkpoint contract, so an eviction would lose its work;
+    it goes only to give back GPUs its queue borrowed, not for a higher priority."""
+    _running_then_urgent(apiserver, cluster, pod("running", 8))
     until(lambda: cluster.events("high"), "the higher priority pod says why it waits")
     assert ("POST", "/api/v1/namespaces/team-a/pods/running/eviction") not in apiserver.requests
     assert cluster.bound("running") and not cluster.bound("high") and not cluster.bound("low")
@@ -484,25 +490,10 @@ def test_a_higher_priority_pod_preempts_work_that_saves_its_state(
 ) -> None:
     """A pod annotated toposched.io/checkpoint=true saves its state on the eviction's SIGTERM
     (its controller makes it again): a higher priority of its queue may preempt it."""
-    apiserver.create(node("dgx0"))
-    apiserver.create(
-        {
-            "apiVersion": "scheduling.k8s.io/v1",
-            "kind": "PriorityClass",
-            "metadata": {"name": "urgent"},
-            "value": 100,
-        }
-    )
-    cluster.start()
     running = pod("running", 8)
     running["metadata"]["annotations"] = {"toposched.io/checkpoint": "true"}
     running["spec"]["terminationGracePeriodSeconds"] = 60
-    apiserver.create(running)
-    until(lambda: cluster.bound("running"), "the node taken")
-    apiserver.create(pod("low", 8))
-    high = pod("high", 8)
-    high["spec"]["priorityClassName"] = "urgent"  # admission sets spec.priority from it
-    apiserver.create(high)
+    _running_then_urgent(apiserver, cluster, running)
     until(lambda: cluster.bound("high"), "the higher priority pod bound")
     assert ("POST", "/api/v1/namespaces/team-a/pods/running/eviction") in apiserver.requests
     assert not cluster.bound("low")
