@@ -11,6 +11,7 @@ from __future__ import annotations
 import http.server
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -778,6 +779,21 @@ def test_list_shows_restarts_and_attempts(
     assert "RESTARTS" in listed.out
     row = next(line for line in listed.out.splitlines() if "flaky" in line)
     assert "1 (attempt 1)" in row
+    got = cli("get", "flaky")
+    assert re.search(r"attempt\s+1 \(1 restart\(s\)\)", got.out), got.out
+
+
+def test_get_says_a_job_that_never_started_has_had_no_attempt(
+    server: ServerProcess, cli: Callable[..., Result]
+) -> None:
+    wide = cli("submit", "--name", "too-wide", "--workers", "2", "--gpus", "8", "--", "true")
+    assert wide.code == 2, wide.out  # never fits: refused, not stored
+    held = cli("submit", "--name", "held", "--gpus", "8", "--", "sleep", "30")
+    waiting = cli("submit", "--name", "waits", "--gpus", "8", "--", "true")
+    assert held.code == 0 and waiting.code == 0, (held.err, waiting.err)
+    got = cli("get", "waits")
+    assert re.search(r"attempt\s+none yet \(not started\)", got.out), got.out
+    assert cli("delete", "held", "waits").code == 0
 
 
 def test_gang_is_accepted_and_its_help_says_gangs_are_whole(server: ServerProcess) -> None:

@@ -44,8 +44,10 @@ def test_a_cancel_logs_its_stop_and_debug_logs_each_request(tmp_path: Path, out:
         assert api.http.delete("/api/v1/jobs/long").status_code == 202
         api.until("long", "cancelled")
         api.get("/api/v1/jobs/nobody", expect=404)
+        assert api.http.delete("/api/v1/jobs/long").status_code == 202  # ended: removed
         srv.stop()
         log = srv.log()
+    assert "job long: cancelled -> deleted: its name is free again" in log
     assert re.search(r"job long: running -> stopping \(cancel: SIGTERM, SIGKILL after \S+ s\)", log)
     assert "job long: stopping -> cancelled: cancelled" in log
     assert re.search(r"DEBUG toposched\.server\.http: POST /api/v1/jobs 201 [\d.]+ ms", log)

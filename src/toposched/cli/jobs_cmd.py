@@ -187,7 +187,7 @@ def print_job(job: dict[str, Any]) -> None:
         ("submitted", when(job["submitted_at"])),
         ("started", when(job["started_at"])),
         ("ended", when(job["ended_at"])),
-        ("attempt", f"{job['attempt']} ({job['restarts']} restart(s))"),
+        ("attempt", attempt_text(job)),
     ]
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold")
@@ -216,6 +216,13 @@ def restarts_text(job: dict[str, Any]) -> str:
     attempt = job.get("attempt", -1)
     shown = f" (attempt {attempt})" if attempt is not None and attempt >= 0 else ""
     return f"{job.get('restarts', 0)}{shown}"
+
+
+def attempt_text(job: dict[str, Any]) -> str:
+    """`2 (1 restart(s))`; a job never started has had no attempt."""
+    if job["attempt"] < 0:
+        return "none yet (not started)"
+    return f"{job['attempt']} ({job['restarts']} restart(s))"
 
 
 def jobs_table(jobs: list[dict[str, Any]], title: str | None = None) -> Table:

@@ -531,6 +531,7 @@ class Runtime(Driver):
                 raise Conflict(f"job {name!r} is {row.state}: only an ended job can be deleted")
             self.core.forget(name)
             self._discard_runs(name)
+            log.info("job %s: %s -> deleted: its name is free again", name, row.state)
             return row
 
     def _discard_runs(self, name: str) -> None:
