@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy.exc import OperationalError
 
 from tests.integration.test_runtime import Rig
 from tests.server import kill_leftover_workers, wait_for
@@ -107,3 +108,28 @@ def test_a_name_taken_in_the_store_fails_alone(rig: Rig) -> None:
         assert isinstance(answer, tuple) and answer[0].name == name
         assert rig.runtime.view.knows(name)
     assert not rig.runtime.view.knows("taken")
+
+
+def test_a_read_that_fails_after_a_start_leaves_no_submission_of_the_burst_behind(
+    rig: Rig,
+) -> None:
+    """The first job starts at once, so its answer is read back from the store, and that read
+    fails: it is still answered (as stored), and the rest of the burst is stored, handed to
+    the core and answered too."""
+    job = rig.store.job
+    reads: list[str] = []
+
+    def flaky(name: str) -> JobRow | None:
+        reads.append(name)
+        # The first read of `a` is its start's (_launch); the second, the answer's read-back.
+        if reads.count("a") == 2 and name == "a":
+            raise OperationalError("SELECT", {}, Exception("database is locked"))
+        return job(name)
+
+    rig.store.job = flaky  # type: ignore[method-assign]
+    answers = burst(rig, [("a", None), ("b", None), ("c", None)])
+    assert reads.count("a") >= 2
+    for answer, name in zip(answers, "abc", strict=True):
+        assert isinstance(answer, tuple) and answer[0].name == name, answer
+        assert rig.runtime.view.knows(name)
+    assert rig.runtime.degraded is None

@@ -20,7 +20,7 @@ from tests.server import kill_leftover_workers
 from toposched.common.frameworks import Kind
 from toposched.executors import local
 from toposched.executors.local import ExecutorError, LocalExecutor, RunSpec, WorkerExit
-from toposched.executors.supervisor import proc_stat, read_pids
+from toposched.executors.supervisor import proc_stat, read_exit, read_pids
 
 WORKERS = Path(__file__).parent / "workers"
 ACT = str(WORKERS / "act.py")
@@ -610,6 +610,28 @@ def test_an_adopted_tensorflow_run_stops_its_parameter_server_once_its_workers_e
     ends = collect(executor, 2)
     assert (ends[0].reason, ends[1].reason) == ("exited 0", "ps-0 killed by SIGTERM")
     assert not ends[1].failed
+
+
+def test_a_parameter_server_stopped_before_a_restart_is_no_failure_after_it(
+    executor: LocalExecutor, out: Path, runs: Path
+) -> None:
+    """The workers end and the parameter server is told to go; the server restarts before
+    it reports that end. The adopting executor reads every end from the files: the parameter
+    server's is still the job's end, not a failure."""
+    run = kind_spec(out, Kind.TENSORFLOW, ONE_GPU_EACH[:1], servers=1, worker="exit:0", ps="sleep")
+    executor.start(run)
+    wait_until("the worker to end", lambda: read_exit(executor.run_dir("job", 0), 0) is not None)
+    with executor._lock:  # the poll that reports the worker's end and stops the ps, unreported
+        for worker in executor._runs[("job", 0)].workers:
+            worker.reported = worker.member.role == "worker"
+        executor._stop_parameter_servers(executor._runs[("job", 0)], time.monotonic())
+    wait_until("the ps to end", lambda: read_exit(executor.run_dir("job", 0), 1) is not None)
+    executor.release_all()
+    again = LocalExecutor(runs)
+    again.adopt("job", 0, 1, Kind.TENSORFLOW, 1)
+    ends = collect(again, 2)
+    assert (ends[0].reason, ends[1].reason) == ("exited 0", "ps-0 killed by SIGTERM")
+    assert not ends[0].failed and not ends[1].failed
 
 
 def test_mpi_runs_its_launcher_alone_with_every_gpu_and_a_hostfile(

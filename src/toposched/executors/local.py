@@ -125,7 +125,11 @@ def _reason(returncode: int) -> str:
 
 def _end(run: _Run, worker: _Worker, returncode: int | None, reason: str) -> WorkerExit:
     member = worker.member
-    expected = run.ps_stopped and member.role == "ps"
+    # A parameter server's end once every worker has ended is the job's end, not a failure,
+    # whether it was told to go here or before a restart of the server (the flag is not kept).
+    expected = member.role == "ps" and (
+        run.ps_stopped or all(w.reported for w in run.workers if w.member.role == "worker")
+    )
     if member.role != "worker":
         reason = f"{member.name} {reason}"
     return WorkerExit(run.job, run.attempt, worker.rank, returncode, reason, expected)

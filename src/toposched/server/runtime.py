@@ -394,20 +394,25 @@ class Runtime(Driver):
         fresh: list[_Submission] = []
         taken: dict[str, _Submission] = {}  # name -> the entry of this batch that takes it
         firsts: dict[tuple[str, str], _Submission] = {}  # (owner, key) -> its first entry
-        for entry in batch:
-            try:
-                self._admissible(entry, known, taken, firsts)
-            except (Conflict, SubmitRefused, Unavailable, RuntimeBroken) as err:
-                entry.error = err
-                continue
-            if entry.outcome is None and entry.first is None:
-                fresh.append(entry)
-        self._store_and_feed(fresh)
-        for entry in batch:
-            if entry.first is not None:  # the same key twice in one batch: a retry
-                entry.error, entry.outcome = entry.first.error, entry.first.outcome
-                if entry.outcome is not None:
-                    entry.outcome = (*entry.outcome[:1], True, entry.outcome[2])
+        try:
+            for entry in batch:
+                try:
+                    self._admissible(entry, known, taken, firsts)
+                except Exception as err:  # this submission's answer, not the batch's
+                    entry.error = err
+                    continue
+                if entry.outcome is None and entry.first is None:
+                    fresh.append(entry)
+            self._store_and_feed(fresh)
+        finally:
+            for entry in batch:
+                if entry.first is not None:  # the same key twice in one batch: a retry
+                    entry.error, entry.outcome = entry.first.error, entry.first.outcome
+                    if entry.outcome is not None:
+                        entry.outcome = (*entry.outcome[:1], True, entry.outcome[2])
+                if entry.outcome is None and entry.error is None:
+                    # Never left without an answer: its thread would take the batch again.
+                    entry.error = RuntimeBroken("the submission was not taken: see the log")
 
     def _admissible(
         self,
@@ -431,7 +436,6 @@ class Runtime(Driver):
                 else:
                     entry.first = first
                 return
-            firsts[pair] = entry
         self._usable()
         entry.name = entry.name or f"job-{secrets.token_hex(4)}"
         core = core_spec(entry.name, entry.owner, entry.queue, entry.spec)
@@ -442,6 +446,9 @@ class Runtime(Driver):
         if self.view.knows(entry.name) or entry.name in taken:
             raise Conflict(f"a job named {entry.name!r} already exists")
         taken[entry.name] = entry
+        if entry.key is not None:
+            # Only an admitted one: a retry of a refused one is judged on its own.
+            firsts[(entry.owner, entry.key)] = entry
         entry.core = core
 
     def _store_and_feed(self, fresh: list[_Submission]) -> None:
@@ -480,7 +487,10 @@ class Runtime(Driver):
                 entry.error = err
                 continue
             if self.view.job(row.name).state is not JobState.PENDING:
-                row = self.store.job(row.name) or row  # no longer as stored: read it back
+                # No longer as stored: read it back, if the database lets us (the answer as
+                # stored is still true, only older).
+                with suppress(*STORE_ERRORS):
+                    row = self.store.job(row.name) or row
             entry.outcome = (row, False, self._reason_held(row))
 
     def _bound_elastic(self, spec: JobSpec) -> None:

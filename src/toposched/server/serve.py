@@ -166,6 +166,7 @@ def serve(options: ServeOptions, say: Callable[[str], None] = print) -> None:
     server = uvicorn.Server(
         uvicorn.Config(app, host=options.host, port=options.port, log_level="warning")
     )
+    thresholds = gc.get_threshold()
     gc.set_threshold(*GC_THRESHOLDS)
     runtime.start()
     watch = threading.Thread(target=_watch, args=(runtime, server), daemon=True)
@@ -173,6 +174,7 @@ def serve(options: ServeOptions, say: Callable[[str], None] = print) -> None:
     try:
         server.run()
     finally:
+        gc.set_threshold(*thresholds)  # as they were, for a process that goes on (tests)
         runtime.stop()
         # Read once the loop has stopped: nothing starts or ends in the core after this.
         held = sorted(set(runtime.gpu_owners().values()))
