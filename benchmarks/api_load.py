@@ -15,8 +15,9 @@ target, printed but not judged here: at least 500 submissions/s and a p99 latenc
 `--mix`: once the --jobs are stored (and waiting), --clients threads send for --seconds a mix of
 70% submissions and 30% list pages of 100 jobs, while one more thread asks /api/v1/health every
 50 ms; in the middle of the run another process holds the SQLite file's write lock for --lock-s
-seconds (0: never). The last line is JSON: submit, list and health p99 in ms, requests per
-second, and errors (answers other than 2xx, or none).
+seconds (0: never). The blocking job stays through the mix. On stderr: p50/p90/p99 per kind of
+request, and what each error was. The last line is JSON: submit, list and health p99 in ms,
+requests per second, and errors (answers other than 2xx, or none).
 """
 
 from __future__ import annotations

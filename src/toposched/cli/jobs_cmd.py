@@ -329,15 +329,19 @@ def kind_and_command(
     return kind, command or None
 
 
+# The words before `--` of `submit` and `kube submit`: at most the job kind (kind_and_command).
+KIND_WORD = typer.Argument(
+    None,
+    metavar="[KIND]",
+    help="The job kind: pytorch (the default), tensorflow or mpi, or Arena's pytorchjob, tfjob, "
+    "mpijob. The command goes after `--`.",
+    show_default=False,
+)
+
+
 def submit(
     ctx: typer.Context,
-    words: list[str] = typer.Argument(
-        None,
-        metavar="[KIND]",
-        help="The job kind: pytorch (the default), tensorflow or mpi, or Arena's pytorchjob, "
-        "tfjob, mpijob.",
-        show_default=False,
-    ),
+    words: list[str] = KIND_WORD,
     file: Path = typer.Option(
         None, "--file", "-f", metavar="JOB.yaml", help="Job spec file; flags override its fields."
     ),

@@ -17,7 +17,7 @@ from typing import Any
 import typer
 from rich.markup import escape
 
-from toposched.cli.jobs_cmd import AFTER_DASHES, kind_and_command
+from toposched.cli.jobs_cmd import AFTER_DASHES, KIND_WORD, kind_and_command
 from toposched.cli.output import EXIT_BAD_INPUT, console, emit_json, fail
 from toposched.client.jobfile import JobFileError, load_job_file, merge_spec, parse_env_pairs
 from toposched.common.frameworks import KindError, kind_of
@@ -69,13 +69,7 @@ KUBE_SUBMIT_USAGE = "toposched kube submit [KIND] [OPTIONS] -- COMMAND..."
 
 def submit(
     ctx: typer.Context,
-    words: list[str] = typer.Argument(
-        None,
-        metavar="[KIND]",
-        help="The job kind: pytorch (the default), tensorflow or mpi, or Arena's pytorchjob, "
-        "tfjob, mpijob. The command each member runs goes after `--`.",
-        show_default=False,
-    ),
+    words: list[str] = KIND_WORD,
     file: Path | None = typer.Option(None, "--file", "-f", help="A job file (YAML)."),
     image: str = typer.Option(..., "--image", help="The container image of every member."),
     kind_option: str | None = typer.Option(

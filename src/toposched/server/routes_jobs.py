@@ -12,9 +12,8 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Annotated, Any
 
-import orjson
 from fastapi import APIRouter, Header, HTTPException, Query, Response, status
-from fastapi.responses import StreamingResponse
+from fastapi.responses import ORJSONResponse, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from toposched.common.jobspec import local_processes
@@ -161,12 +160,8 @@ async def submit(
     # In a worker thread: a write may wait for the database, and the event loop must not
     # (health, metrics and reads answer meanwhile).
     job, replayed = await writing(server, _submit, server, who, body, idempotency_key)
-    return Response(
-        orjson.dumps(job),
-        status.HTTP_201_CREATED,
-        headers={REPLAYED: "true"} if replayed else None,
-        media_type="application/json",
-    )
+    headers = {REPLAYED: "true"} if replayed else None
+    return ORJSONResponse(job, status.HTTP_201_CREATED, headers=headers)
 
 
 def _submit(
@@ -257,7 +252,7 @@ def list_jobs(
         "jobs": [job_summary(row, reasons[row.name]) for row in rows],
         "metadata": {"continue": token},
     }
-    return Response(orjson.dumps(page), media_type="application/json")
+    return ORJSONResponse(page)
 
 
 def _scope(states: list[str] | None, queue: str | None, owner: str | None, newest: bool) -> str:

@@ -596,21 +596,22 @@ class Runtime(Driver):
     def reasons(self, rows: Iterable[JobRow]) -> dict[str, str]:
         """The core's current reason for each live job (why it waits), else the stored one."""
         rows = list(rows)
-        found = {row.name: row.reason for row in rows}
-        live = [row.name for row in rows if row.state in LIVE]
         with self.peek() as current:
-            if current:
-                found.update(self.view.reasons(name for name in live if self.view.knows(name)))
-        return found
+            return self._reasons_held(rows, current)
 
     def reason(self, row: JobRow) -> str:
         return self.reasons([row])[row.name]
 
     def _reason_held(self, row: JobRow) -> str:
         """`reason`, for a caller that holds the lock."""
-        if self.degraded is None and row.state in LIVE and self.view.knows(row.name):
-            return self.view.reasons([row.name])[row.name]
-        return row.reason
+        return self._reasons_held([row], self.degraded is None)[row.name]
+
+    def _reasons_held(self, rows: list[JobRow], current: bool) -> dict[str, str]:
+        found = {row.name: row.reason for row in rows}
+        if current:
+            live = (row.name for row in rows if row.state in LIVE)
+            found.update(self.view.reasons(name for name in live if self.view.knows(name)))
+        return found
 
     def explain(self, name: str) -> tuple[JobRow, str]:
         row = self.store.job(name)

@@ -148,14 +148,6 @@ def _pending(job: NewJob) -> dict[str, Any]:
 _JOB_COLUMNS = [schema.jobs.c[field.name] for field in fields(JobRow)]
 _JOB_BY_NAME = select(*_JOB_COLUMNS).where(schema.jobs.c.name == bindparam("job_name"))
 _SEQ_BY_NAME = select(schema.jobs.c.seq).where(schema.jobs.c.name == bindparam("job_name"))
-_JOB_BY_KEY = (
-    select(*_JOB_COLUMNS)
-    .join(schema.submit_keys, schema.submit_keys.c.job_seq == schema.jobs.c.seq)
-    .where(
-        schema.submit_keys.c.owner == bindparam("owner"),
-        schema.submit_keys.c.key == bindparam("key"),
-    )
-)
 # One `owner = ? AND key IN (...)` per owner: SQLite searches the primary key with it, where
 # a row-value IN over (owner, key) scans the whole table.
 _JOBS_BY_KEYS = (
@@ -427,9 +419,7 @@ class Store:
 
     def job_by_key(self, owner: str, key: str) -> JobRow | None:
         """The job `owner` submitted with idempotency key `key`, if any."""
-        with self.engine.connect() as conn:
-            row = conn.execute(_JOB_BY_KEY, {"owner": owner, "key": key}).first()
-        return None if row is None else _job(row)
+        return self.jobs_by_keys([(owner, key)]).get((owner, key))
 
     def jobs_by_keys(self, keys: Iterable[tuple[str, str]]) -> dict[tuple[str, str], JobRow]:
         """`job_by_key` for many (owner, key) pairs in one read; those not found are left out."""
