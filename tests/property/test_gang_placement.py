@@ -22,7 +22,17 @@ from toposched.placement.capacity import Capacity
 from toposched.placement.gang import GangRequest, Placement, Shortfall, place_gang
 from toposched.placement.request import Mode
 from toposched.topology import NodeTopology, preset
-from toposched.topology.cluster import SCHEDULE_LABEL, Node, NodeSelector, Tier, tier_of
+from toposched.topology.cluster import (
+    SCHEDULE_LABEL,
+    Eligibility,
+    Node,
+    NodeSelector,
+    Tier,
+    tier_of,
+)
+from toposched.topology.resources import ANY_FIT, UNKNOWN_HARDWARE, Hardware, WorkerFit
+
+GIB = 2**30
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -80,14 +90,28 @@ class Case:
     aware: tuple[bool, ...]
     request: GangRequest
     network: dict[Tier, float]
+    held: tuple[tuple[int, int], ...] = ()  # millicores and bytes other jobs hold, per node
 
     def avail(self, i: int) -> tuple[int, ...]:
-        """GPUs of node i the gang may use: present, matched by its selector, not busy, not
-        excluded."""
-        if not self.present[i] or not self.request.selector.matches(self.nodes[i].labels):
+        """GPUs of node i the gang may use: present, admitted by its eligibility (labels, GPU
+        type and memory), not busy, not excluded."""
+        node = self.nodes[i]
+        if not self.present[i] or not self.request.where.admits(node, node.labels):
             return ()
         blocked = self.busy[i] | self.excluded[i]
         return tuple(g for g in range(self.nodes[i].size) if g not in blocked)
+
+    def room(self, i: int) -> int:
+        """Workers node i holds: by its usable GPUs, and by its free CPUs and memory."""
+        by_gpus = len(self.avail(i)) // self.request.gpus_per_worker
+        if not self.held:
+            return by_gpus
+        hw, (cpus, memory) = self.nodes[i].hardware, self.held[i]
+        fit = self.request.fit
+        for need, total, used in ((fit.cpus, hw.cpus, cpus), (fit.memory, hw.memory, memory)):
+            if need and total is not None:
+                by_gpus = min(by_gpus, max(0, total - used) // need)
+        return by_gpus
 
     def capacity(self) -> Capacity:
         cap = Capacity(self.nodes)
@@ -95,6 +119,8 @@ class Case:
             mask = sum(1 << g for g in busy)
             if mask:
                 cap.take(i, mask)
+        for i, (cpus, memory) in enumerate(self.held):
+            cap.hold(i, cpus, memory)
         for i, up in enumerate(self.present):
             if not up:
                 cap.remove_node(i)
@@ -110,7 +136,7 @@ def brute_optima(case: Case) -> dict[tuple[int, Tier], float]:
     req = case.request
     g = req.gpus_per_worker
     avails = [case.avail(i) for i in range(len(case.nodes))]
-    room = [len(a) // g for a in avails]
+    room = [case.room(i) for i in range(len(case.nodes))]
     out: dict[tuple[int, Tier], float] = {}
     for w in spreads(req.workers, room):
         used = [i for i, wi in enumerate(w) if wi]
@@ -191,9 +217,11 @@ def cases(
     extras: bool = True,
     labels: bool = False,
     pools: bool = False,
+    hardware: bool = False,
 ) -> Case:
     count = draw(st.integers(2, 4))
     nodes, busy, excluded, present, aware = [], [], [], [], []
+    held: list[tuple[int, int]] = []
     for i in range(count):
         topo = draw(topology)
         node_aware = not (labels and draw(st.booleans()))
@@ -207,8 +235,10 @@ def cases(
                 rack=draw(st.sampled_from(["r0", "r1"])),
                 pod=draw(st.sampled_from(["p0", "p0", "p1"])),
                 labels=node_labels,
+                hardware=draw(machines()) if hardware else UNKNOWN_HARDWARE,
             )
         )
+        held.append((draw(st.integers(0, 4)) * 1000, draw(st.integers(0, 4)) * GIB))
         aware.append(node_aware)
         gpus = st.integers(0, topo.size - 1)
         busy.append(frozenset(draw(st.sets(gpus, max_size=topo.size - 1))))
@@ -222,12 +252,21 @@ def cases(
         tuple(aware),
         GangRequest(1, 1),
         draw(networks),
+        tuple(held) if hardware else (),
     )
     g = draw(st.integers(1, max_per_worker))
     # Mostly gangs the cluster could hold (one more worker at most); half the time more
     # workers than any one node can take: the multi-node cases random requests meet rarely.
     room = [len(case.avail(i)) // g for i in range(count)]
     workers = st.integers(1, max(1, min(max_workers, sum(room) + 1)))
+    where, fit = Eligibility(), ANY_FIT
+    if hardware:
+        types = draw(st.sampled_from([(), ("A",), ("b",), ("A", "B")]))
+        gpu_memory = draw(st.sampled_from([0, 0, 16 * GIB, 32 * GIB]))
+        cpus = draw(st.sampled_from([0, 500, 1000, 2000, 3000]))
+        memory = draw(st.sampled_from([0, GIB, 3 * GIB]))
+        fit = WorkerFit(types, gpu_memory, cpus, memory)
+        where = Eligibility(gpu_types=types, gpu_memory=gpu_memory)
     largest = max(len(case.avail(i)) for i in range(count))
     lo, hi = largest // g + 1, min(sum(room), largest // g + 3)
     if lo <= hi and draw(st.booleans()):
@@ -236,8 +275,9 @@ def cases(
     selector = NodeSelector()
     if pools:
         selector = draw(st.sampled_from([NodeSelector.of({"pool": p}) for p in "ab"]))
+    where = replace(where, selector=selector)
     request = GangRequest(
-        draw(workers), g, draw(widest), draw(st.sampled_from(list(Mode))), selector
+        draw(workers), g, draw(widest), draw(st.sampled_from(list(Mode))), where, fit=fit
     )
     return replace(case, request=request)
 
@@ -335,16 +375,42 @@ def test_gang_placement_only_on_nodes_its_selector_matches(case: Case) -> None:
 
 
 @st.composite
+def machines(draw: st.DrawFn) -> Hardware:
+    """GPU type A or B (or none), 16 or 32 GiB per GPU, 1 to 6 cores or uncounted, 2 to 8 GiB
+    or uncounted."""
+    return Hardware(
+        draw(st.sampled_from(["A", "B", ""])),
+        draw(st.sampled_from([16 * GIB, 32 * GIB])),
+        draw(st.one_of(st.none(), st.integers(1, 6).map(lambda c: c * 1000))),
+        draw(st.one_of(st.none(), st.integers(2, 8).map(lambda m: m * GIB))),
+    )
+
+
+@SETTINGS
+@given(cases(any_small_topology, hardware=True))
+def test_gang_placement_with_types_cpus_and_memory(case: Case) -> None:
+    """GPU types and memory rule nodes out; CPUs and memory bound the workers a node takes:
+    the brute force sees only what fits, and the placement must equal its optimum there."""
+    check_against_brute_force(case, exact_multi=False)
+
+
+@SETTINGS
+@given(cases(nested_topology, max_workers=5, max_per_worker=3, hardware=True))
+def test_gang_bottleneck_with_cpus_and_memory_is_optimal_when_rings_nest(case: Case) -> None:
+    check_against_brute_force(case, exact_multi=True)
+
+
+@st.composite
 def multi_node_cases(draw: st.DrawFn, topology: st.SearchStrategy[NodeTopology]) -> Case:
     """Gangs that no one node can take but the cluster can (where a wider tier allows)."""
     case = draw(cases(topology, max_per_worker=2))
     g = case.request.gpus_per_worker
-    room = [len(case.avail(i)) // g for i in range(len(case.nodes))]
+    room = [case.room(i) for i in range(len(case.nodes))]
     largest = max(len(case.avail(i)) for i in range(len(case.nodes)))
     assume(largest // g + 1 <= sum(room))
     workers = draw(st.integers(largest // g + 1, min(sum(room), largest // g + 2)))
     widest = draw(st.sampled_from([Tier.RACK, Tier.POD, Tier.CLUSTER, Tier.CLUSTER]))
-    return replace(case, request=GangRequest(workers, g, widest, case.request.mode))
+    return replace(case, request=replace(case.request, workers=workers, widest=widest))
 
 
 @SETTINGS

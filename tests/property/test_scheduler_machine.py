@@ -9,7 +9,9 @@ of docs/architecture.md and the job semantics of docs/scheduler.md, "Jobs"):
   stop, when a migration or resize resumes it), never twice without a stop in between, never
   after its cancellation; a StopJob targets a running job and names a cause that happened;
 - every StartJob is a whole gang on present, healthy GPUs that no other job's processes hold,
-  within the locality the job allows at that moment, on nodes its selector matches;
+  within the locality the job allows at that moment, on nodes its selector matches, of a
+  GPU type it accepts and one type only unless it accepts mixed ones, and no node's CPUs or
+  memory over-committed;
 - state transitions follow the allowed edges, each from the right event; terminal states are
   final; a job leaves its GPUs only when its processes are gone (JobStopped or JobFinished);
 - the scheduler's own view (`job(name)`) agrees with the driver's;
@@ -68,10 +70,13 @@ from toposched.core import (
     WorkerFailed,
 )
 from toposched.core.policy import Order
+from toposched.core.requests import gang_request
 from toposched.placement.capacity import Capacity
-from toposched.placement.gang import GangRequest, place_gang
+from toposched.placement.gang import WorkerSlot, place_gang
+from toposched.placement.typed import OneType, first_in_node_order
 from toposched.topology import preset
 from toposched.topology.cluster import Cluster, Node, NodeSelector, tier_of
+from toposched.topology.resources import Hardware
 
 # More examples for a long local run: TOPOSCHED_HYPOTHESIS_SCALE=10.
 SCALE = int(os.environ.get("TOPOSCHED_HYPOTHESIS_SCALE", "1"))
@@ -110,6 +115,18 @@ HELD = re.compile(r"held by ([\w.-]+(?:, [\w.-]+)*)")
 PRESETS = ("pcie-4gpu-2socket", "pcie-8gpu-2socket", "dgx1-v100", "hgx-h100")
 GANG_POLICIES = sorted(name for name, info in SCHEDULER_POLICIES.items() if info.base.gang)
 POOLS = st.sampled_from(["a", "b"])  # a label of every node, that some jobs select
+GIB = 2**30
+# Nodes of two GPU types, some with CPUs and memory counted; jobs that ask for them.
+MACHINES = st.builds(
+    Hardware,
+    st.sampled_from(["V100", "T4"]),
+    st.just(16 * GIB),
+    st.sampled_from([None, 8000, 16000]),
+    st.sampled_from([None, 64 * GIB]),
+)
+GPU_TYPES = ((), (), ("V100",), ("t4",), ("V100", "T4"))
+# Whether some placement exists does not depend on which type is chosen.
+ONE_TYPE = OneType(place_gang, first_in_node_order)
 SELECTORS = (NodeSelector(), NodeSelector(), NodeSelector.of({"pool": "a"}))
 LOCALITIES = (
     LocalityRule(),
@@ -356,6 +373,10 @@ class Driver:
                 spec.selector.matches(labels),
                 f"{where}: node {slot.node} ({labels}) is not {spec.selector.describe()}",
             )
+        types = {self.nodes[slot.node].hardware.gpu_type for slot in workers}
+        self.expect(all(spec.fit.accepts_type(t) for t in types), f"{where}: on GPU types {types}")
+        self.expect(len(types) == 1 or spec.mixed_types, f"{where}: on GPU types {types}")
+        self._check_resources(name, spec, workers, where)
         tier = tier_of(self.nodes[slot.node] for slot in workers)
         self.expect(placement.tier == tier, f"{where}: says tier {placement.tier}, is {tier}")
         if resume:
@@ -482,6 +503,28 @@ class Driver:
                 jobs = set(names.split(", "))
                 self.expect(jobs <= holding, f"{where}: not all of {jobs} hold GPUs")
 
+    def _check_resources(
+        self, name: str, spec: JobSpec, workers: tuple[WorkerSlot, ...], where: str
+    ) -> None:
+        """With `name` started on `workers`, no node holds more CPUs or memory than it has."""
+        held: dict[str, list[int]] = {}
+        others = [
+            (k.spec, k.placement.workers)
+            for other, k in self.jobs.items()
+            if other != name and k.placement is not None
+        ]
+        for job_spec, slots in [*others, (spec, workers)]:
+            for slot in slots:
+                use = held.setdefault(slot.node, [0, 0])
+                use[0] += job_spec.cpus
+                use[1] += job_spec.memory
+        for node, (cpus, memory) in held.items():
+            hw = self.nodes[node].hardware
+            self.expect(hw.cpus is None or cpus <= hw.cpus, f"{where}: {node} CPUs over-committed")
+            self.expect(
+                hw.memory is None or memory <= hw.memory, f"{where}: {node} memory over-committed"
+            )
+
     def capacity_now(self) -> Capacity:
         """Present nodes, their healthy GPUs free: the cluster as an idle driver sees it."""
         nodes = [self.nodes[name] for name in sorted(self.present)]
@@ -500,10 +543,8 @@ class Driver:
         for name in self.named(P):
             spec = self.jobs[name].spec
             widest = spec.locality.allowed(self.now - self.jobs[name].waiting_since).tier
-            request = GangRequest(
-                spec.min_workers, spec.gpus_per_worker, widest, selector=spec.selector
-            )
-            found = place_gang(cap, request, self.cluster.network_gbps)
+            request = gang_request(spec, spec.min_workers, widest)
+            found = ONE_TYPE(cap, request, self.cluster.network_gbps)
             self.expect(
                 not isinstance(found, Placement),
                 f"the cluster is idle but {name} waits, and fits on {found}: "
@@ -551,7 +592,13 @@ def setups(draw: st.DrawFn, policies: tuple[str, ...] | list[str] = GANG_POLICIE
     kinds = draw(st.lists(st.sampled_from(PRESETS), min_size=2, max_size=3))
     racks = draw(st.integers(1, 2))
     nodes = tuple(
-        Node(f"n{i}", preset(k), rack=f"r{i % racks}", labels={"pool": draw(POOLS)})
+        Node(
+            f"n{i}",
+            preset(k),
+            rack=f"r{i % racks}",
+            labels={"pool": draw(POOLS)},
+            hardware=draw(MACHINES),
+        )
         for i, k in enumerate(kinds)
     )
     spare = Node(
@@ -559,6 +606,7 @@ def setups(draw: st.DrawFn, policies: tuple[str, ...] | list[str] = GANG_POLICIE
         preset(draw(st.sampled_from(PRESETS))),
         rack=f"r{racks - 1}",
         labels={"pool": draw(POOLS)},
+        hardware=draw(MACHINES),
     )
     total = sum(n.size for n in nodes)
     queues = {f"q{i}": draw(st.integers(0, total // 2)) for i in range(draw(st.integers(1, 2)))}
@@ -605,6 +653,10 @@ def job_specs(
         max_restarts=draw(st.integers(0, 2)),
         limit_s=draw(st.sampled_from([None, None, 20.0, 500.0])),
         selector=draw(st.sampled_from(SELECTORS)) if selector else NodeSelector(),
+        cpus=draw(st.sampled_from([0, 0, 2000, 4000])) if selector else 0,
+        memory=draw(st.sampled_from([0, 0, 16 * GIB])) if selector else 0,
+        gpu_types=draw(st.sampled_from(GPU_TYPES)) if selector else (),
+        mixed_types=draw(st.sampled_from([False, False, True])),
     )
 
 
@@ -791,7 +843,8 @@ def test_drain_ends_every_job(setup: Setup, data: st.DataObject) -> None:
     for name in stuck:
         reason = d.sched.job(name).reason
         if setup.policy.backfill or name == head:
-            d.expect("labelled" in reason or "labels" in reason, f"{name} waits: {reason}")
+            said = ("labelled", "labels", "may use", "CPUs", "memory", "one GPU type")
+            d.expect(any(word in reason for word in said), f"{name} waits: {reason}")
     if stuck and not setup.policy.backfill:
         return
     left = {
@@ -808,8 +861,8 @@ def fits_when_empty(d: Driver, spec: JobSpec) -> bool:
     """Whether the job fits the present nodes its selector matches, with every GPU free."""
     cap = Capacity([d.nodes[name] for name in sorted(d.present)])
     widest = (spec.locality.accept or spec.locality.prefer).tier
-    request = GangRequest(spec.min_workers, spec.gpus_per_worker, widest, selector=spec.selector)
-    return isinstance(place_gang(cap, request, d.cluster.network_gbps), Placement)
+    request = gang_request(spec, spec.min_workers, widest)
+    return isinstance(ONE_TYPE(cap, request, d.cluster.network_gbps), Placement)
 
 
 @LIVE

@@ -20,8 +20,9 @@ from toposched.core import (
     make_scheduler_policy,
 )
 from toposched.placement.capacity import Capacity
-from toposched.placement.random_pick import random_worker
-from toposched.topology.cluster import ClusterError
+from toposched.placement.random_pick import Room, random_worker
+from toposched.topology.cluster import ClusterError, Eligibility
+from toposched.topology.resources import ANY_FIT
 
 A = NodeSelector.of({"pool": "a"})
 B = NodeSelector.of({"pool": "b"})
@@ -112,8 +113,9 @@ def test_preemption_takes_victims_only_where_the_job_may_run() -> None:
 def test_random_worker_picks_only_matching_nodes() -> None:
     cap = Capacity([node("n0", labels={"pool": "a"}), node("n1", DGX1, labels={"pool": "b"})])
     rng = random.Random(7)
-    room: dict[tuple[int, NodeSelector], list[int]] = {}
-    seen = {random_worker(cap, 1, A, rng, room).node for _ in range(30)}  # type: ignore[union-attr]
+    room: Room = {}
+    where = Eligibility(A)
+    seen = {random_worker(cap, 1, where, ANY_FIT, rng, room).node for _ in range(30)}  # type: ignore[union-attr]
     assert seen == {"n0"}
 
 

@@ -32,6 +32,9 @@ class Books:
         self.labels: dict[str, dict[str, str]] = {n.name: dict(n.labels) for n in cluster.nodes}
         self.unhealthy: dict[int, int] = {}  # failed GPUs of present nodes that have any
         self.cordoned: set[int] = set()  # nodes that take no new work; none of their GPUs is free
+        # Nodes whose labels, hardware or taints changed after they joined: the jobs there may
+        # have started under the old ones, and one may now hold more CPUs or memory than left.
+        self.changed: set[int] = set()
         self.owner: dict[tuple[int, int], str] = {}
         # The same by node, by job, and the jobs holding any GPU: what reclaim and
         # reservations walk, instead of every GPU.
@@ -160,8 +163,10 @@ class Books:
             for gpu in gpus:
                 self.owner[(i, gpu)] = rec.name
             on_node = self.node_jobs.setdefault(i, {})
-            on_node[rec.name] = on_node.get(rec.name, 0) | mask
+            before = on_node.get(rec.name, 0)
+            on_node[rec.name] = before | mask
             self.job_nodes.setdefault(rec.name, {})[i] = on_node[rec.name]
+            self._hold(i, rec.spec, before, on_node[rec.name])
             self.touch(i)
         self.holders[rec.name] = rec
         queue = self.queues[rec.spec.queue]
@@ -176,6 +181,7 @@ class Books:
             del self.owner[(i, gpu)]
             on_node = self.node_jobs[i]
             left = on_node[rec.name] & ~(1 << gpu)
+            self._hold(i, rec.spec, on_node[rec.name], left)
             nodes = self.job_nodes[rec.name]
             if left:
                 on_node[rec.name] = nodes[i] = left
@@ -191,6 +197,16 @@ class Books:
         queue.used -= len(pairs)
         queue.version += 1
         self.epoch += 1
+
+    def _hold(self, i: int, spec: JobSpec, before: int, after: int) -> None:
+        """A job's GPUs on node i went from mask `before` to `after`: its CPUs and memory there
+        follow its whole workers (GPUs // GPUs per worker)."""
+        if not (spec.cpus or spec.memory):
+            return
+        g = spec.gpus_per_worker
+        workers = after.bit_count() // g - before.bit_count() // g
+        if workers:
+            self.capacity.hold(i, workers * spec.cpus, workers * spec.memory)
 
     def release_held(self, rec: JobRecord) -> None:
         """Every GPU `rec` holds goes back (its placement, a move's target, a partial gang)."""
@@ -236,6 +252,20 @@ class Books:
         self.unhealthy.pop(i, None)
         if self.reservation is not None and i in self.reservation.gpus:
             self.reservation = None
+
+    def change_node(self, node: Node) -> None:
+        """New labels, hardware or taints for a present node of the same wiring."""
+        i = self.node_index(node.name)
+        if node.topology != self.capacity.nodes[i].topology:
+            raise SchedulingError(
+                f"node {node.name!r}: its GPUs or their wiring changed; remove and add it again"
+            )
+        self.capacity.replace_node(i, node)
+        if dict(node.labels) != self.labels[node.name]:
+            self.labels[node.name] = dict(node.labels)
+            self.capacity.set_labels(i, node.labels)
+        self.changed.add(i)
+        self.touch(i)
 
     def cordon(self, i: int, on: bool) -> None:
         """No GPU of node `i` is free while it is cordoned; uncordoned, those neither held nor

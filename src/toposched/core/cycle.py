@@ -32,15 +32,17 @@ from toposched.core.ordering import Cut, Key, Shape, Waiting
 from toposched.core.policy import SchedulerPolicy, SingleGpu
 from toposched.core.reclaim import Reclaim
 from toposched.core.records import JobRecord, Reservation, Said
+from toposched.core.requests import gang_request
 from toposched.core.reservation import Reserver, describe
 from toposched.core.room import RoomPlan, plan_defragment, plan_preempt, plan_shrink
 from toposched.placement.gang import GangRequest, Placement, Shortfall
 from toposched.placement.policies import GangPlacer
 from toposched.placement.request import Mode
-from toposched.topology.cluster import NodeSelector, Tier
+from toposched.topology.cluster import Eligibility, Tier
+from toposched.topology.resources import WorkerFit
 
 # (workers, GPUs each, tier, nodes, off the reservation)
-Failed = tuple[int, int, Tier, NodeSelector, bool]
+Failed = tuple[int, int, Tier, Eligibility, WorkerFit, bool, bool]
 
 
 class GangCycle:
@@ -113,25 +115,36 @@ class GangCycle:
 
     def request(self, rec: JobRecord, widest: Tier) -> GangRequest:
         spec = rec.spec
-        return GangRequest(
-            spec.min_workers,
-            spec.gpus_per_worker,
-            widest,
-            self.mode,
-            selector=spec.selector,
-            model=spec.model,
-        )
+        return replace(gang_request(spec, spec.min_workers, widest), mode=self.mode)
 
-    def on_selected(self, short: Shortfall, selector: NodeSelector) -> Shortfall:
-        """A shortfall that says which nodes the job's selector leaves it."""
-        if not selector:
-            return short
+    def on_selected(self, short: Shortfall, request: GangRequest) -> Shortfall:
+        """A shortfall that says which nodes the job may use, and what rules the others out."""
         cap = self.books.capacity
-        matching = sum(cap.present) - len(cap.ruled_out(selector))
-        labels = selector.describe()
+        out = cap.ruled_out(request.where)
+        if not out:
+            return short
+        why: dict[str, int] = {}
+        kinds: dict[str, int] = {}
+        for i in cap.present_indices():
+            node = cap.nodes[i]
+            if i in out:
+                reason = request.where.why_not(node, cap.labels[i])
+                why[reason] = why.get(reason, 0) + 1
+            else:
+                kind = node.hardware.gpu_type or "untyped"
+                kinds[kind] = kinds.get(kind, 0) + 1
+        selector = request.where.selector
+        matching = sum(kinds.values())
+        if list(why) == [request.where.why_not_labels()]:
+            labels = selector.describe()
+            if not matching:
+                return Shortfall(f"no node has the labels {labels} (the job's selector)")
+            return Shortfall(f"{short.reason} (on the {matching} node(s) labelled {labels})")
+        ruled = "; ".join(f"{n} {reason}" for reason, n in sorted(why.items()))
         if not matching:
-            return Shortfall(f"no node has the labels {labels} (the job's selector)")
-        return Shortfall(f"{short.reason} (on the {matching} node(s) labelled {labels})")
+            return Shortfall(f"no node it may use: {ruled}")
+        usable = ", ".join(f"{n} {kind}" for kind, n in sorted(kinds.items()))
+        return Shortfall(f"{short.reason} (on the node(s) it may use: {usable}; {ruled})")
 
     # ------------------------------------------------------------------ phases 4 and 5
 
@@ -302,7 +315,7 @@ class Turn:
         else:
             result = cycle.place(books.capacity, request, books.network_gbps, exclude)
         if isinstance(result, Shortfall):
-            result = cycle.on_selected(result, request.selector)
+            result = cycle.on_selected(result, request)
         if isinstance(result, Placement):
             why = "best placement now"
             if exclude is not None and books.reservation is not None:
@@ -348,7 +361,7 @@ class Turn:
         if not head:
             mine = res is not None and res.job == rec.name
             rec.note(now, f"{short.reason}; {self.cycle.describe(res)}" if res and mine else text)
-        whole = failed[:4]
+        whole = failed[:-1]
         if not off:
             self.hopeless.add(whole)
             self.waiting.shape_notes[whole] = (self.cycle.cycles, text, self.said.get(failed))

@@ -88,6 +88,15 @@ class NodeLabelled(Event):
 
 
 @dataclass(frozen=True)
+class NodeChanged(Event):
+    """A present node's labels, hardware (GPU type and memory, CPUs and memory for workers)
+    or taints changed; its GPUs and their wiring did not. Jobs running there go on, even if it
+    now has less than they hold (another scheduler's pods): nothing new fits until they end."""
+
+    node: Node
+
+
+@dataclass(frozen=True)
 class NodeCordoned(Event):
     """A node takes no new work (cordoned, drained, not ready), or takes it again
     (`cordoned=False`); the jobs running there go on, and their GPUs stay off limits once they

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
+from functools import cached_property
 
-from toposched.topology.cluster import EVERY_NODE, NodeSelector, Tier
+from toposched.topology.cluster import EVERY_NODE, Eligibility, NodeSelector, Tier, Toleration
+from toposched.topology.resources import WorkerFit
 
 
 class JobError(ValueError):
@@ -138,6 +140,14 @@ class JobSpec:
     selector: NodeSelector = EVERY_NODE  # the node labels it needs
     # The performance catalog's name for what it trains: placement by the model needs it.
     model: str | None = None
+    # Per worker: millicores and bytes of memory; the least memory per GPU; the GPU types it
+    # accepts (empty: any). A gang runs on one GPU type unless `mixed_types`.
+    cpus: int = 0
+    memory: int = 0
+    gpu_memory: int = 0
+    gpu_types: tuple[str, ...] = ()
+    mixed_types: bool = False
+    tolerations: tuple[Toleration, ...] = ()  # the node taints it accepts
 
     def __post_init__(self) -> None:
         if not self.name or not isinstance(self.name, str):
@@ -152,6 +162,14 @@ class JobSpec:
             raise JobError(f"max_restarts must be >= 0, got {self.max_restarts}")
         if self.limit_s is not None and not self.limit_s > 0:
             raise JobError(f"limit_s must be positive, got {self.limit_s}")
+        for field_name in ("cpus", "memory", "gpu_memory"):
+            value = getattr(self, field_name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise JobError(f"{field_name} must be a whole number >= 0, got {value!r}")
+        if not isinstance(self.gpu_types, tuple) or not all(
+            isinstance(t, str) and t.strip() for t in self.gpu_types
+        ):
+            raise JobError(f"gpu_types must be names of GPU types, got {self.gpu_types!r}")
         if self.elastic is not None and not (
             self.elastic.min_workers <= self.workers <= self.elastic.max_workers
         ):
@@ -177,6 +195,16 @@ class JobSpec:
     @property
     def max_workers(self) -> int:
         return self.elastic.max_workers if self.elastic else self.workers
+
+    @cached_property
+    def fit(self) -> WorkerFit:
+        """What each worker needs of a node besides its GPUs."""
+        return WorkerFit(self.gpu_types, self.gpu_memory, self.cpus, self.memory)
+
+    @cached_property
+    def where(self) -> Eligibility:
+        """The nodes it may use at all."""
+        return Eligibility(self.selector, self.gpu_types, self.gpu_memory, self.tolerations)
 
     @property
     def checkpointable(self) -> bool:

@@ -275,6 +275,7 @@ class Lifecycle:
             raise SchedulingError(str(err)) from None
         self.books.labels[name] = labels
         self.books.capacity.set_labels(i, labels)
+        self.books.changed.add(i)
 
     def gpu_health(self, name: str, gpu: int, healthy: bool) -> list[Action]:
         i = self.books.node_index(name)

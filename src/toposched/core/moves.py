@@ -4,10 +4,11 @@ chosen by the scheduler policy's placement (`place_gang`)."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import combinations
 
 from toposched.core.records import JobRecord
+from toposched.core.requests import gang_request, kept_type
 from toposched.placement.capacity import Capacity
 from toposched.placement.gang import (
     GangRequest,
@@ -55,7 +56,7 @@ def plan_growth(
     room = spec.max_workers - len(current.workers)
     own_nodes = {cap.index[s.node] for s in current.workers}
     for extra in range(room, 0, -1):
-        request = GangRequest(extra, spec.gpus_per_worker, widest, selector=spec.selector)
+        request = gang_request(spec, extra, widest, kept_type(cap, spec, current))
         if widest == Tier.NODE:
             # Only the job's own node will do: hide every other node from the search.
             others = {i: cap.free[i] for i in cap.present_indices() if i not in own_nodes}
@@ -92,7 +93,7 @@ def plan_defrag(
     GPUs to reserve for the blocked job.
     """
     k = request.gpus
-    ruled_out = cap.ruled_out(request.selector)
+    ruled_out = cap.ruled_out(request.where)
     best: tuple[tuple[float, ...], list[Move], dict[int, int]] | None = None
     for i, jobs in sorted(movable.items()):
         if i in ruled_out:
@@ -108,9 +109,7 @@ def plan_defrag(
                 moves = _relocate(cap, i, [rec for rec, _ in subset], network, place_gang)
                 if moves is None:
                     continue
-                single = GangRequest(
-                    request.workers, request.gpus_per_worker, Tier.NODE, selector=request.selector
-                )
+                single = replace(request, widest=Tier.NODE)
                 hidden = {j: cap.free[j] for j in cap.present_indices() if j != i}
                 with cap.assuming_free({i: opened}):
                     found = place_gang(cap, single, network, hidden)
@@ -140,8 +139,8 @@ def _relocate(
             spec = rec.spec
             current = rec.placement
             assert current is not None
-            request = GangRequest(
-                len(current.workers), spec.gpus_per_worker, Tier.NODE, selector=spec.selector
+            request = gang_request(
+                spec, len(current.workers), Tier.NODE, kept_type(cap, spec, current)
             )
             found = place_gang(cap, request, network, {source: cap.free[source]})
             if isinstance(found, Shortfall):

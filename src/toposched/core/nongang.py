@@ -11,6 +11,7 @@ from toposched.core.changes import Changes
 from toposched.core.moves import placement_of
 from toposched.core.ordering import Waiting
 from toposched.core.records import JobRecord
+from toposched.core.requests import gang_request, kept_type
 from toposched.placement.gang import Placement
 from toposched.placement.policies import WorkerPicker
 from toposched.placement.random_pick import Room
@@ -39,7 +40,7 @@ class WorkerBinding:
     def run(self) -> list[Action]:
         books = self.books
         waiting: list[JobRecord] = []
-        room: Room = {}  # (GPUs per worker, selector) -> nodes with that many free
+        room: Room = {}  # (GPUs per worker, eligibility, fit) -> nodes with that many free
         # The first round walks the queue only as far as free GPUs last; later rounds go
         # over the jobs met so far.
         bound = False
@@ -62,7 +63,11 @@ class WorkerBinding:
         g = rec.spec.gpus_per_worker
         if len(rec.partial) >= rec.spec.min_workers or books.capacity.total_free < g:
             return False
-        slot = self.pick(books.capacity, g, rec.spec.selector, self.rng, room)
+        cap = books.capacity
+        # A gang of one type keeps to the type of its first bound worker.
+        bound = Placement(tuple(rec.partial), None, Tier.NODE) if rec.partial else None
+        request = gang_request(rec.spec, 1, Tier.NODE, kept_type(cap, rec.spec, bound))
+        slot = self.pick(cap, g, request.where, request.fit, self.rng, room)
         if slot is None:
             return False
         books.allocate(rec, Placement((slot,), None, Tier.NODE))

@@ -33,9 +33,17 @@ class SingleGpu(StrEnum):
     PACK = "pack"
 
 
+class TypeChoice(StrEnum):
+    """How a gang that accepts several GPU types gets one (core/typechoice.py)."""
+
+    FASTEST = "fastest"
+    BLIND = "blind"
+
+
 _COERCE: Mapping[str, Callable[[Any], Any]] = {
     "single_gpu": SingleGpu,
     "order": Order,
+    "type_choice": TypeChoice,
 }
 
 
@@ -69,6 +77,10 @@ class SchedulerPolicy:
     predicts the shortest step, on the fewest nodes within this fraction of it (0: the
     fastest), which may be more nodes than it needs (placement/by_model.py); drivers without
     a model (the server) place as before.
+    type_choice: on a cluster of several GPU types, a gang runs on one of them (unless it
+    accepts mixed types). `fastest`: the fastest the driver's performance model predicts,
+    unless a type within `type_tolerance` of it (0.25: 25% slower) leaves the GPUs that
+    waiting jobs of one type only need; `blind`: the type found first in node order.
     """
 
     name: str = "toposched"
@@ -91,6 +103,8 @@ class SchedulerPolicy:
     promote_after_s: float | None = 86_400.0
     keep_finished: int = 10_000
     spread_by_model: float | None = None
+    type_choice: TypeChoice = TypeChoice.FASTEST
+    type_tolerance: float = 0.25
 
     def __post_init__(self) -> None:
         for key, kind in _COERCE.items():
@@ -126,6 +140,8 @@ class SchedulerPolicy:
                 raise PolicyError(f"{key} must be positive, got {value}")
         if self.keep_finished < 0:
             raise PolicyError(f"keep_finished must be >= 0, got {self.keep_finished}")
+        if not self.type_tolerance >= 0:
+            raise PolicyError(f"type_tolerance must be >= 0, got {self.type_tolerance}")
         if self.spread_by_model is not None and not self.spread_by_model >= 0:
             raise PolicyError(f"spread_by_model must be >= 0, got {self.spread_by_model}")
 

@@ -304,7 +304,7 @@ class Reclaim:
         victims are looked at, found through the victims (or `by_node`: the same, gathered)."""
         cap = self.books.capacity
         k = request.gpus
-        ruled_out = cap.ruled_out(request.selector)
+        ruled_out = cap.ruled_out(request.where)
         per_node = by_node
         if per_node is None:
             per_node = {}
@@ -332,7 +332,7 @@ class Reclaim:
         no larger set is cheaper, so the answer is the cheapest victim (lowest node, then name,
         among equals), as the general search finds it."""
         cap = self.books.capacity
-        ruled_out = cap.ruled_out(request.selector)
+        ruled_out = cap.ruled_out(request.where)
         best: tuple[tuple[Cost, int, str], int] | None = None
         for job, cost in costs.items():
             for i, mask in self.books.job_nodes.get(job, {}).items():

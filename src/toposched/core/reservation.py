@@ -54,7 +54,7 @@ class Reserver:
         """The GPUs that free up first for `rec` (one node if it fits in one, else whole nodes)."""
         cap = self.books.capacity
         k = request.gpus
-        ruled_out = cap.ruled_out(request.selector)
+        ruled_out = cap.ruled_out(request.where)
         # First the nodes whose GPUs free up soonest (fewest GPUs to wait for among equals); only
         # those compete on the ring they would give.
         soonest: list[tuple[float, int, int, int]] = []
@@ -127,7 +127,7 @@ class Reserver:
         """Whole nodes of one domain the job accepts, those that free up first."""
         cap = self.books.capacity
         g = request.gpus_per_worker
-        ruled_out = cap.ruled_out(request.selector)
+        ruled_out = cap.ruled_out(request.where)
         domains: dict[tuple[str, ...], list[tuple[float, int, int, int]]] = {}
         for i in cap.present_indices():
             if i in self.books.cordoned or i in ruled_out:

@@ -35,6 +35,7 @@ from toposched.core.events import (
     JobStopped,
     JobSubmitted,
     NodeAdded,
+    NodeChanged,
     NodeCordoned,
     NodeLabelled,
     NodeRemoved,
@@ -50,17 +51,27 @@ from toposched.core.policy import SchedulerPolicy
 from toposched.core.reclaim import Reclaim
 from toposched.core.records import JobRecord
 from toposched.core.reservation import Reserver
+from toposched.core.typechoice import FastestType, TypeSpeed
 from toposched.core.validate import check as check_books
 from toposched.core.views import CoreView, JobView
 from toposched.placement.by_model import ModelSpread, StepTime
 from toposched.placement.policies import GangPlacer, placement_policy
 from toposched.placement.request import Mode
+from toposched.placement.typed import OneType
 from toposched.topology.cluster import Cluster
 
 __all__ = ["JobView", "Scheduler", "SchedulingError"]
 
 # Events that may change what reclaim finds (a node, a GPU, a guarantee).
-RECLAIM_EVENTS = (NodeAdded, NodeRemoved, NodeLabelled, NodeCordoned, GpuHealth, QueueConfigured)
+RECLAIM_EVENTS = (
+    NodeAdded,
+    NodeRemoved,
+    NodeLabelled,
+    NodeChanged,
+    NodeCordoned,
+    GpuHealth,
+    QueueConfigured,
+)
 
 
 class Scheduler:
@@ -76,9 +87,11 @@ class Scheduler:
         validate: bool = False,
         rng: random.Random | None = None,
         step_time: StepTime | None = None,
+        type_speed: TypeSpeed | None = None,
     ) -> None:
         """`rng` feeds the policies that pick at random (a seeded one keeps runs repeatable);
-        `step_time`, a performance model's prediction, is what `spread_by_model` places by."""
+        `step_time`, a performance model's prediction, is what `spread_by_model` places by;
+        `type_speed`, how fast a model runs on each GPU type, what `type_choice` weighs."""
         self.policy = policy = policy or SchedulerPolicy()
         self.validate = validate
         self.books = books = Books(cluster)
@@ -97,8 +110,11 @@ class Scheduler:
             place: GangPlacer = placing.gang
             if policy.spread_by_model is not None and step_time is not None:
                 place = ModelSpread(place, step_time, policy.spread_by_model)
+            choose = FastestType(waiting, policy, type_speed)
+            place = OneType(place, choose)
             # Preemption plans the fewest nodes: a spread plan would stop more jobs for it.
-            self.reclaim = Reclaim(books, waiting, self.demotions, policy, placing.gang)
+            fewest = OneType(placing.gang, choose)
+            self.reclaim = Reclaim(books, waiting, self.demotions, policy, fewest)
             reserver = Reserver(books, policy.default_runtime_s, validate)
             self.gang = GangCycle(books, waiting, changes, policy, place, self.reclaim, reserver)
         if not policy.gang:
@@ -177,6 +193,8 @@ class Scheduler:
                 return life.remove_node(name)
             case NodeLabelled(node=name, key=key, value=value):
                 life.label(name, key, value)
+            case NodeChanged(node=node):
+                self.books.change_node(node)
             case NodeCordoned(node=name, cordoned=on):
                 life.cordon(name, on)
             case GpuHealth(node=name, gpu=gpu, healthy=healthy):

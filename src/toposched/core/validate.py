@@ -26,6 +26,24 @@ def check_gang(s: Books, rec: JobRecord) -> None:
     nodes = (s.capacity.nodes[s.capacity.index[w.node]] for w in workers)
     if tier_of(nodes) > (spec.locality.accept or spec.locality.prefer).tier:
         raise InvariantViolation(f"{rec.name}: placed wider than its locality allows")
+    _check_where(s, rec)
+
+
+def _check_where(s: Books, rec: JobRecord) -> None:
+    """On nodes the job admits, all of one GPU type unless it accepts mixed ones (nodes changed
+    since they joined are left out: the job may have started under their old labels)."""
+    cap, spec = s.capacity, rec.spec
+    types = set()
+    for placement in rec.held():
+        for w in placement.workers:
+            i = cap.index[w.node]
+            if i in s.changed:
+                continue
+            if not spec.where.admits(cap.nodes[i], cap.labels[i]):
+                raise InvariantViolation(f"{rec.name} runs on {w.node}, which it rules out")
+            types.add(cap.type_keys[i])
+    if len(types) > 1 and not spec.mixed_types:
+        raise InvariantViolation(f"{rec.name} runs on GPU types {sorted(types)} at once")
 
 
 def check(s: Books, waiting: Waiting, demotions: Demotions, gang: bool) -> None:
@@ -33,6 +51,7 @@ def check(s: Books, waiting: Waiting, demotions: Demotions, gang: bool) -> None:
     owner = _check_jobs(s, gang)
     _check_indexes(s, owner, demotions)
     _check_free(s, owner)
+    _check_resources(s)
     _check_waiting(s, waiting)
 
 
@@ -101,6 +120,29 @@ def _check_indexes(s: Books, owner: dict[tuple[int, int], str], demotions: Demot
             raise InvariantViolation(f"{name} is timed for demotion but is not running")
         if not rec.spec.checkpointable or name not in s.holders:
             raise InvariantViolation(f"{name} is timed for demotion but cannot be preempted")
+
+
+def _check_resources(s: Books) -> None:
+    """Each node's CPUs and memory held are those of the whole workers on it, and no node
+    holds more than it has (unless it shrank under running jobs: `Books.changed`)."""
+    cap = s.capacity
+    cpus = [0] * len(cap.nodes)
+    memory = [0] * len(cap.nodes)
+    for i, jobs in s.node_jobs.items():
+        for name, mask in jobs.items():
+            spec = s.jobs[name].spec
+            workers = mask.bit_count() // spec.gpus_per_worker
+            cpus[i] += workers * spec.cpus
+            memory[i] += workers * spec.memory
+    if cpus != cap.used_cpus or memory != cap.used_memory:
+        raise InvariantViolation("the CPUs or memory held disagree with the jobs on the nodes")
+    for i in cap.present_indices():
+        hw = cap.nodes[i].hardware
+        over = (hw.cpus is not None and cpus[i] > hw.cpus) or (
+            hw.memory is not None and memory[i] > hw.memory
+        )
+        if over and i not in s.changed:
+            raise InvariantViolation(f"node {cap.nodes[i].name}: CPUs or memory over-committed")
 
 
 def _check_free(s: Books, owner: dict[tuple[int, int], str]) -> None:

@@ -185,12 +185,17 @@ class ModelSpread:
         return fastest, where, shape
 
 
+def _chooser(cap: Capacity, request: GangRequest) -> Callable[[int, int, int], tuple[int, ...]]:
+    """The GPUs a node whose CPUs or memory hold fewer workers would give: its best ones."""
+    return lambda i, free, n: node_gpus(cap.nodes[i].topology, free, n, cap.aware[i], request.mode)
+
+
 def _domains(
     cap: Capacity, request: GangRequest, exclude: Mapping[int, int] | None
 ) -> list[tuple[Tier, list[_Kind]]]:
     """The kinds of usable nodes in every domain the job accepts, tier by tier."""
-    hidden = cap.hidden(request.selector, exclude)
     g = request.gpus_per_worker
+    hidden = cap.hidden_for(request.where, exclude, request.fit, g, _chooser(cap, request))
     usable = [
         (i, free)
         for i, free in ((i, cap.free[i] & ~hidden.get(i, 0)) for i in cap.present_indices())

@@ -7,11 +7,14 @@ index for life (a removed node stays as an empty slot), so indices can be stored
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator, Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
-from toposched.topology.cluster import Node, NodeSelector, topology_aware
+from toposched.placement.tables import to_mask
+from toposched.topology.cluster import Eligibility, Node, topology_aware
 from toposched.topology.node import NodeTopology
+from toposched.topology.resources import WorkerFit, type_key
 
 Signature = tuple[NodeTopology, int, bool]
 
@@ -20,8 +23,13 @@ def full_mask(size: int) -> int:
     return (1 << size) - 1
 
 
+def _taints_filter(node: Node) -> int:
+    return int(any(taint.filters for taint in node.taints))
+
+
 class Capacity:
-    """Bitmask of free GPUs per node, and groups of nodes with the same (topology, free, label)."""
+    """Bitmask of free GPUs per node, and groups of nodes with the same (topology, free, label);
+    the CPUs and memory held on each node (what its `hardware` counts)."""
 
     def __init__(self, nodes: Sequence[Node] = ()) -> None:
         self.nodes: list[Node] = []
@@ -35,8 +43,16 @@ class Capacity:
         self._groups: dict[Signature, set[int]] = {}
         # The lowest member of each group, lazily: stale entries are dropped when met.
         self._lowest: dict[Signature, list[int]] = {}
-        # Per selector, every GPU of each present node it rules out (node -> mask).
-        self._ruled_out: dict[NodeSelector, dict[int, int]] = {}
+        # Millicores and bytes held per node (kept while a node is away: its jobs still hold).
+        self.used_cpus: list[int] = []
+        self.used_memory: list[int] = []
+        self.tainted = 0  # present nodes with a taint that keeps work off
+        self.gpu_types: Counter[str] = Counter()  # present nodes by GPU type (its key)
+        self.type_names: dict[str, str] = {}  # a GPU type's key -> its name as nodes give it
+        self.free_by_type: Counter[str] = Counter()  # free GPUs of present nodes, by type key
+        self.type_keys: list[str] = []  # each node's GPU type key
+        # Per eligibility, every GPU of each present node it rules out (node -> mask).
+        self._ruled_out: dict[Eligibility, dict[int, int]] = {}
         for node in nodes:
             self.add_node(node)
 
@@ -51,15 +67,22 @@ class Capacity:
             self.aware.append(True)
             self.present.append(False)
             self.labels.append({})
+            self.used_cpus.append(0)
+            self.used_memory.append(0)
+            self.type_keys.append("")
         elif self.present[i]:
             raise ValueError(f"node {node.name!r} is already present")
         self.nodes[i] = node
         self.present[i] = True
+        self.type_keys[i] = type_key(node.hardware.gpu_type)
+        self.tainted += _taints_filter(node)
+        self._count_type(node, 1)
         self.labels[i] = node.labels
         self.aware[i] = topology_aware(node.labels)
         self.free[i] = full_mask(node.size)
         self._ruled_out.clear()
         self.total_free += node.size
+        self.free_by_type[self.type_keys[i]] += node.size
         self.total_gpus += node.size
         self._join(i)
         return i
@@ -67,9 +90,12 @@ class Capacity:
     def remove_node(self, i: int) -> None:
         self._leave(i)
         self.total_free -= self.free[i].bit_count()
+        self.free_by_type[self.type_keys[i]] -= self.free[i].bit_count()
         self.total_gpus -= self.nodes[i].size
         self.free[i] = 0
         self.present[i] = False
+        self.tainted -= _taints_filter(self.nodes[i])
+        self._count_type(self.nodes[i], -1)
         self._ruled_out.clear()
 
     def take(self, i: int, mask: int) -> None:
@@ -78,6 +104,7 @@ class Capacity:
         self._leave(i)
         self.free[i] &= ~mask
         self.total_free -= mask.bit_count()
+        self.free_by_type[self.type_keys[i]] -= mask.bit_count()
         self._join(i)
 
     def give(self, i: int, mask: int) -> None:
@@ -88,6 +115,7 @@ class Capacity:
         self._leave(i)
         self.free[i] |= mask
         self.total_free += mask.bit_count()
+        self.free_by_type[self.type_keys[i]] += mask.bit_count()
         self._join(i)
 
     def set_labels(self, i: int, labels: Mapping[str, str]) -> None:
@@ -99,31 +127,104 @@ class Capacity:
         self._join(i)
         self._ruled_out.clear()
 
-    def ruled_out(self, selector: NodeSelector) -> Mapping[int, int]:
-        """Every GPU of the present nodes whose labels `selector` does not match (node ->
-        mask); nothing for the empty selector. Kept until a node or its labels change."""
-        if not selector:
+    def replace_node(self, i: int, node: Node) -> None:
+        """Present node i's hardware or taints changed (its wiring did not)."""
+        self.tainted += _taints_filter(node) - _taints_filter(self.nodes[i])
+        self._count_type(self.nodes[i], -1)
+        self.free_by_type[self.type_keys[i]] -= self.free[i].bit_count()
+        self.nodes[i] = node
+        self._count_type(node, 1)
+        self.type_keys[i] = type_key(node.hardware.gpu_type)
+        self.free_by_type[self.type_keys[i]] += self.free[i].bit_count()
+        self._ruled_out.clear()
+
+    def _count_type(self, node: Node, delta: int) -> None:
+        key = type_key(node.hardware.gpu_type)
+        self.gpu_types[key] += delta
+        self.type_names.setdefault(key, node.hardware.gpu_type or "untyped")
+        if not self.gpu_types[key]:
+            del self.gpu_types[key]
+
+    def type_name(self, key: str) -> str:
+        return self.type_names.get(key, key or "untyped")
+
+    def hold(self, i: int, cpus: int, memory: int) -> None:
+        """Node i's jobs hold `cpus` millicores and `memory` bytes more (less if negative)."""
+        self.used_cpus[i] += cpus
+        self.used_memory[i] += memory
+
+    def free_cpus(self, i: int) -> int | None:
+        total = self.nodes[i].hardware.cpus
+        return None if total is None else total - self.used_cpus[i]
+
+    def free_memory(self, i: int) -> int | None:
+        total = self.nodes[i].hardware.memory
+        return None if total is None else total - self.used_memory[i]
+
+    def room(self, i: int, fit: WorkerFit) -> int | None:
+        """How many workers of `fit` node i's free CPUs and memory hold (None: no limit)."""
+        if not fit.sized:
+            return None
+        return fit.room(self.free_cpus(i), self.free_memory(i))
+
+    def limits(self, fit: WorkerFit, per_worker: int) -> dict[int, int]:
+        """Present nodes with a free GPU whose CPUs or memory hold fewer workers of `fit` than
+        their free GPUs do (node -> workers); empty for a job that asks for neither."""
+        if not fit.sized:
             return {}
-        out = self._ruled_out.get(selector)
+        out: dict[int, int] = {}
+        for i, up in enumerate(self.present):
+            if up and self.free[i]:
+                most = fit.room(self.free_cpus(i), self.free_memory(i))
+                if most is not None and most < self.free[i].bit_count() // per_worker:
+                    out[i] = most
+        return out
+
+    def ruled_out(self, where: Eligibility) -> Mapping[int, int]:
+        """Every GPU of the present nodes `where` does not admit (node -> mask); nothing when
+        it asks nothing and no node is tainted. Kept until a node, its labels or taints change."""
+        if not where and not self.tainted:
+            return {}
+        out = self._ruled_out.get(where)
         if out is None:
-            out = self._ruled_out[selector] = {
+            out = self._ruled_out[where] = {
                 i: full_mask(self.nodes[i].size)
                 for i in self.present_indices()
-                if not selector.matches(self.labels[i])
+                if not where.admits(self.nodes[i], self.labels[i])
             }
         return out
 
-    def hidden(
-        self, selector: NodeSelector, exclude: Mapping[int, int] | None
-    ) -> Mapping[int, int]:
-        """`exclude` (node -> GPU mask) and the nodes `selector` rules out, together."""
-        out = self.ruled_out(selector)
+    def hidden(self, where: Eligibility, exclude: Mapping[int, int] | None) -> Mapping[int, int]:
+        """`exclude` (node -> GPU mask) and the nodes `where` rules out, together."""
+        out = self.ruled_out(where)
         if not exclude:
             return out
         if not out:
             return exclude
         merged = dict(exclude)
         merged.update(out)
+        return merged
+
+    def hidden_for(
+        self,
+        where: Eligibility,
+        exclude: Mapping[int, int] | None,
+        fit: WorkerFit,
+        per_worker: int,
+        choose_gpus: Callable[[int, int, int], tuple[int, ...]],
+    ) -> Mapping[int, int]:
+        """As `hidden`, and on each node whose CPUs or memory hold fewer workers than its GPUs,
+        every free GPU but the `choose_gpus(node, free mask, count)` that those workers would
+        use: for placers that know GPUs only (the topology placer takes `limits` itself)."""
+        out = self.hidden(where, exclude)
+        limits = self.limits(fit, per_worker)
+        if not limits:
+            return out
+        merged = dict(out)
+        for i, most in limits.items():
+            free = self.free[i] & ~merged.get(i, 0)
+            keep = to_mask(choose_gpus(i, free, most * per_worker)) if most else 0
+            merged[i] = merged.get(i, 0) | (free & ~keep)
         return merged
 
     @contextmanager

@@ -22,8 +22,9 @@ from toposched.placement.capacity import Capacity
 from toposched.placement.request import Mode
 from toposched.placement.tables import from_mask, subset_tables, to_mask
 from toposched.placement.topology_aware import choose
-from toposched.topology.cluster import EVERY_NODE, Node, NodeSelector, Tier
+from toposched.topology.cluster import ANYWHERE, Eligibility, Node, Tier
 from toposched.topology.node import NodeTopology
+from toposched.topology.resources import ANY_FIT, WorkerFit
 
 
 @dataclass(frozen=True)
@@ -66,16 +67,19 @@ class Placement:
 
 @dataclass(frozen=True)
 class GangRequest:
-    """`workers` x `gpus_per_worker`, no wider apart than `widest`, on nodes `selector`
-    matches; `mode` for 1-GPU jobs; `model`, the performance catalog's name for what the job
-    trains, for placers that predict its speed (placement/by_model.py)."""
+    """`workers` x `gpus_per_worker`, no wider apart than `widest`, on nodes `where` admits,
+    each worker with the CPUs and memory of `fit`, all on one GPU type unless `mixed_types`;
+    `mode` for 1-GPU jobs; `model`, the performance catalog's name for what the job trains, for
+    placers that predict its speed (placement/by_model.py)."""
 
     workers: int
     gpus_per_worker: int
     widest: Tier = Tier.CLUSTER
     mode: Mode = Mode.PACK
-    selector: NodeSelector = EVERY_NODE
+    where: Eligibility = ANYWHERE
     model: str | None = None
+    fit: WorkerFit = ANY_FIT
+    mixed_types: bool = False
 
     @property
     def gpus(self) -> int:
@@ -119,23 +123,31 @@ def _crowding(topology: NodeTopology, free: int, gpu: int) -> tuple[int, int]:
 
 
 def _candidates(
-    cap: Capacity, exclude: Mapping[int, int], least: int = 1
+    cap: Capacity,
+    exclude: Mapping[int, int],
+    least: int = 1,
+    limits: Mapping[int, int] | None = None,
+    workers: int = 0,
 ) -> Iterator[tuple[int, int]]:
     """(node index, effective free mask) for one representative per signature, and for every
-    node with excluded GPUs on its own; only nodes with at least `least` usable GPUs."""
+    node with excluded GPUs or a worker limit on its own; only nodes with at least `least`
+    usable GPUs and room (`limits`: node -> most workers its CPUs and memory hold) for
+    `workers`."""
+    limits = limits or {}
     for key, members in cap.groups():
         if key[1].bit_count() < least:
             continue
         lowest = cap.lowest(key)
-        if lowest in exclude:
-            usable = [i for i in members if i not in exclude]
+        if lowest in exclude or lowest in limits:
+            usable = [i for i in members if i not in exclude and i not in limits]
             if not usable:
                 continue
             lowest = min(usable)
         yield lowest, key[1]
-    for i, mask in exclude.items():
-        if cap.present[i] and (cap.free[i] & ~mask).bit_count() >= least:
-            yield i, cap.free[i] & ~mask
+    for i in sorted(exclude.keys() | limits.keys()):
+        free = cap.free[i] & ~exclude.get(i, 0)
+        if cap.present[i] and free.bit_count() >= least and limits.get(i, workers) >= workers:
+            yield i, free
 
 
 def place_gang(
@@ -145,26 +157,34 @@ def place_gang(
     exclude: Mapping[int, int] | None = None,
 ) -> Placement | Shortfall:
     """The best placement of `request` on the free GPUs of `cap`, minus `exclude` (node -> mask)."""
-    exclude = cap.hidden(request.selector, exclude)
-    single = _place_on_one_node(cap, request, exclude)
+    exclude = cap.hidden(request.where, exclude)
+    limits = cap.limits(request.fit, request.gpus_per_worker)
+    single = _place_on_one_node(cap, request, exclude, limits)
     if single is not None:
         return single
     k = request.gpus
     if request.widest == Tier.NODE or request.workers == 1:
-        if exclude:
+        if exclude or limits:
             largest = max((free.bit_count() for _, free in _candidates(cap, exclude)), default=0)
         else:
             largest = max((key[1].bit_count() for key, _ in cap.groups()), default=0)
-        return Shortfall(f"needs {k} GPUs on one node; the best node has {largest} free")
-    return _place_on_many_nodes(cap, request, network, exclude)
+        short = f"needs {k} GPUs on one node; the best node has {largest} free"
+        if limits and largest >= k:
+            room = max(limits.values())
+            short = (
+                f"needs {request.workers} worker(s) with {request.fit.describe()} each on one "
+                f"node; the nodes with {k} free GPUs have room for {room}"
+            )
+        return Shortfall(short)
+    return _place_on_many_nodes(cap, request, network, exclude, limits)
 
 
 def _place_on_one_node(
-    cap: Capacity, request: GangRequest, exclude: Mapping[int, int]
+    cap: Capacity, request: GangRequest, exclude: Mapping[int, int], limits: Mapping[int, int]
 ) -> Placement | None:
     k = request.gpus
     best: tuple[tuple[float, ...], int, tuple[int, ...]] | None = None
-    for i, free in _candidates(cap, exclude, k):
+    for i, free in _candidates(cap, exclude, k, limits, request.workers):
         count = free.bit_count()
         topology = cap.nodes[i].topology
         gpus = node_gpus(topology, free, k, cap.aware[i], request.mode)
@@ -212,10 +232,11 @@ def _ring_for(topology: NodeTopology, free: int, c: int, aware: bool) -> float:
 
 
 def _prefix_capacity(
-    topology: NodeTopology, free: int, aware: bool, per_worker: int, threshold: float
+    topology: NodeTopology, free: int, aware: bool, per_worker: int, threshold: float, most: int
 ) -> int:
-    """Most workers w such that every count up to w reaches `threshold` on this node."""
-    most = free.bit_count() // per_worker
+    """Most workers w (at most `most`) such that every count up to w reaches `threshold` on
+    this node."""
+    most = min(most, free.bit_count() // per_worker)
     w = 0
     while w < most and _ring_for(topology, free, (w + 1) * per_worker, aware) >= threshold:
         w += 1
@@ -232,38 +253,45 @@ def _fewest_nodes(capacities: list[int], workers: int) -> int | None:
 
 
 def _place_on_many_nodes(
-    cap: Capacity, request: GangRequest, network: Mapping[Tier, float], exclude: Mapping[int, int]
+    cap: Capacity,
+    request: GangRequest,
+    network: Mapping[Tier, float],
+    exclude: Mapping[int, int],
+    limits: Mapping[int, int],
 ) -> Placement | Shortfall:
     g, workers = request.gpus_per_worker, request.workers
     where = {Tier.RACK: "one rack", Tier.POD: "one pod", Tier.CLUSTER: "the cluster"}
     # The whole cluster's room bounds every domain's; counted per group, not per node.
     room = sum(len(members) * (key[1].bit_count() // g) for key, members in cap.groups())
-    for i, mask in exclude.items():
+    for i in exclude.keys() | limits.keys():
         if cap.present[i]:
-            room -= cap.free[i].bit_count() // g - (cap.free[i] & ~mask).bit_count() // g
+            usable_here = (cap.free[i] & ~exclude.get(i, 0)).bit_count() // g
+            room -= cap.free[i].bit_count() // g - min(usable_here, limits.get(i, usable_here))
     if room < workers:
+        each = f" with {request.fit.describe()}" if limits else ""
         return Shortfall(
-            f"needs {workers} workers x {g} GPUs within {where[request.widest]}; "
+            f"needs {workers} workers x {g} GPUs{each} within {where[request.widest]}; "
             f"at most {room} fit now in the whole cluster"
         )
-    usable: list[tuple[int, int]] = []
+    usable: list[tuple[int, int, int]] = []
     for i in cap.present_indices():
         free = cap.free[i] & ~exclude.get(i, 0)
-        if free.bit_count() >= g:
-            usable.append((i, free))
+        most = min(free.bit_count() // g, limits.get(i, workers))
+        if most > 0:
+            usable.append((i, free, most))
 
     # Phase 1: fewest nodes, then lowest tier, over the domains the job accepts.
-    chosen: tuple[int, Tier, list[tuple[int, int]]] | None = None
+    chosen: tuple[int, Tier, list[tuple[int, int, int]]] | None = None
     best_hold = 0
     for tier in (Tier.RACK, Tier.POD, Tier.CLUSTER):
         if tier > request.widest:
             break
-        domains: dict[tuple[str, ...], list[tuple[int, int]]] = {}
-        for i, free in usable:
-            domains.setdefault(node_domain(cap.nodes[i], tier), []).append((i, free))
+        domains: dict[tuple[str, ...], list[tuple[int, int, int]]] = {}
+        for i, free, most in usable:
+            domains.setdefault(node_domain(cap.nodes[i], tier), []).append((i, free, most))
         for key in sorted(domains):
             members = domains[key]
-            capacities = [free.bit_count() // g for _, free in members]
+            capacities = [most for _, _, most in members]
             best_hold = max(best_hold, sum(capacities))
             m = _fewest_nodes(capacities, workers)
             if m is not None and (chosen is None or m < chosen[0]):
@@ -276,8 +304,8 @@ def _place_on_many_nodes(
     m, tier, _ = chosen
     # Every domain of that tier that does it with m nodes competes on ring, then fit.
     domains = {}
-    for i, free in usable:
-        domains.setdefault(node_domain(cap.nodes[i], tier), []).append((i, free))
+    for i, free, most in usable:
+        domains.setdefault(node_domain(cap.nodes[i], tier), []).append((i, free, most))
     best: tuple[tuple[float, ...], list[tuple[int, int, int]]] | None = None
     for key in sorted(domains):
         pick = _best_nodes(cap, domains[key], workers, g, m)
@@ -297,21 +325,26 @@ def _place_on_many_nodes(
 
 
 def _best_nodes(
-    cap: Capacity, members: list[tuple[int, int]], workers: int, g: int, m: int
+    cap: Capacity, members: list[tuple[int, int, int]], workers: int, g: int, m: int
 ) -> tuple[tuple[float, ...], list[tuple[int, int, int]]] | None:
-    """The m nodes of one domain with the best bottleneck ring, then the best fit.
+    """The m nodes of one domain with the best bottleneck ring, then the best fit; `members`
+    are (node index, free mask, most workers it holds).
 
     Returns (sort key, [(node index, free mask, workers there)]) or None if m nodes cannot.
     """
     thresholds = {math.inf}
-    for i, free in members:
+    for i, free, most in members:
         topology = cap.nodes[i].topology
-        for c in range(g, free.bit_count() + 1, g):
+        for c in range(g, most * g + 1, g):
             thresholds.add(_ring_for(topology, free, c, cap.aware[i]))
     for threshold in sorted(thresholds, reverse=True):
         caps = [
-            (_prefix_capacity(cap.nodes[i].topology, free, cap.aware[i], g, threshold), i, free)
-            for i, free in members
+            (
+                _prefix_capacity(cap.nodes[i].topology, free, cap.aware[i], g, threshold, most),
+                i,
+                free,
+            )
+            for i, free, most in members
         ]
         caps = [c for c in caps if c[0] > 0]
         # Largest capacity first; among equals the fullest node (best fit), then the lowest index.

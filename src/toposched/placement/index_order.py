@@ -37,8 +37,10 @@ def first_fit(
     exclude: Mapping[int, int] | None = None,
 ) -> Placement | Shortfall:
     """The gang on the lowest-numbered nodes with room, the lowest free GPU indices on each."""
-    exclude = cap.hidden(request.selector, exclude)
     g, k = request.gpus_per_worker, request.gpus
+    exclude = cap.hidden_for(
+        request.where, exclude, request.fit, g, lambda i, free, n: from_mask(free)[:n]
+    )
     for i in cap.present_indices():
         free = cap.free[i] & ~exclude.get(i, 0)
         if free.bit_count() >= k:

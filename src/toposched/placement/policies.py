@@ -18,7 +18,8 @@ from toposched.placement.capacity import Capacity
 from toposched.placement.gang import GangRequest, Placement, Shortfall, WorkerSlot
 from toposched.placement.random_pick import Room
 from toposched.placement.request import NodePlacement, NodeRequest, PlacementError
-from toposched.topology.cluster import NodeSelector, Tier
+from toposched.topology.cluster import Eligibility, Tier
+from toposched.topology.resources import WorkerFit
 
 
 class NodePolicy(Protocol):
@@ -37,7 +38,9 @@ class GangPlacer(Protocol):
     ) -> Placement | Shortfall: ...
 
 
-WorkerPicker = Callable[[Capacity, int, NodeSelector, random.Random, Room], WorkerSlot | None]
+WorkerPicker = Callable[
+    [Capacity, int, Eligibility, WorkerFit, random.Random, Room], WorkerSlot | None
+]
 
 
 @dataclass(frozen=True)

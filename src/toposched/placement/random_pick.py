@@ -11,9 +11,10 @@ from toposched.placement.gang import WorkerSlot
 from toposched.placement.request import NodePlacement, NodeRequest
 from toposched.placement.ring import placed
 from toposched.placement.tables import from_mask
-from toposched.topology.cluster import NodeSelector
+from toposched.topology.cluster import Eligibility
+from toposched.topology.resources import WorkerFit
 
-Room = dict[tuple[int, NodeSelector], list[int]]
+Room = dict[tuple[int, Eligibility, WorkerFit], list[int]]
 
 
 @dataclass
@@ -31,21 +32,21 @@ class RandomPick:
 
 
 def random_worker(
-    cap: Capacity, g: int, selector: NodeSelector, rng: random.Random, room: Room
+    cap: Capacity, g: int, where: Eligibility, fit: WorkerFit, rng: random.Random, room: Room
 ) -> WorkerSlot | None:
-    """`g` random free GPUs of a random node that has them and that `selector` matches; `room`
-    caches, per `g` and selector, the nodes that had them (a caller binding many workers in one
-    pass keeps it between calls)."""
-    nodes = room.get((g, selector))
+    """`g` random free GPUs of a random node that has them, that `where` admits and whose CPUs
+    and memory hold a worker of `fit`; `room` caches, per `g`, eligibility and fit, the nodes that
+    had the GPUs (a caller binding many workers in one pass keeps it between calls)."""
+    nodes = room.get((g, where, fit))
     if nodes is None:
-        ruled_out = cap.ruled_out(selector)
-        nodes = room[(g, selector)] = [
+        ruled_out = cap.ruled_out(where)
+        nodes = room[(g, where, fit)] = [
             i for i in cap.present_indices() if cap.free[i].bit_count() >= g and i not in ruled_out
         ]
     while nodes:
         k = rng.randrange(len(nodes))
         i = nodes[k]
-        if cap.free[i].bit_count() < g:  # filled since the list was made
+        if cap.free[i].bit_count() < g or cap.room(i, fit) == 0:  # filled since the list was made
             nodes[k] = nodes[-1]
             nodes.pop()
             continue

@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
+from functools import cached_property
 from types import MappingProxyType
 
 from toposched.topology.node import NodeTopology
+from toposched.topology.resources import UNKNOWN_HARDWARE, Hardware, WorkerFit
 
 SCHEDULE_LABEL = "toposched.io/gpu-schedule"
 SCHEDULE_VALUES = ("topology", "default")
@@ -54,6 +56,8 @@ class Node:
     rack: str = "rack-0"
     pod: str = "pod-0"
     labels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    hardware: Hardware = UNKNOWN_HARDWARE  # GPU type and memory, CPUs and memory
+    taints: tuple[Taint, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -81,12 +85,63 @@ def check_labels(node: str, labels: Mapping[str, str]) -> None:
         )
 
 
+SELECTOR_OPS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """One term of a required node affinity, as Kubernetes writes it: `key` `op` `values`."""
+
+    key: str
+    op: str
+    values: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.op not in SELECTOR_OPS:
+            raise ClusterError(
+                f"node affinity {self.key!r}: operator {self.op!r} is not one of "
+                f"{', '.join(SELECTOR_OPS)}"
+            )
+        if self.op in ("Exists", "DoesNotExist") and self.values:
+            raise ClusterError(f"node affinity {self.key!r}: {self.op} takes no values")
+        if self.op in ("In", "NotIn") and not self.values:
+            raise ClusterError(f"node affinity {self.key!r}: {self.op} needs values")
+        if self.op in ("Gt", "Lt") and (len(self.values) != 1 or not _integer(self.values[0])):
+            raise ClusterError(f"node affinity {self.key!r}: {self.op} needs one integer value")
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        value = labels.get(self.key)
+        if self.op == "In":
+            return value in self.values
+        if self.op == "NotIn":
+            return value not in self.values
+        if self.op == "Exists":
+            return value is not None
+        if self.op == "DoesNotExist":
+            return value is None
+        if value is None or not _integer(value):
+            return False
+        limit = int(self.values[0])
+        return int(value) > limit if self.op == "Gt" else int(value) < limit
+
+    def describe(self) -> str:
+        if self.op in ("Exists", "DoesNotExist"):
+            return f"{self.key} {self.op}"
+        return f"{self.key} {self.op} {','.join(self.values)}"
+
+
+def _integer(text: str) -> bool:
+    return text.lstrip("-").isdigit()
+
+
 @dataclass(frozen=True)
 class NodeSelector:
-    """Node labels a job requires, every one of them (as Kubernetes' `nodeSelector`); the
-    empty selector takes every node."""
+    """Node labels a job requires, every one of them (as Kubernetes' `nodeSelector`), and the
+    terms of a required node affinity (`any_of`: a node must meet every requirement of one of
+    them; none: no affinity); the empty selector takes every node."""
 
     match: tuple[tuple[str, str], ...] = ()
+    any_of: tuple[tuple[Requirement, ...], ...] = ()
 
     @classmethod
     def of(cls, labels: Mapping[str, str] | None) -> NodeSelector:
@@ -98,16 +153,129 @@ class NodeSelector:
         return cls(tuple(sorted(labels.items())))
 
     def matches(self, labels: Mapping[str, str]) -> bool:
-        return all(labels.get(key) == value for key, value in self.match)
+        if not all(labels.get(key) == value for key, value in self.match):
+            return False
+        return not self.any_of or any(
+            all(req.matches(labels) for req in term) for term in self.any_of
+        )
 
     def __bool__(self) -> bool:
-        return bool(self.match)
+        return bool(self.match) or bool(self.any_of)
 
     def describe(self) -> str:
-        return ",".join(f"{key}={value}" for key, value in self.match)
+        parts = [f"{key}={value}" for key, value in self.match]
+        if self.any_of:
+            terms = [" and ".join(req.describe() for req in term) for term in self.any_of]
+            parts.append("affinity " + " or ".join(f"({t})" for t in terms))
+        return ",".join(parts)
+
+
+TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+
+
+@dataclass(frozen=True)
+class Taint:
+    """A node repels jobs that do not tolerate it: NoSchedule and NoExecute keep new work off;
+    PreferNoSchedule is a preference and does not filter."""
+
+    key: str
+    value: str = ""
+    effect: str = "NoSchedule"
+
+    def __post_init__(self) -> None:
+        if not self.key or self.effect not in TAINT_EFFECTS:
+            raise ClusterError(
+                f"taint {self.key!r}: needs a key and an effect among {', '.join(TAINT_EFFECTS)}"
+            )
+
+    @property
+    def filters(self) -> bool:
+        return self.effect != "PreferNoSchedule"
+
+    def describe(self) -> str:
+        value = f"={self.value}" if self.value else ""
+        return f"{self.key}{value}:{self.effect}"
+
+
+@dataclass(frozen=True)
+class Toleration:
+    """Kubernetes' toleration: `Exists` matches any value (and with no key, every taint);
+    an empty effect matches every effect."""
+
+    key: str = ""
+    operator: str = "Equal"
+    value: str = ""
+    effect: str = ""
+
+    def __post_init__(self) -> None:
+        if self.operator not in ("Equal", "Exists"):
+            raise ClusterError(f"toleration {self.key!r}: operator must be Equal or Exists")
+        if self.effect and self.effect not in TAINT_EFFECTS:
+            raise ClusterError(f"toleration {self.key!r}: unknown effect {self.effect!r}")
+        if not self.key and self.operator != "Exists":
+            raise ClusterError("a toleration without a key needs operator Exists")
+
+    def tolerates(self, taint: Taint) -> bool:
+        if self.effect and self.effect != taint.effect:
+            return False
+        if not self.key:
+            return True
+        if self.key != taint.key:
+            return False
+        return self.operator == "Exists" or self.value == taint.value
+
+
+def untolerated(taints: tuple[Taint, ...], tolerations: tuple[Toleration, ...]) -> Taint | None:
+    """The first taint that keeps a job with `tolerations` off a node, or None."""
+    for taint in taints:
+        if taint.filters and not any(t.tolerates(taint) for t in tolerations):
+            return taint
+    return None
 
 
 EVERY_NODE = NodeSelector()
+
+
+@dataclass(frozen=True)
+class Eligibility:
+    """Which nodes a job may use at all: labels (`selector`), GPU types (`gpu_types`, compared
+    without case; empty: any), at least `gpu_memory` bytes per GPU, and the taints its
+    `tolerations` let it past. What the nodes have free is another matter (WorkerFit.room)."""
+
+    selector: NodeSelector = EVERY_NODE
+    gpu_types: tuple[str, ...] = ()
+    gpu_memory: int = 0
+    tolerations: tuple[Toleration, ...] = ()
+
+    @cached_property
+    def fit(self) -> WorkerFit:
+        return WorkerFit(self.gpu_types, self.gpu_memory)
+
+    def __bool__(self) -> bool:
+        """Whether it asks anything of a node (an untainted node admits the empty one)."""
+        return bool(self.selector) or self.fit.filters
+
+    def admits(self, node: Node, labels: Mapping[str, str]) -> bool:
+        return (
+            self.selector.matches(labels)
+            and self.fit.eligible(node.hardware)
+            and untolerated(node.taints, self.tolerations) is None
+        )
+
+    def why_not(self, node: Node, labels: Mapping[str, str]) -> str:
+        """What rules `node` out, as a phrase about its kind of node."""
+        if not self.fit.eligible(node.hardware):
+            return self.fit.why_not(node.hardware)
+        taint = untolerated(node.taints, self.tolerations)
+        if taint is not None:
+            return f"node(s) tainted {taint.describe()} not tolerated"
+        return self.why_not_labels()
+
+    def why_not_labels(self) -> str:
+        return f"node(s) without {self.selector.describe()} excluded by the selector"
+
+
+ANYWHERE = Eligibility()
 
 
 def topology_aware(labels: Mapping[str, str]) -> bool:

@@ -7,6 +7,7 @@ from functools import cache
 
 from toposched.topology.errors import TopologyError
 from toposched.topology.node import NodeTopology
+from toposched.topology.resources import Hardware
 
 # DGX-1 with V100 (hybrid cube-mesh): every GPU has six NVLinks. GPU0-GPU3 and GPU0-GPU4 are
 # bonded pairs (NV2), GPU0-GPU1 and GPU0-GPU2 single links, GPU0-GPU5/6/7 only PCIe across the
@@ -149,6 +150,29 @@ PRESETS: dict[str, Callable[[], NodeTopology]] = {
     "pcie-16gpu-nvbridge": pcie_16gpu_nvbridge,
     "g4dn-12xlarge": g4dn_12xlarge,
 }
+
+
+GIB = 2**30
+
+# What each preset server has besides its wiring, from the vendors' data sheets: GPU type and
+# memory per GPU, logical CPUs (what its `cpu_affinity` lists count) and system memory. A preset
+# of no one product leaves what is not known unknown (docs/cluster.md).
+PRESET_HARDWARE: dict[str, Hardware] = {
+    "dgx1-v100": Hardware("V100", 16 * GIB, 80_000, 512 * GIB),
+    "dgx2-v100": Hardware("V100", 32 * GIB, 96_000, 1536 * GIB),
+    "dgx-a100": Hardware("A100", 40 * GIB, 256_000, 1024 * GIB),
+    "hgx-h100": Hardware("H100", 80 * GIB, 192_000, 2048 * GIB),
+    "pcie-8gpu-2socket": Hardware(cpus=40_000),
+    "pcie-4gpu-2socket": Hardware("RTX6000Ada", 48 * GIB, 64_000),
+    "pcie-16gpu-nvbridge": Hardware(cpus=64_000),
+    "g4dn-12xlarge": Hardware("T4", 16 * GIB, 48_000, 192 * GIB),
+}
+
+
+def preset_hardware(name: str) -> Hardware:
+    """The hardware of preset `name` (what is unknown left so); unknown names list the presets."""
+    preset(name)
+    return PRESET_HARDWARE[name]
 
 
 @cache

@@ -1,0 +1,63 @@
+"""One GPU type per gang: a placer tried on each acceptable type, and the type chosen by a rule
+the scheduler gives (docs/placement.md, "GPU types")."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+
+from toposched.placement.capacity import Capacity
+from toposched.placement.gang import GangRequest, Placement, Shortfall
+from toposched.placement.policies import GangPlacer
+from toposched.topology.cluster import Tier
+
+# (the capacity, the request, the best placement on each GPU type that has one) -> the type.
+TypeChooser = Callable[[Capacity, GangRequest, Mapping[str, Placement]], str]
+
+
+def placement_key(cap: Capacity, placement: Placement) -> tuple[float, ...]:
+    """The placement objective across types: lowest tier, fewest nodes, best ring."""
+    nodes = len(placement.gpus_by_node())
+    ring = placement.bandwidth_gbps
+    return (placement.tier, nodes, -(ring if ring is not None else float("inf")))
+
+
+def first_in_node_order(cap: Capacity, request: GangRequest, found: Mapping[str, Placement]) -> str:
+    """Type-blind: the type whose placement starts on the lowest-numbered node."""
+    return min(found, key=lambda t: (min(cap.index[s.node] for s in found[t].workers), t))
+
+
+@dataclass
+class OneType:
+    """`place` on each GPU type the request accepts, alone, and the type `choose` picks; a
+    request that accepts mixed types, or a cluster of one type, goes to `place` as it is."""
+
+    place: GangPlacer
+    choose: TypeChooser
+
+    def __call__(
+        self,
+        cap: Capacity,
+        request: GangRequest,
+        network: Mapping[Tier, float],
+        exclude: Mapping[int, int] | None = None,
+    ) -> Placement | Shortfall:
+        if request.mixed_types or len(cap.gpu_types) < 2:
+            return self.place(cap, request, network, exclude)
+        fit = request.where.fit
+        types = sorted(t for t in cap.gpu_types if fit.accepts_type(t))
+        if len(types) < 2:
+            return self.place(cap, request, network, exclude)
+        found: dict[str, Placement] = {}
+        short: dict[str, Shortfall] = {}
+        for gpu_type in types:
+            alone = replace(request, where=replace(request.where, gpu_types=(gpu_type,)))
+            result = self.place(cap, alone, network, exclude)
+            if isinstance(result, Placement):
+                found[gpu_type] = result
+            else:
+                short[gpu_type] = result
+        if not found:
+            each = "; ".join(f"on {cap.type_name(t)} nodes, {s.reason}" for t, s in short.items())
+            return Shortfall(f"a gang of one GPU type (mixed_types is off): {each}")
+        return found[self.choose(cap, request, found)]
