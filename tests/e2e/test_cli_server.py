@@ -758,14 +758,20 @@ def test_logs_tail_prints_the_last_lines(server: ServerProcess, cli: Callable[..
 
 
 def test_node_list_shows_each_nodes_gpus(server: ServerProcess, cli: Callable[..., Result]) -> None:
-    assert cli("submit", "--name", "holder", "--gpus", "2", "--", "sleep", "60").code == 0
+    holder = ("--name", "holder", "--gpus", "2", "--cpus", "1", "--memory", "1Gi")
+    assert cli("submit", *holder, "--", "sleep", "60").code == 0
     table, as_json = run_all(user_env(server), ("node", "list"), ("node", "list", "--json"))
     assert table.code == 0, table.err
     header, row = (line for line in table.out.splitlines() if "NODE" in line or "node-a" in line)
-    assert all(word in header for word in ("GPUS", "FREE", "UNHEALTHY", "LABELS"))
+    assert all(word in header for word in ("TYPE", "GPUS", "FREE", "UNHEALTHY", "LABELS"))
     cells = [cell.strip() for cell in row.split("│") if cell.strip()]
-    assert cells[:4] == ["node-a", "8", "6", "-"]
-    assert as_json.json()["nodes"][0]["name"] == "node-a"
+    assert cells[:5] == ["node-a", "V100 16 GiB", "8", "6", "-"]  # the emulated DGX-1's GPUs
+    assert cells[5].startswith("1/") and cells[6].startswith("1 GiB/"), cells
+    (node,) = as_json.json()["nodes"]
+    assert node["name"] == "node-a"
+    # This host's CPUs and memory, of which the holder's one worker holds 1 CPU and 1 GiB.
+    assert (node["cpus_used"], node["memory_used"]) == (1000, 2**30)
+    assert node["cpus"] == 1000 * len(os.sched_getaffinity(0)) and node["memory"] > 2**30
 
 
 def test_list_shows_restarts_and_attempts(

@@ -1,4 +1,4 @@
-"""A fake `pynvml` that answers NVML topology queries from a NodeTopology."""
+"""A fake `pynvml` that answers NVML topology and GPU queries from a NodeTopology."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ NVML_ERROR_LIBRARY_NOT_FOUND = 12
 NVML_NVLINK_DEVICE_TYPE_GPU = 0x00
 NVML_NVLINK_DEVICE_TYPE_IBMNPU = 0x01
 NVML_NVLINK_DEVICE_TYPE_SWITCH = 0x02
+H100_MEMORY = 81559 * 2**20  # what NVML reports for an H100 80GB HBM3
 
 _ERROR_TEXT = {
     NVML_ERROR_UNINITIALIZED: "Uninitialized",
@@ -57,6 +58,7 @@ class FakeGpu:
     nvlinks: list[FakeLink] = field(default_factory=list)
     numa: int | None = None
     cpus: frozenset[int] = frozenset()
+    memory: int | None = H100_MEMORY  # bytes; None: NOT_SUPPORTED, as on some virtual GPUs
 
 
 @dataclass(frozen=True)
@@ -69,8 +71,18 @@ class FakePciInfo:
     busId: str | bytes  # pynvml's field name
 
 
+@dataclass(frozen=True)
+class FakeMemory:
+    """pynvml's c_nvmlMemory_t: bytes."""
+
+    total: int
+    free: int
+    used: int
+
+
 class FakeNvml:
-    """A fake of the `pynvml` module (the subset topology discovery uses), not real NVML.
+    """A fake of the `pynvml` module (the subset discovery uses: the topology, each GPU's name
+    and memory), not real NVML.
 
     It is used because no NVIDIA GPU or driver is on the CI machines. Build one with
     `from_topology`; `levels[i][j]` is the NVML_TOPOLOGY_* level between GPU i and GPU j.
@@ -136,6 +148,7 @@ class FakeNvml:
         switch_links: int | None = None,
         switches: int = 4,
         product: str = "NVIDIA H100 80GB HBM3",
+        memory: int | None = H100_MEMORY,
         legacy_remote_ids: bool = False,
         **options: Any,
     ) -> FakeNvml:
@@ -144,7 +157,8 @@ class FakeNvml:
         With `nvswitch`, the NVLink pairs of `topology` are replaced by `switch_links` slots per
         GPU (default: its largest NV<n>, else 18) spread over `switches` NVSwitches, as on
         DGX-2, DGX A100 and HGX H100. `legacy_remote_ids` spells the NVLink remote bus ids
-        as "0000:0a:00.0" instead of NVML's "00000000:0A:00.0".
+        as "0000:0a:00.0" instead of NVML's "00000000:0A:00.0". Every GPU is a `product`
+        with `memory` bytes.
         """
         n = topology.size
         bus = [_gpu_bus_id(i) for i in range(n)]
@@ -171,7 +185,12 @@ class FakeNvml:
                 )
         gpus = [
             FakeGpu(
-                bus[i], product, slots[i], topology.numa[i], _parse_cpus(topology.cpu_affinity[i])
+                bus[i],
+                product,
+                slots[i],
+                topology.numa[i],
+                _parse_cpus(topology.cpu_affinity[i]),
+                memory,
             )
             for i in range(n)
         ]
@@ -204,6 +223,12 @@ class FakeNvml:
 
     def nvmlDeviceGetName(self, handle: FakeHandle) -> str | bytes:
         return self._str(self._gpu(handle).name)
+
+    def nvmlDeviceGetMemoryInfo(self, handle: FakeHandle) -> FakeMemory:
+        memory = self._gpu(handle).memory
+        if memory is None:
+            raise FakeNvmlError(NVML_ERROR_NOT_SUPPORTED)
+        return FakeMemory(memory, memory, 0)
 
     def nvmlDeviceGetPciInfo(self, handle: FakeHandle) -> FakePciInfo:
         return FakePciInfo(self._str(self._gpu(handle).bus_id))

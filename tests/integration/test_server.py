@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import stat
 import subprocess
 from collections.abc import Iterator
@@ -214,6 +215,46 @@ def test_bad_submissions_get_422_with_every_bad_field_and_change_nothing(api: Ap
         )["jobs"]
         == []
     )
+
+
+def test_bad_quantities_and_types_get_422_naming_the_field(api: Api) -> None:
+    before = api.get("/api/v1/jobs")
+    body = {
+        "cpus": "4 cores",
+        "memory": "16GB",
+        "gpu_memory": -1,
+        "gpu_type": [],
+        "command": ["true"],
+    }
+    reply = api.http.post("/api/v1/jobs", json=body)
+    assert reply.status_code == 422, reply.text
+    said = {d["loc"][-1]: d["msg"] for d in reply.json()["detail"]}
+    assert set(said) == {"cpus", "memory", "gpu_memory", "gpu_type"}
+    assert "such as 4 or 2.5, or millicores such as 500m" in said["cpus"]
+    assert "for GB write Gi or G" in said["memory"]
+    assert "must not be negative" in said["gpu_memory"]
+    assert "at least one GPU type" in said["gpu_type"]
+    assert api.get("/api/v1/jobs") == before
+
+
+def test_a_job_of_a_type_no_node_has_waits_saying_so(api: Api) -> None:
+    job = api.submit(name="a100-only", gpu_type=["A100"], command=["true"])
+    assert job["state"] == "pending"
+    assert job["reason"].startswith("no node it may use: 1 V100 node(s) excluded by gpu_type")
+    assert job["spec"]["gpu_type"] == ["A100"]
+
+
+def test_cpus_and_memory_are_stored_exactly_and_bound_what_starts(api: Api, out: Path) -> None:
+    host = len(os.sched_getaffinity(0))
+    first = api.submit(name="half", cpus=f"{host * 500}m", memory="1Gi", **worker(out, wait="go"))
+    assert first["state"] == "running"
+    assert (first["spec"]["cpus"], first["spec"]["memory"]) == (f"{host / 2:g}", "1Gi")
+    more = api.submit(name="more", cpus=host, command=["true"])  # all the host's CPUs
+    assert more["state"] == "pending"
+    assert "room for 0" in more["reason"], more["reason"]
+    (out / "go").write_text("")
+    api.until("half", "succeeded")
+    api.until("more", "succeeded")
 
 
 def test_an_unknown_checkpoint_signal_is_refused(api: Api) -> None:

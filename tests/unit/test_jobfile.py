@@ -43,6 +43,11 @@ command_visible: true
 kind: tfjob
 ps: 2
 selector: {gpu: v100, zone: "7"}
+gpu_type: [V100, A100]
+mixed_types: false
+gpu_memory: 32Gi
+cpus: 2.5
+memory: 64Gi
 """
 
 
@@ -67,6 +72,11 @@ def test_every_field_is_read_with_its_type() -> None:
         "kind": "tfjob",
         "ps": 2,
         "selector": {"gpu": "v100", "zone": "7"},
+        "gpu_type": ["V100", "A100"],
+        "mixed_types": False,
+        "gpu_memory": "32Gi",
+        "cpus": 2.5,
+        "memory": "64Gi",
     }
     assert set(job.spec) == set(FIELDS)
     assert job.path == "job.yaml"
@@ -189,6 +199,13 @@ def test_a_file_without_command_is_fine_here() -> None:
         ("checkpoint:\n  grace: 5\n", 2, "checkpoint.grace", "did you mean 'grace_s'?"),
         ("checkpoint:\n  grace_s: x\n", 2, "checkpoint.grace_s", "expected a number"),
         ("[a, b]: 1\n", 1, None, "a field name must be text, not a list"),
+        ("cpus: 4 cores\n", 1, "cpus", "expected a count of CPUs such as 4 or 2.5"),
+        ("cpus: -1\n", 1, "cpus", "must not be negative"),
+        ("memory: 16GB\n", 1, "memory", "for GB write Gi or G"),
+        ("gpu_memory: [1]\n", 1, "gpu_memory", "expected a quantity, got a list"),
+        ("gpu_type: []\n", 1, "gpu_type", "give at least one GPU type"),
+        ("gpu_type: {a: 1}\n", 1, "gpu_type", "expected a list of GPU types"),
+        ("mixed_types: maybe\n", 1, "mixed_types", "expected true or false"),
     ],
 )
 def test_errors_name_file_line_and_field(

@@ -1,22 +1,40 @@
-"""NVML discovery against a fake NVML built from presets, and against real pynvml where present."""
+"""NVML discovery against a fake NVML built from presets, and against real pynvml where present;
+the server node's hardware through the fake NVML and recorded nvidia-smi output."""
 
 from __future__ import annotations
 
+import os
 import sys
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.fakes.fake_nvml import FakeHandle, FakeLink, FakeNvml, FakePciInfo
+from toposched.discovery.host import (
+    QUERY_GPUS,
+    HostResources,
+    Smi,
+    SmiUnavailable,
+    gpu_hardware,
+    host_resources,
+    mem_total,
+    parse_gpu_query,
+)
 from toposched.discovery.nvml import (
+    GpuInfo,
     NvmlUnavailable,
+    discover_gpus,
     discover_topology,
     format_cpu_list,
     normalise_bus_id,
     nvml_available,
 )
+from toposched.server.localnode import local_node
 from toposched.topology.node import NodeTopology
 from toposched.topology.presets import preset
+from toposched.topology.resources import Hardware
 
 DIRECT_NVLINK_PRESETS = [
     "dgx1-v100",
@@ -254,9 +272,163 @@ def test_real_pynvml_raises_nvml_unavailable_or_discovers() -> None:
     else:  # a machine with an NVIDIA driver and GPU
         assert topology.size >= 1
         assert nvml_available()
+        gpus = discover_gpus()
+        assert len(gpus) == topology.size
+        assert all(gpu.product and gpu.memory > 0 for gpu in gpus)
 
 
 def test_nvml_available_with_a_working_fake() -> None:
     fake = FakeNvml.from_topology(preset("pcie-4gpu-2socket"))
     assert nvml_available(fake)
     assert fake.initialised == 0
+
+
+# --- the node's hardware: GPU type and memory, CPUs and memory ---------------------------
+
+GIB = 2**30
+MIB = 2**20
+# `nvidia-smi --query-gpu=name,memory.total --format=csv,noheader` as it prints it (a DGX-1's
+# first lines; a GPU whose memory a virtual GPU does not report shows [N/A])
+SMI_V100 = "Tesla V100-SXM2-16GB, 16160 MiB\nTesla V100-SXM2-16GB, 16160 MiB\n"
+SMI_TOPOLOGY = Path(__file__).parent.parent / "fixtures/topologies/hgx-h100-8gpu-nv18.txt"
+HOST = HostResources(cpus=2000, memory=8 * GIB)
+
+
+def smi_answers(query: str | None, topology: str | None = None) -> Smi:
+    """A stand-in for nvidia-smi: its output for the GPU query and `topo -m`, or not there."""
+
+    def run(args: Sequence[str]) -> str:
+        text = query if tuple(args) == QUERY_GPUS else topology
+        if text is None:
+            raise SmiUnavailable("nvidia-smi is not installed (not on the PATH)")
+        return text
+
+    return run
+
+
+def test_gpus_are_named_and_sized_through_nvml() -> None:
+    fake = FakeNvml.from_topology(
+        preset("dgx1-v100"), product="Tesla V100-SXM2-16GB", memory=16160 * MIB, bytes_strings=True
+    )
+    gpus = discover_gpus(fake)
+    assert gpus == (GpuInfo("Tesla V100-SXM2-16GB", 16160 * MIB),) * 8
+    assert fake.initialised == 0
+
+
+def test_gpu_memory_nvml_does_not_report_is_unknown() -> None:
+    fake = FakeNvml.from_topology(preset("pcie-4gpu-2socket"), memory=None)
+    assert {gpu.memory for gpu in discover_gpus(fake)} == {0}
+
+
+def test_gpus_without_a_driver_raise_nvml_unavailable() -> None:
+    fake = FakeNvml.from_topology(preset("pcie-4gpu-2socket"), driver_loaded=False)
+    with pytest.raises(NvmlUnavailable, match="no NVIDIA driver"):
+        discover_gpus(fake)
+    with pytest.raises(NvmlUnavailable, match="no NVIDIA GPU"):
+        discover_gpus(FakeNvml([], []))
+
+
+def test_the_nvidia_smi_gpu_query_is_read() -> None:
+    text = SMI_V100 + "NVIDIA A100-SXM4-40GB, 40960 MiB\nGRID A100-4C, [N/A]\n\n"
+    assert parse_gpu_query(text) == (
+        GpuInfo("Tesla V100-SXM2-16GB", 16160 * MIB),
+        GpuInfo("Tesla V100-SXM2-16GB", 16160 * MIB),
+        GpuInfo("NVIDIA A100-SXM4-40GB", 40 * GIB),
+        GpuInfo("GRID A100-4C", 0),
+    )
+    assert parse_gpu_query("NVIDIA H100 80GB HBM3, 81559") == (  # --format=csv,nounits
+        GpuInfo("NVIDIA H100 80GB HBM3", 81559 * MIB),
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", "no GPU listed"),
+        ("Tesla T4\n", "line 1: expected 'NAME, MEMORY MiB', got 'Tesla T4'"),
+        ("Tesla T4, 15360 MiB\nTesla T4, lots\n", "line 2: memory 'lots' is not a number"),
+        ("Tesla T4, 15 GB\n", "memory '15 GB' is not a number of MiB"),
+    ],
+)
+def test_a_gpu_query_that_cannot_be_read_says_where(text: str, message: str) -> None:
+    with pytest.raises(SmiUnavailable, match=message):
+        parse_gpu_query(text)
+
+
+def test_gpu_hardware_takes_the_short_type_and_the_least_memory_of_that_type() -> None:
+    known = ["V100", "A100", "H100", "T4"]
+    gpus = [
+        GpuInfo("NVIDIA A100-SXM4-80GB", 80 * GIB),
+        GpuInfo("NVIDIA A100-SXM4-40GB", 40 * GIB),
+        GpuInfo("Tesla T4", 15 * GIB),
+    ]
+    assert gpu_hardware(gpus, known) == Hardware("A100", 40 * GIB)
+    assert gpu_hardware([GpuInfo("NVIDIA L40S", 46068 * MIB)], known) == Hardware(
+        "NVIDIA L40S", 46068 * MIB
+    )
+    assert gpu_hardware([], known) == Hardware()
+
+
+def test_host_cpus_are_this_process_affinity_and_memory_mem_total(tmp_path: Path) -> None:
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:       16318460 kB\nMemFree:         1000 kB\n")
+    host = host_resources(meminfo)
+    assert host == HostResources(len(os.sched_getaffinity(0)) * 1000, 16318460 * 1024)
+    assert host_resources(tmp_path / "missing").memory is None
+    assert mem_total("MemFree: 3 kB\n") is None
+    assert host_resources().memory is not None  # this machine's /proc/meminfo
+
+
+def test_the_server_node_through_nvml_carries_its_hardware() -> None:
+    fake = FakeNvml.from_topology(preset("hgx-h100"), nvswitch=True)
+    local = local_node(None, "gpu-1", nvml=fake, smi=smi_answers(None), host=HOST)
+    assert local.source == "nvml"
+    assert local.node.topology.size == 8
+    assert local.node.hardware == Hardware("H100", 81559 * MIB, 2000, 8 * GIB)
+
+
+def test_gpus_nvml_fails_to_size_are_read_from_nvidia_smi() -> None:
+    class FailingNvml(FakeNvml):
+        def nvmlDeviceGetMemoryInfo(self, handle: FakeHandle) -> Any:
+            raise self.NVMLError(15)  # NVML_ERROR_GPU_IS_LOST
+
+    fake = FailingNvml.from_topology(preset("dgx1-v100"), product="Tesla V100-SXM2-16GB")
+    local = local_node(None, "v", nvml=fake, smi=smi_answers(SMI_V100), host=HOST)
+    assert local.source == "nvml"
+    assert local.node.hardware == Hardware("V100", 16160 * MIB, 2000, 8 * GIB)
+    unknown = local_node(None, "v", nvml=fake, smi=smi_answers(None), host=HOST)
+    assert unknown.node.hardware == Hardware("", 0, 2000, 8 * GIB)
+
+
+def test_without_nvml_the_server_node_comes_from_nvidia_smi() -> None:
+    fake = FakeNvml.from_topology(preset("dgx1-v100"), driver_loaded=False)
+    smi = smi_answers("NVIDIA H100 80GB HBM3, 81559 MiB\n" * 8, SMI_TOPOLOGY.read_text())
+    local = local_node(None, "h", nvml=fake, smi=smi, host=HOST)
+    assert local.source == "nvidia-smi"
+    assert local.node.topology.size == 8
+    assert local.node.topology.cpu_affinity[0] is not None
+    assert local.node.hardware == Hardware("H100", 81559 * MIB, 2000, 8 * GIB)
+
+
+def test_with_neither_the_server_emulates_a_dgx1_with_its_gpus_and_this_hosts_cpus() -> None:
+    fake = FakeNvml.from_topology(preset("dgx1-v100"), driver_loaded=False)
+    broken = smi_answers(None, "not a topology")
+    local = local_node(None, "vm", nvml=fake, smi=broken, host=HOST)
+    assert local.source.startswith("emulated (dgx1-v100; NVML is not available")
+    assert local.node.hardware == Hardware("V100", 16 * GIB, 2000, 8 * GIB)
+
+
+def test_an_emulated_preset_has_its_gpus_and_this_hosts_cpus_and_memory() -> None:
+    local = local_node("g4dn-12xlarge", "vm", host=HOST)
+    assert local.source == "emulated (g4dn-12xlarge)"
+    assert local.node.hardware == Hardware("T4", 16 * GIB, 2000, 8 * GIB)
+    real = local_node("dgx-a100", "vm").node.hardware
+    assert real.cpus == len(os.sched_getaffinity(0)) * 1000
+    assert (real.gpu_type, real.gpu_memory) == ("A100", 40 * GIB)
+
+
+def test_an_emulated_topology_file_has_gpus_of_unknown_type(tmp_path: Path) -> None:
+    path = tmp_path / "node.txt"
+    path.write_text(SMI_TOPOLOGY.read_text())
+    local = local_node(str(path), "vm", host=HOST)
+    assert local.node.hardware == Hardware("", 0, 2000, 8 * GIB)

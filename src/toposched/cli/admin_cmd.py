@@ -15,6 +15,7 @@ from rich.table import Table
 
 from toposched.cli.jobs_cmd import JSON, SERVER, api, duration, placement_text, shape, state_text
 from toposched.cli.output import EXIT_BAD_INPUT, console, emit_json, fail
+from toposched.topology.resources import cpus_text, gib_text
 
 top_app = typer.Typer(no_args_is_help=True, help="What runs where: GPUs of each node, jobs.")
 node_app = typer.Typer(no_args_is_help=True, help="Nodes: their GPUs and labels.")
@@ -68,11 +69,31 @@ def top_node(server: str = SERVER, as_json: bool = JSON) -> None:
 
 
 def print_nodes(nodes: list[dict[str, Any]]) -> None:
-    """Each node's GPU map and its labels (`top node`, here and on a cluster)."""
+    """Each node's GPU map, hardware and labels (`top node`, here and on a cluster)."""
     for node in nodes:
         console.print(node_table(node))
+        cpus, memory = held_texts(node)
+        kind = escape(gpu_type_text(node))
+        console.print(f"GPUs: {kind}; CPUs used: {cpus}; memory used: {memory}")
         labels = ", ".join(f"{k}={v}" for k, v in sorted(node["labels"].items()))
         console.print(f"labels: {escape(labels) or '(none)'}")
+
+
+def gpu_type_text(node: dict[str, Any]) -> str:
+    """`V100 16 GiB`, or `-` when the node does not say."""
+    kind = node.get("gpu_type") or "-"
+    memory = node.get("gpu_memory") or 0
+    return f"{kind} {gib_text(memory)}" if memory else kind
+
+
+def held_texts(node: dict[str, Any]) -> tuple[str, str]:
+    """CPUs and memory its workers hold, of what it has: `16/80`, `32 GiB/512 GiB`, or the
+    held amount alone where the node's total is not counted."""
+    cpus, memory = node.get("cpus"), node.get("memory")
+    used_cpus, used_memory = node.get("cpus_used", 0), node.get("memory_used", 0)
+    cpu_text = cpus_text(used_cpus) + (f"/{cpus_text(cpus)}" if cpus is not None else "")
+    mem_text = gib_text(used_memory) + (f"/{gib_text(memory)}" if memory is not None else "")
+    return cpu_text, mem_text
 
 
 @top_app.command("job")
@@ -113,7 +134,8 @@ def node_list(server: str = SERVER, as_json: bool = JSON) -> None:
         emit_json({"nodes": nodes})
         return
     table = Table()
-    for column in ("NODE", "GPUS", "FREE", "UNHEALTHY", "TOPOLOGY", "LABELS"):
+    columns = ("NODE", "TYPE", "GPUS", "FREE", "UNHEALTHY", "CPUS USED/ALL", "MEMORY USED/ALL")
+    for column in (*columns, "TOPOLOGY", "LABELS"):
         table.add_column(column, overflow="fold")
     for node in nodes:
         gpus = node["gpus"]
@@ -122,9 +144,11 @@ def node_list(server: str = SERVER, as_json: bool = JSON) -> None:
         labels = ",".join(f"{k}={v}" for k, v in sorted(node["labels"].items()))
         table.add_row(
             escape(node["name"]),
+            escape(gpu_type_text(node)),
             str(len(gpus)),
             str(free),
             f"[bold red]{','.join(map(str, sick))}[/]" if sick else "-",
+            *held_texts(node),
             escape(node["topology"]),
             escape(labels) or "-",
         )

@@ -13,7 +13,7 @@ import os
 import shlex
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from enum import StrEnum
 from pathlib import Path
@@ -45,6 +45,7 @@ from toposched.client.jobfile import (
     split_command,
 )
 from toposched.common.frameworks import KindError, kind_of
+from toposched.topology.resources import QuantityError, parse_cpus, parse_memory
 
 EXIT_SERVER_ERROR = 1
 EXIT_NOT_FOUND = 3
@@ -202,6 +203,14 @@ def print_job(job: dict[str, Any]) -> None:
         for slot in job["placement"]:
             gpus = ",".join(str(g) for g in slot["gpus"])
             table.add_row(str(slot["worker"]), escape(slot["node"]), gpus)
+        console.print(table)
+    if job.get("cores"):  # per process, as `logs --worker` numbers them
+        table = Table(title="CPU cores", title_justify="left")
+        for column in ("process", "name", "cores", "note"):
+            table.add_column(column)
+        for got in job["cores"]:
+            note = escape(got["note"]) or "-"
+            table.add_row(str(got["process"]), got["name"], got["cores"], note)
         console.print(table)
     if job.get("history"):
         console.print("[bold]history[/]")
@@ -371,6 +380,25 @@ def submit(
         help="Run only on nodes with this label (see `toposched node list`); repeatable, "
         "every one must match.",
     ),
+    gpu_type: list[str] = typer.Option(
+        None,
+        "--gpu-type",
+        metavar="TYPE",
+        help="A GPU type the job accepts (e.g. V100; see `toposched node list`); repeatable or "
+        "comma-separated (default: any type). A gang runs on one type unless --mixed-types.",
+    ),
+    mixed_types: bool = typer.Option(
+        None, "--mixed-types", help="One gang may span GPU types.", show_default=False
+    ),
+    gpu_memory: str = typer.Option(
+        None, "--gpu-memory", metavar="QUANTITY", help="The least memory per GPU, e.g. 32Gi."
+    ),
+    cpus: str = typer.Option(
+        None, "--cpus", metavar="QUANTITY", help="CPUs per worker: 8, 2.5 or 500m."
+    ),
+    memory: str = typer.Option(
+        None, "--memory", metavar="QUANTITY", help="Memory per worker: 64Gi, 512Mi, 64G or bytes."
+    ),
     locality: str = typer.Option(
         None, "--locality", help="node, rack, pod, any, or PREFER,ACCEPT@SECONDS (default node)."
     ),
@@ -456,7 +484,16 @@ def submit(
         "command": command,
         "kind": kind,
         "ps": ps,
+        "mixed_types": mixed_types,
+        "cpus": _checked("--cpus", cpus, parse_cpus),
+        "memory": _checked("--memory", memory, parse_memory),
+        "gpu_memory": _checked("--gpu-memory", gpu_memory, parse_memory),
     }
+    if gpu_type:
+        names = [name.strip() for item in gpu_type for name in item.split(",")]
+        if not all(names):
+            fail("--gpu-type: an empty GPU type (e.g. --gpu-type V100,A100)", EXIT_BAD_INPUT)
+        given["gpu_type"] = names
     overrides.update({key: value for key, value in given.items() if value is not None})
     if elastic is not None:
         try:
@@ -497,6 +534,16 @@ def submit(
         f"submitted [bold]{escape(job['name'])}[/] to queue {escape(job['queue'])}: "
         f"{state_text(job['state'])} ({escape(job['reason'])})"
     )
+
+
+def _checked(flag: str, value: str | None, parse: Callable[[object, str], int]) -> str | None:
+    """A quantity flag as given, once it reads (exit 2 saying what is accepted otherwise)."""
+    if value is not None:
+        try:
+            parse(value, flag)
+        except QuantityError as err:
+            fail(str(err), EXIT_BAD_INPUT)
+    return value
 
 
 def _finite(flag: str, value: float | None) -> None:

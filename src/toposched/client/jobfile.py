@@ -8,6 +8,11 @@
     ps: 2                        # tensorflow's parameter servers (no GPU)
     locality: node               # node | rack | pod | any, or node,rack@600
     selector: {gpu: v100}        # only nodes with every one of these labels
+    gpu_type: [V100, A100]       # the GPU types it accepts (default any); or one: V100
+    mixed_types: false           # true: one gang may span GPU types
+    gpu_memory: 32Gi             # the least memory each GPU must have
+    cpus: 8                      # per worker: 8, 2.5 or 500m
+    memory: 64Gi                 # per worker: 64Gi, 512Mi, 64G or bytes
     elastic: {min: 2, max: 4}    # or "2:4"
     checkpoint: {signal: SIGUSR1, grace_s: 60}
     restart: on-failure          # never | on-failure
@@ -37,6 +42,7 @@ import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from toposched.common.frameworks import KindError, kind_of
+from toposched.topology.resources import QuantityError, parse_cpus, parse_memory
 
 RESTART = ("never", "on-failure")
 INT = "tag:yaml.org,2002:int"
@@ -337,6 +343,37 @@ class _Reader:
                 raise self.fail(node, name, str(err)) from None
         raise self.fail(node, name, f"expected a list of words or a string, got {_kind(node)}")
 
+    def cpus(self, node: Node, name: str) -> str | int | float:
+        return self._quantity(node, name, parse_cpus)
+
+    def memory(self, node: Node, name: str) -> str | int | float:
+        return self._quantity(node, name, parse_memory)
+
+    def _quantity(
+        self, node: Node, name: str, parse: Callable[[object, str], int]
+    ) -> str | int | float:
+        """A number or a Kubernetes quantity, checked here so that the file's line is named."""
+        scalar = self.scalar(node, name, "a quantity")
+        value: str | int | float = (
+            _construct(scalar) if scalar.tag in (INT, FLOAT) else str(scalar.value)
+        )
+        try:
+            parse(value, name)
+        except QuantityError as err:
+            raise self.fail(node, name, str(err).removeprefix(f"{name} ")) from None
+        return value
+
+    def gpu_types(self, node: Node, name: str) -> list[str]:
+        if isinstance(node, ScalarNode) and node.tag != NULL:
+            return [self.text(node, name)]
+        if not isinstance(node, SequenceNode):
+            raise self.fail(node, name, f"expected a list of GPU types, got {_kind(node)}")
+        if not node.value:
+            raise self.fail(
+                node, name, "give at least one GPU type (e.g. [V100, A100]), or leave it out"
+            )
+        return [self.text(item, f"{name}[{i}]") for i, item in enumerate(node.value)]
+
     def env(self, node: Node, name: str) -> dict[str, str]:
         if not isinstance(node, MappingNode):
             raise self.fail(node, name, f"expected a mapping of NAME: value, got {_kind(node)}")
@@ -411,6 +448,11 @@ FIELDS: dict[str, tuple[Reader, bool]] = {
     "command": (_Reader.command, False),
     "env": (_Reader.env, False),
     "selector": (_Reader.env, True),  # node labels: a mapping of text, as env is
+    "gpu_type": (_Reader.gpu_types, True),
+    "mixed_types": (_Reader.boolean, False),
+    "gpu_memory": (_Reader.memory, True),
+    "cpus": (_Reader.cpus, True),
+    "memory": (_Reader.memory, True),
     "workdir": (_Reader.text, True),
     "command_visible": (_Reader.boolean, False),
 }

@@ -9,6 +9,7 @@ from toposched.common.frameworks import Kind, Member, kind_of, local_members
 from toposched.core.job import Checkpoint, Elastic, JobSpec, LocalityRule, RestartPolicy
 from toposched.placement.gang import Placement, WorkerSlot
 from toposched.topology.cluster import NodeSelector, Tier
+from toposched.topology.resources import parse_cpus, parse_memory
 
 
 def core_spec(name: str, owner: str, queue: str, spec: dict[str, Any]) -> JobSpec:
@@ -29,6 +30,11 @@ def core_spec(name: str, owner: str, queue: str, spec: dict[str, Any]) -> JobSpe
         max_restarts=spec["max_restarts"],
         limit_s=spec.get("limit_s"),
         selector=NodeSelector.of(spec.get("selector")),
+        cpus=parse_cpus(spec.get("cpus") or 0),
+        memory=parse_memory(spec.get("memory") or 0),
+        gpu_memory=parse_memory(spec.get("gpu_memory") or 0),
+        gpu_types=tuple(spec.get("gpu_type") or ()),
+        mixed_types=bool(spec.get("mixed_types")),
     )
 
 

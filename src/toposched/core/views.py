@@ -80,6 +80,12 @@ class CoreView:
     def labels(self, node: str) -> dict[str, str]:
         return dict(self._books.labels.get(node, {}))
 
+    def held(self, node: str) -> tuple[int, int]:
+        """Millicores and bytes of memory the jobs on `node` hold (0, 0 for an unknown node)."""
+        cap = self._books.capacity
+        i = cap.index.get(node)
+        return (0, 0) if i is None else (cap.used_cpus[i], cap.used_memory[i])
+
     def waiting_and_running(self) -> dict[str, tuple[int, int]]:
         """Per queue: its jobs waiting, and those holding GPUs (running or stopping)."""
         out: dict[str, tuple[int, int]] = {}

@@ -1,1 +1,1 @@
-"""Adapters that read the topology of the machine they run on (NVML), outside the pure core."""
+"""Adapters that read the machine they run on (NVML, nvidia-smi, the OS), outside the pure core."""

@@ -9,6 +9,7 @@ import os
 import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
@@ -25,6 +26,15 @@ _MIN_CPU_WORDS = 16
 
 class NvmlUnavailable(RuntimeError):
     """NVML cannot describe this machine: no `pynvml` module, no NVIDIA driver, or no GPU."""
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    """One GPU as NVML or nvidia-smi names it: "Tesla V100-SXM2-16GB", and its memory in bytes
+    (0: unknown)."""
+
+    product: str
+    memory: int
 
 
 def discover_topology(nvml: ModuleType | object | None = None, *, name: str = "") -> NodeTopology:
@@ -44,6 +54,35 @@ def discover_topology(nvml: ModuleType | object | None = None, *, name: str = ""
         ) from err
     finally:
         _shutdown(api)
+
+
+def discover_gpus(nvml: ModuleType | object | None = None) -> tuple[GpuInfo, ...]:
+    """Each GPU's product name and memory, in NVML index order; NvmlUnavailable as
+    `discover_topology`. A GPU whose memory NVML does not report has 0 (unknown)."""
+    api = _load(nvml)
+    _init(api)
+    try:
+        count = int(api.nvmlDeviceGetCount())
+        if count < 1:
+            raise NvmlUnavailable(f"NVML found no NVIDIA GPU on this machine; {_INSTEAD}")
+        return tuple(_gpu_info(api, api.nvmlDeviceGetHandleByIndex(i)) for i in range(count))
+    except api.NVMLError as err:
+        raise NvmlUnavailable(f"NVML failed while reading the GPUs ({err}); {_INSTEAD}") from err
+    finally:
+        _shutdown(api)
+
+
+def _gpu_info(api: Any, handle: Any) -> GpuInfo:
+    product = api.nvmlDeviceGetName(handle)
+    product = product.decode() if isinstance(product, bytes) else str(product)
+    try:
+        memory = int(api.nvmlDeviceGetMemoryInfo(handle).total)
+    except api.NVMLError as err:
+        # NOT_SUPPORTED on some virtual GPUs: the type is still worth knowing
+        if err.value != api.NVML_ERROR_NOT_SUPPORTED:
+            raise
+        memory = 0
+    return GpuInfo(product.strip(), memory)
 
 
 def nvml_available(nvml: ModuleType | object | None = None) -> bool:

@@ -10,7 +10,8 @@
 #   slots=N` (N = workers x GPUs) in the run directory: mpirun starts the N ranks itself as its
 #   children, so the launcher's end is the job's end and the ranks' output is in its log.
 # Processes are numbered workers first, then parameter servers (an MPI job's launcher is 0):
-# that index names their files (`worker-I.log`, `.pid`, `.exit`) and their ends.
+# that index names their files (`worker-I.log`, `.pid`, `.exit`, `.cores`) and their ends.
+# Each process is pinned to CPU cores (executors.cores says which; the supervisor pins).
 
 from __future__ import annotations
 
@@ -22,11 +23,12 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from signal import SIGKILL, SIGTERM, Signals
+from typing import Any
 
 from toposched.common.frameworks import (
     Kind,
@@ -36,6 +38,7 @@ from toposched.common.frameworks import (
     hostfile,
     local_members,
 )
+from toposched.executors.cores import CoreChoice, cores_path, cpu_list, plan, read_cores
 from toposched.executors.supervisor import (
     ExitRecord,
     PidRecord,
@@ -45,7 +48,9 @@ from toposched.executors.supervisor import (
     read_exit,
     read_pids,
     signal_name,
+    write_json_atomic,
 )
+from toposched.topology.node import NodeTopology
 
 __all__ = ["ExecutorError", "LocalExecutor", "RunSpec", "WorkerExit"]
 
@@ -75,6 +80,7 @@ class RunSpec:
     restart_count: int
     kind: Kind = Kind.PYTORCH
     ps: int = 0  # TensorFlow parameter servers, which hold no GPU
+    cpus: int = 0  # millicores each worker (and parameter server) asked for; 0: none asked
 
 
 @dataclass(frozen=True)
@@ -102,6 +108,7 @@ class _Worker:
     pids: PidRecord | None  # None: never ran (its command could not be executed) or unknown
     deadline: float | None = None  # time.monotonic() after which a stopped worker is SIGKILLed
     reported: bool = False
+    cores: CoreChoice | None = None  # None: started by an executor that did not pin
 
 
 @dataclass
@@ -200,12 +207,27 @@ def _kill_session(sid: int) -> None:
 
 
 class LocalExecutor:
-    """Starts, signals and watches gangs of worker processes under `root`/JOB/attempt-N."""
+    """Starts, signals and watches gangs of worker processes under `root`/JOB/attempt-N.
 
-    def __init__(self, root: Path, python: str = sys.executable) -> None:
+    Each process is pinned to cores of its GPUs' NUMA node, read from `topology`'s CPU lists
+    (without one, any core), among `host_cores` (default: the cores this process may use).
+    """
+
+    def __init__(
+        self,
+        root: Path,
+        python: str = sys.executable,
+        *,
+        topology: NodeTopology | None = None,
+        host_cores: Collection[int] | None = None,
+    ) -> None:
         self.root = Path(root).absolute()
         self.root.mkdir(parents=True, exist_ok=True)
         self.python = python
+        self.affinity = topology.cpu_affinity if topology is not None else ()
+        self.host_cores = frozenset(os.sched_getaffinity(0) if host_cores is None else host_cores)
+        if not self.host_cores:
+            raise ExecutorError("host_cores is empty: a worker needs a core to run on")
         self._runs: dict[tuple[str, int], _Run] = {}
         self._unreaped: list[subprocess.Popen[bytes]] = []  # supervisors of forgotten runs
         # The server may call in from more than one thread; a start holds the others back until
@@ -222,6 +244,26 @@ class LocalExecutor:
 
     def log_path(self, job: str, attempt: int, rank: int) -> Path:
         return self.run_dir(job, attempt) / f"worker-{rank}.log"
+
+    def cores(self, job: str, attempt: int, processes: int) -> list[CoreChoice | None]:
+        """The cores each of a run's `processes` was given (None: no record), from its files."""
+        run_dir = self.run_dir(job, attempt)
+        return [read_cores(run_dir, rank) for rank in range(processes)]
+
+    def pinned(
+        self, job: str, attempt: int, workers: int, kind: Kind = Kind.PYTORCH, ps: int = 0
+    ) -> list[dict[str, Any]]:
+        """The cores of each process of a run (as `adopt` names the run), as `get` shows them:
+        its index (as `logs --worker` counts), name, cores ("0-3"), and what was not as asked
+        (""). A process started before pinning, or whose record is gone, is left out."""
+        members = _members(job, kind, workers, ps)
+        return [
+            {"process": rank, "name": member.name, "cores": cpu_list(got.cores), "note": got.note}
+            for rank, (member, got) in enumerate(
+                zip(members, self.cores(job, attempt, len(members)), strict=True)
+            )
+            if got is not None
+        ]
 
     def checkpoint_dir(self, job: str) -> Path:
         """Where the job keeps its checkpoints: the same for every attempt, beside their runs."""
@@ -261,17 +303,20 @@ class LocalExecutor:
             raise ExecutorError(f"{where}: cannot pick free ports: {exc}") from exc
         started: list[subprocess.Popen[bytes]] = []
         try:
+            choices = self._pin(run, members, run_dir)
             for rank, env in enumerate(envs):
                 try:
-                    started.append(self._spawn(run, run_dir, rank, env))
+                    started.append(self._spawn(run, run_dir, rank, env, choices[rank]))
                 except (OSError, ValueError) as exc:
                     raise ExecutorError(
                         f"{tracked.describe(rank)}: cannot start its supervisor: {exc}"
                     ) from exc
             tracked.workers = self._await_pids(tracked, members, started)
         except ExecutorError:
-            self._abort(run_dir, started)
+            self._abort(run_dir, started, len(members))
             raise
+        for worker, choice in zip(tracked.workers, choices, strict=True):
+            worker.cores = choice
         self._runs[(run.job, run.attempt)] = tracked
 
     def stop(self, job: str, attempt: int, signal: str, grace_s: float) -> None:
@@ -340,7 +385,9 @@ class LocalExecutor:
                 )
             members = _members(job, kind, workers, ps)
             tracked = [
-                _Worker(rank, member, None, read_pids(run_dir, rank))
+                _Worker(
+                    rank, member, None, read_pids(run_dir, rank), cores=read_cores(run_dir, rank)
+                )
                 for rank, member in enumerate(members)
             ]
             self._runs[(job, attempt)] = _Run(job, attempt, run_dir, tracked)
@@ -439,12 +486,44 @@ class LocalExecutor:
             envs.append(base | visible | kind_env | ours)
         return envs
 
+    def _pin(self, run: RunSpec, members: list[Member], run_dir: Path) -> list[CoreChoice]:
+        """Each process's cores, recorded before any starts (a restarted server reads them)."""
+        held = {
+            core
+            for tracked in self._runs.values()
+            for w in tracked.workers
+            if not w.reported and w.cores is not None and w.cores.holds
+            for core in w.cores.cores
+        }
+        everything = tuple(g for _, gpus in run.workers for g in gpus)
+        choices = []
+        for member in members:
+            gpus: tuple[int, ...] = ()
+            if member.role == "worker":
+                gpus = run.workers[member.index][1]
+            elif member.role == "launcher":
+                gpus = everything
+            choice = plan(
+                member, gpus, self.affinity, self.host_cores, held, run.cpus, len(run.workers)
+            )
+            if choice.holds:
+                held.update(choice.cores)
+            choices.append(choice)
+        try:
+            for rank, choice in enumerate(choices):
+                write_json_atomic(cores_path(run_dir, rank), choice.to_json(), durable=False)
+        except OSError as exc:
+            raise ExecutorError(f"job {run.job!r}: cannot write to {run_dir}: {exc}") from exc
+        return choices
+
     def _spawn(
-        self, run: RunSpec, run_dir: Path, rank: int, env: dict[str, str]
+        self, run: RunSpec, run_dir: Path, rank: int, env: dict[str, str], cores: CoreChoice
     ) -> subprocess.Popen[bytes]:
         argv = [self.python, "-m", "toposched.executors.supervisor", str(run_dir), str(rank)]
         if run.workdir is not None:
             argv += ["--cwd", run.workdir]
+        if cores.cores:
+            argv += ["--cpus", cpu_list(cores.cores)]
         argv += ["--", *run.command]
         with open(run_dir / f"worker-{rank}.log", "ab") as log:
             # A session of its own: the supervisor outlives a server that is kill -9ed, and no
@@ -493,7 +572,7 @@ class LocalExecutor:
                 pause = min(pause * 2, 0.05)
         return workers
 
-    def _abort(self, run_dir: Path, started: list[subprocess.Popen[bytes]]) -> None:
+    def _abort(self, run_dir: Path, started: list[subprocess.Popen[bytes]], processes: int) -> None:
         """Undo a failed start: kill what was started and remove its records."""
         for proc in started:
             # One that already ended (and was reaped) did so before it recorded a worker
@@ -505,8 +584,12 @@ class LocalExecutor:
                 # A supervisor that had not yet written its pid file may already have a worker
                 _kill_session(proc.pid)
                 proc.wait()
-        for rank in range(len(started)):
-            for path in (pid_path(run_dir, rank), exit_path(run_dir, rank)):
+        for rank in range(processes):
+            for path in (
+                pid_path(run_dir, rank),
+                exit_path(run_dir, rank),
+                cores_path(run_dir, rank),
+            ):
                 path.unlink(missing_ok=True)
 
     def _check(self, run: _Run, worker: _Worker, now: float) -> WorkerExit | None:

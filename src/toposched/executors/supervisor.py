@@ -1,6 +1,7 @@
 """The supervisor of one worker: runs it in its own process group and records its pids and exit."""
 
-# Run as `python -m toposched.executors.supervisor RUN_DIR RANK [--cwd DIR] -- CMD [ARGS...]`.
+# Run as `python -m toposched.executors.supervisor RUN_DIR RANK [--cwd DIR] [--cpus LIST] -- CMD
+# [ARGS...]`, LIST the CPUs to pin the worker to, as /proc prints them ("0-3,8").
 # The executor (or a restarted server) reads the files written here; their formats are defined in
 # this module so that writer and reader cannot drift apart.
 
@@ -19,6 +20,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from toposched.executors.cores import CpuListError, parse_cpu_list
+
 __all__ = [
     "ExitRecord",
     "PidRecord",
@@ -33,7 +36,11 @@ __all__ = [
     "write_json_atomic",
 ]
 
-USAGE = "usage: python -m toposched.executors.supervisor RUN_DIR RANK [--cwd DIR] -- CMD [ARGS...]"
+USAGE = (
+    "usage: python -m toposched.executors.supervisor RUN_DIR RANK [--cwd DIR] [--cpus LIST] "
+    "-- CMD [ARGS...]"
+)
+OPTIONS = ("--cwd", "--cpus")
 
 
 def pid_path(run_dir: Path, rank: int) -> Path:
@@ -172,6 +179,7 @@ class _Args:
     run_dir: Path
     rank: int
     cwd: str | None
+    cpus: str | None
     command: list[str]
 
 
@@ -181,14 +189,28 @@ def _parse(argv: Sequence[str]) -> _Args | None:
         return None
     split = args.index("--")
     head, command = args[:split], args[split + 1 :]
-    cwd = None
-    if len(head) == 4 and head[2] == "--cwd":
-        cwd = head[3]
-    elif len(head) != 2:
+    if len(head) < 2 or len(head) % 2 or not command or not head[1].isdigit():
         return None
-    if not command or not head[1].isdigit():
+    options = dict(zip(head[2::2], head[3::2], strict=True))
+    if len(options) * 2 != len(head) - 2 or not set(options) <= set(OPTIONS):
         return None
-    return _Args(Path(head[0]), int(head[1]), cwd, command)
+    return _Args(Path(head[0]), int(head[1]), options.get("--cwd"), options.get("--cpus"), command)
+
+
+def _pin(args: _Args) -> None:
+    """Pin this process to the worker's CPUs before it starts the worker, which inherits them.
+
+    Pinned here, before the fork, the worker runs on no other CPU from its first instruction,
+    and so does every thread and child it starts; a mask set from outside after the start would
+    leave out the threads it had started by then. A mask the kernel refuses (the CPUs went
+    offline, a cpuset shrank) leaves the worker on the CPUs it has, and says so in its log.
+    """
+    if not args.cpus:
+        return
+    try:
+        os.sched_setaffinity(0, parse_cpu_list(args.cpus))
+    except (OSError, CpuListError) as exc:
+        _say(f"worker {args.rank}: cannot pin to CPUs {args.cpus}: {exc}; not pinned")
 
 
 def _ignore(signum: int, frame: FrameType | None) -> None:
@@ -228,6 +250,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # It must outlive anything sent to its session so that it can record the worker's end
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, _ignore)
+    _pin(args)
     try:
         proc = subprocess.Popen(args.command, process_group=0, cwd=args.cwd)
     except OSError as exc:

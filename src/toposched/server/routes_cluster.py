@@ -81,6 +81,12 @@ def nodes(server: Server, _who: Caller) -> NodeList:
                 ],
                 labels=labels,
                 links=node.topology.codes(),
+                gpu_type=node.hardware.gpu_type,
+                gpu_memory=node.hardware.gpu_memory,
+                cpus=node.hardware.cpus,
+                cpus_used=seen.held[0],
+                memory=node.hardware.memory,
+                memory_used=seen.held[1],
             )
         ]
     )

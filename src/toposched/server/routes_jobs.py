@@ -16,7 +16,7 @@ from fastapi import APIRouter, Header, HTTPException, Query, Response, status
 from fastapi.responses import ORJSONResponse, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
-from toposched.common.jobspec import local_processes
+from toposched.common.jobspec import job_kind, local_processes
 from toposched.core import JobState
 from toposched.server.auth import Principal
 from toposched.server.deps import Caller, Server, ServerState, writing
@@ -88,6 +88,11 @@ def job_out(
     out = job_fields(row, viewer, runtime.reason(row) if reason is None else reason)
     if history:
         out["history"] = [HistoryOut(**vars(h)) for h in runtime.store.history(row.name)]
+        if row.placement and row.attempt >= 0:  # the CPU cores its processes are pinned to
+            kind, ps = job_kind(row.spec)
+            out["cores"] = runtime.executor.pinned(
+                row.name, row.attempt, len(row.placement), kind, ps
+            )
     return JobOut(**out)
 
 
@@ -100,6 +105,7 @@ def job_fields(row: JobRow, viewer: Principal, reason: str) -> dict[str, Any]:
         "spec": spec,
         "command": spec["command"],
         "history": None,
+        "cores": None,
         "deleted": False,
     }
 

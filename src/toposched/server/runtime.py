@@ -62,7 +62,8 @@ from toposched.executors.local import ExecutorError, LocalExecutor, RunSpec, Wor
 from toposched.executors.supervisor import read_exit, read_pids
 from toposched.server.localnode import LocalNode
 from toposched.store import DuplicateJob, JobRow, NewJob, Store, StoreError, write_fault
-from toposched.topology.cluster import Cluster, ClusterError, Node
+from toposched.topology.cluster import Cluster, ClusterError
+from toposched.topology.resources import parse_cpus
 
 log = logging.getLogger("toposched.server")
 
@@ -145,6 +146,7 @@ class Snapshot:
     owners: dict[int, str] = field(default_factory=dict)
     sick: frozenset[int] = frozenset()
     labels: dict[str, str] = field(default_factory=dict)
+    held: tuple[int, int] = (0, 0)  # millicores and bytes the node's jobs hold
     usage: dict[str, tuple[int, int]] = field(default_factory=dict)
     waiting: dict[str, int] = field(default_factory=dict)
     fresh: bool = True
@@ -208,7 +210,8 @@ class Runtime(Driver):
         """A core for the node and queues as stored (at start, and when rebuilt)."""
         labels = self.store.labels().get(self.local.node.name, {})
         base = self.local.node
-        self.node = Node(base.name, base.topology, labels={**base.labels, **labels})
+        # The node as found (its hardware and taints too), with the labels set through the API.
+        self.node = replace(base, labels={**base.labels, **labels})
         return Scheduler(Cluster((self.node,)), self.policy, self.store.queues())
 
     # ------------------------------------------------------------------ start and stop
@@ -639,6 +642,7 @@ class Runtime(Driver):
                     owners={gpu: job for (_, gpu), job in self.view.owners().items()},
                     sick=frozenset(self.view.unhealthy(self.node.name)),
                     labels=dict(self.view.labels(self.node.name)),
+                    held=self.view.held(self.node.name),
                     usage=self.view.queues(),
                     waiting=waiting,
                 )
@@ -819,6 +823,7 @@ class Runtime(Driver):
             restart_count=row.restarts,
             kind=kind,
             ps=ps,
+            cpus=parse_cpus(row.spec.get("cpus") or 0),
         )
         self._later(self._start_run, run)
 

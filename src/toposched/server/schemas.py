@@ -18,6 +18,13 @@ from pydantic import (
 
 from toposched.common.frameworks import MAX_PS, Kind, KindError, kind_of
 from toposched.core.job import Checkpoint, JobError, LocalityRule
+from toposched.topology.resources import (
+    QuantityError,
+    cpus_text,
+    memory_text,
+    parse_cpus,
+    parse_memory,
+)
 
 NAME = re.compile(r"^[a-z0-9]([a-z0-9._-]{0,62}[a-z0-9])?$")
 ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -32,6 +39,7 @@ MAX_COMMAND_BYTES = 64 * 1024
 MAX_ENV_BYTES = 64 * 1024
 MAX_WORKDIR_BYTES = 4096
 MAX_SELECTOR = 64
+MAX_GPU_TYPES = 16
 # Signals a process cannot catch: a job cannot save its state on them.
 UNCATCHABLE = ("SIGKILL", "SIGSTOP")
 
@@ -133,6 +141,21 @@ class JobSubmit(Strict):
         default_factory=dict,
         description="Node labels the job needs, every one (as Kubernetes' nodeSelector)",
     )
+    cpus: str | int | float | None = Field(
+        None, description="CPUs per worker: 4, 2.5 or 500m (a Kubernetes quantity)"
+    )
+    memory: str | int | None = Field(
+        None, description="Memory per worker: 16Gi, 512Mi, 16G, or bytes (a Kubernetes quantity)"
+    )
+    gpu_memory: str | int | None = Field(
+        None, description="The least memory each GPU must have, e.g. 32Gi"
+    )
+    gpu_type: list[str] | None = Field(
+        None,
+        description="The GPU types the job accepts, any one of them (default: any); a gang "
+        "runs on one type unless mixed_types",
+    )
+    mixed_types: bool = Field(False, description="Whether one gang may span GPU types")
     elastic: ElasticIn | None = None
     checkpoint: CheckpointIn | None = None
     restart: Literal["never", "on-failure"] = "never"
@@ -183,6 +206,35 @@ class JobSubmit(Strict):
             no_nul(key, "selector label")
             no_nul(text, f"the value of selector label {key}")
         return value
+
+    @field_validator("cpus")
+    @classmethod
+    def _cpus(cls, value: str | float | None) -> str | None:
+        # Stored as its shortest exact text: what `get` shows, and what the executor reads.
+        return None if value is None else cpus_text(_quantity(parse_cpus, value, "cpus"))
+
+    @field_validator("memory", "gpu_memory")
+    @classmethod
+    def _memory(cls, value: str | int | None, info: ValidationInfo) -> str | None:
+        if value is None:
+            return None
+        return memory_text(_quantity(parse_memory, value, str(info.field_name)))
+
+    @field_validator("gpu_type")
+    @classmethod
+    def _gpu_type(cls, value: list[str] | None) -> list[str] | None:
+        if value is None:
+            return None
+        if not value:
+            raise ValueError("give at least one GPU type (e.g. [V100, A100]), or leave it out")
+        if len(value) > MAX_GPU_TYPES:
+            raise ValueError(f"at most {MAX_GPU_TYPES} GPU types, got {len(value)}")
+        names = [name.strip() for name in value]
+        for name in names:
+            if not name or len(name) > 100:
+                raise ValueError(f"a GPU type is 1-100 characters, got {name[:60]!r}")
+            no_nul(name, "a GPU type")
+        return names
 
     @field_validator("locality")
     @classmethod
@@ -262,11 +314,31 @@ class JobSummary(BaseModel):
     spec: dict[str, Any]
 
 
+def _quantity(parse: Any, value: object, what: str) -> int:
+    try:
+        amount: int = parse(value, what)
+    except QuantityError as err:
+        raise ValueError(str(err)) from None
+    if amount > 2**62:
+        raise ValueError(f"{what} {value!r} is more than any machine has")
+    return amount
+
+
+class CoresOut(BaseModel):
+    """The CPU cores one of a job's processes is pinned to (the local executor)."""
+
+    process: int
+    name: str = Field(description="worker-0, ps-0 or launcher-0")
+    cores: str = Field(description="as a CPU list: 0-3,8")
+    note: str = ""
+
+
 class JobOut(JobSummary):
     """The whole job, as `get` shows it."""
 
     command: list[str]
     history: list[HistoryOut] | None = None
+    cores: list[CoresOut] | None = None
     deleted: bool = Field(
         False, description="In a DELETE's answer: the ended job was removed, its name is free."
     )
@@ -303,6 +375,16 @@ class NodeOut(BaseModel):
     gpus: list[GpuOut]
     labels: dict[str, str]
     links: list[list[str]]
+    gpu_type: str = Field(
+        default="", description="The GPU type, as scheduling compares it ('' unknown)"
+    )
+    gpu_memory: int = Field(default=0, description="Bytes of memory per GPU (0 unknown)")
+    cpus: int | None = Field(default=None, description="Millicores for workers (null: not counted)")
+    cpus_used: int = Field(default=0, description="Millicores its jobs' workers hold")
+    memory: int | None = Field(
+        default=None, description="Bytes of memory for workers (null: not counted)"
+    )
+    memory_used: int = Field(default=0, description="Bytes of memory its jobs' workers hold")
 
 
 class NodeList(BaseModel):

@@ -139,7 +139,7 @@ def serve(options: ServeOptions, say: Callable[[str], None] = print) -> None:
     _check_writable(data_dir)
     lock = _lock(data_dir)
     store = _open_store(options)
-    executor = LocalExecutor(data_dir / "runs")
+    executor = LocalExecutor(data_dir / "runs", topology=local.node.topology)
     metrics = Metrics()
     runtime = Runtime(store, executor, local, policy, observe=metrics.latency.observe)
     metrics.watch(runtime)
@@ -153,7 +153,8 @@ def serve(options: ServeOptions, say: Callable[[str], None] = print) -> None:
     settings = "".join(f", {k}={v}" for k, v in options.policy_params.items())
     say(
         f"toposched: node {node.name}, {node.size} GPUs ({topology_name(node.topology)}, "
-        f"{local.source}); policy {options.policy}{settings}; database {store.dialect}; "
+        f"{local.source}; {node.hardware.describe()}); policy {options.policy}{settings}; "
+        f"database {store.dialect}; "
         f"data in {data_dir}"
     )
     if options.auth:

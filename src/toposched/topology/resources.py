@@ -104,7 +104,9 @@ def memory_text(size: int) -> str:
 
 
 def gib_text(size: int) -> str:
-    """Memory for people: `16 GiB`, `1.5 GiB`, `512 MiB`."""
+    """Memory for people: `16 GiB`, `1.5 GiB`, `512 MiB`, `0`."""
+    if not size:
+        return "0"
     if size >= 2**30:
         return f"{size / 2**30:.4g} GiB"
     return f"{size / 2**20:.4g} MiB"
