@@ -115,7 +115,7 @@ class GangCycle:
 
     def request(self, rec: JobRecord, widest: Tier) -> GangRequest:
         spec = rec.spec
-        return replace(gang_request(spec, spec.min_workers, widest), mode=self.mode)
+        return gang_request(spec, spec.min_workers, widest, mode=self.mode)
 
     def on_selected(self, short: Shortfall, request: GangRequest) -> Shortfall:
         """A shortfall that says which nodes the job may use, and what rules the others out."""

@@ -7,13 +7,19 @@ from dataclasses import replace
 from toposched.core.job import JobSpec
 from toposched.placement.capacity import Capacity
 from toposched.placement.gang import GangRequest, Placement
+from toposched.placement.request import Mode
 from toposched.topology.cluster import Tier
 
 
 def gang_request(
-    spec: JobSpec, workers: int, widest: Tier, only_type: str | None = None
+    spec: JobSpec,
+    workers: int,
+    widest: Tier,
+    only_type: str | None = None,
+    mode: Mode = Mode.PACK,
 ) -> GangRequest:
-    """`workers` of `spec` no wider apart than `widest`; on GPU type `only_type` alone if given."""
+    """`workers` of `spec` no wider apart than `widest`; on GPU type `only_type` alone if given;
+    `mode` for 1-GPU jobs."""
     where = spec.where
     if only_type is not None:
         where = replace(where, gpu_types=(only_type,))
@@ -21,6 +27,7 @@ def gang_request(
         workers,
         spec.gpus_per_worker,
         widest,
+        mode,
         where=where,
         model=spec.model,
         fit=spec.fit,
