@@ -88,6 +88,10 @@ def test_sign_in_then_the_gpu_map_matches_the_api(
             "#nodes button.gpu.reserved", "els => els.map(e => [e.dataset.node, +e.dataset.gpu])"
         )
         assert sorted(map(tuple, marked)) == reserved(api.job("big")["reason"])
+        # The node's GPU type and the CPUs and memory its workers hold, as the API says.
+        (node,) = api.get("/api/v1/nodes")["nodes"]
+        cpus = f"CPUs {node['cpus_used'] // 1000}/{node['cpus'] // 1000} used"
+        assert t.page.inner_text("#nodes header .hw").startswith(f"V100 16 GiB · {cpus} · memory")
         # Tapping a GPU names its job and the job's team.
         t.page.click("#nodes button.gpu[data-job=asr]")
         assert "job asr, team speech" in t.page.inner_text("#gpu-info")

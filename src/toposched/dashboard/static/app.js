@@ -222,7 +222,21 @@ function nodeHead(node) {
   const sick = node.gpus.filter((g) => !g.healthy).length;
   const labels = Object.entries(node.labels).map(([k, v]) => `<code>${esc(k)}=${esc(v)}</code>`).join(" ");
   return `<h3>${esc(node.name)}</h3><span class="muted">${esc(node.topology)} · ${used}/${node.gpus.length} GPUs in use` +
-    `${sick ? ` · <b class="bad">${sick} unhealthy</b>` : ""}</span> ${labels}`;
+    `${sick ? ` · <b class="bad">${sick} unhealthy</b>` : ""}</span> <span class="hw muted">${hardware(node)}</span> ${labels}`;
+}
+
+// GPU type and memory, and the CPUs and memory the node's workers hold of what it has (the
+// node says null where it does not count them).
+function hardware(node) {
+  const parts = [];
+  if (node.gpu_type) parts.push(esc(node.gpu_type) + (node.gpu_memory ? ` ${gib(node.gpu_memory)}` : ""));
+  if (node.cpus != null) parts.push(`CPUs ${node.cpus_used / 1000}/${node.cpus / 1000} used`);
+  if (node.memory != null) parts.push(`memory ${gib(node.memory_used)}/${gib(node.memory)} used`);
+  return parts.join(" · ");
+}
+
+function gib(bytes) {
+  return bytes >= 2 ** 30 ? `${+(bytes / 2 ** 30).toFixed(1)} GiB` : `${Math.round(bytes / 2 ** 20)} MiB`;
 }
 
 function table(headers, rows, empty) {
