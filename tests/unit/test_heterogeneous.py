@@ -8,11 +8,14 @@ import pytest
 from tests.builders import DGX1, PCIE4, cluster, job
 from toposched.core import (
     Action,
+    Checkpoint,
     JobFinished,
     JobSubmitted,
+    NodeAdded,
     NodeChanged,
     Scheduler,
     StartJob,
+    StopJob,
     make_scheduler_policy,
 )
 from toposched.core.errors import SchedulingError
@@ -230,3 +233,16 @@ def test_gb_is_refused_naming_the_suffixes_meant() -> None:
 def test_quantities_print_back_exactly() -> None:
     assert [cpus_text(m) for m in (4000, 2500, 250)] == ["4", "2.5", "250m"]
     assert [memory_text(b) for b in (16 * GIB, 1536 * 2**20, 1000)] == ["16Gi", "1536Mi", "1000"]
+
+
+def test_migrations_to_open_a_node_count_the_cpus_of_each_move() -> None:
+    # x and y (4 CPUs each) on n0; big needs n0's 32 CPUs. n1 has CPUs for one of them only:
+    # moving both there would over-commit it (validate mode would raise).
+    s = sched(typed("n0", Hardware("V100", 16 * GIB, 64_000)))
+    for name in ("x", "y"):
+        s.handle(JobSubmitted(0, job(name, cpus=4_000, checkpoint=Checkpoint())))
+    s.handle(NodeAdded(1, typed("n1", Hardware("V100", 16 * GIB, 6_000))))
+    actions = s.handle(JobSubmitted(2, job("big", gpus=8, cpus=32_000, checkpoint=Checkpoint())))
+    stopped = {a.job for a in actions if isinstance(a, StopJob)}
+    assert stopped != {"x", "y"}, actions
+    assert s.job("big").state.value == "pending"

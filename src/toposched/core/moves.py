@@ -134,6 +134,7 @@ def _relocate(
     """New homes for `jobs` off node `source`, taken one after another (undone before return)."""
     moves: list[Move] = []
     taken: list[tuple[int, int]] = []
+    held: list[tuple[int, int, int]] = []  # CPUs and memory, so that the next move sees them
     try:
         for rec in jobs:
             spec = rec.spec
@@ -151,8 +152,13 @@ def _relocate(
                 j = cap.index[node]
                 cap.take(j, to_mask(gpus))
                 taken.append((j, to_mask(gpus)))
+                workers = len(gpus) // spec.gpus_per_worker
+                cap.hold(j, workers * spec.cpus, workers * spec.memory)
+                held.append((j, workers * spec.cpus, workers * spec.memory))
             moves.append(Move(rec, found))
         return moves
     finally:
         for j, mask in taken:
             cap.give(j, mask)
+        for j, cpus, memory in held:
+            cap.hold(j, -cpus, -memory)
