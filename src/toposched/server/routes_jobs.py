@@ -180,6 +180,9 @@ def _submit(
             f"user {who.user!r} (team {who.team!r}) may not submit to queue {queue!r}",
         )
     spec = body.model_dump(exclude={"name", "queue"})
+    for field in UNASKED:  # stored only when asked: every job's row and answer stays as small
+        if not spec[field]:
+            del spec[field]
     if body.workdir is not None and not os.path.isdir(body.workdir):
         # Refused now rather than failing at every start: the workers run on this machine.
         raise _refused(
@@ -192,6 +195,10 @@ def _submit(
     except (DuplicateJob, Conflict) as err:
         raise HTTPException(status.HTTP_409_CONFLICT, _taken(server, body.name, err)) from None
     return job_fields(row, who, reason), replayed
+
+
+# Fields a job that does not use them leaves out of its stored spec (read with defaults).
+UNASKED = ("cpus", "memory", "gpu_memory", "gpu_type", "mixed_types")
 
 
 def _taken(server: ServerState, name: str | None, err: Exception) -> str:
