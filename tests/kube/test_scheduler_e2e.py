@@ -770,6 +770,7 @@ def test_a_cluster_with_only_volcanos_crd_binds_an_mpi_job(tmp_path: Path) -> No
             assert sorted(w.kind for w in runner.watchers) == [
                 "configmaps",
                 "nodes",
+                "others",
                 "pods",
                 "volcano-podgroups",
             ]

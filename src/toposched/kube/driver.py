@@ -33,8 +33,8 @@ from toposched.core import (
     JobStopped,
     JobSubmitted,
     NodeAdded,
+    NodeChanged,
     NodeCordoned,
-    NodeLabelled,
     NodeRemoved,
     Placement,
     QueueConfigured,
@@ -53,20 +53,35 @@ from toposched.kube.annotations import GPUS, NodeGpus, encode_gpus
 from toposched.kube.api import ApiError, KubeApi
 from toposched.kube.objects import (
     ACCEPT_UNKNOWN,
+    COUNTED,
+    FREE,
     GANG_KINDS,
+    GPU_RESOURCE,
     GangKind,
     Obj,
     ObjectError,
     Pod,
+    allocatable,
+    gang_selector,
     gang_spec,
     key_of,
     min_member,
     node_from,
     node_ready,
     pod_from,
+    pod_requests,
 )
-from toposched.topology.cluster import SCHEDULE_LABEL, Cluster, Node, tier_of
+from toposched.kube.usage import Amounts, Usage
+from toposched.perf.registry import Catalog
+from toposched.topology.cluster import (
+    EVERY_NODE,
+    Cluster,
+    Node,
+    tier_of,
+    untolerated,
+)
 from toposched.topology.node import NodeTopology
+from toposched.topology.resources import cpus_text, memory_text
 
 _T = TypeVar("_T")
 _R = TypeVar("_R")
@@ -78,9 +93,12 @@ UNKNOWN_USE = (
     f"its allocatable GPUs are counted (unknown topology) for jobs annotated {ACCEPT_UNKNOWN}=true"
 )
 GANG_RESOURCES = {kind.resource: kind for kind in GANG_KINDS}
+OTHERS_PATH = "/api/v1/pods"  # pods other schedulers bound, in every namespace
 QUEUES_SELECTOR = "metadata.name=toposched-queues"
 REASON_EVERY_S = 10.0  # how often a waiting gang's pods may be told a new reason
 BIND_CONNECTIONS = 8  # binds sent at once
+# How long a gang whose pods were found not to fit a node at bind time is kept off that node.
+REFUSED_S = 60.0
 Bind = tuple[str, tuple[str, str], str, dict[str, str]]  # (what, pod, node, annotations)
 Key = tuple[str, str]
 
@@ -99,6 +117,8 @@ class Gang:
     failed: bool = False  # a WorkerFailed was fed
     bound: set[Key] = field(default_factory=set)  # pods bound to their node
     uids: dict[Key, str] = field(default_factory=dict)  # which pod each key was (made again?)
+    excluded: frozenset[str] = frozenset()  # nodes its job was kept off (REFUSED_S)
+    placed: bool = False  # its pods are booked on the nodes the core gave it
 
 
 class LeaseLost(RuntimeError):
@@ -118,6 +138,7 @@ class KubeScheduler(Driver):
         rack_label: str = "toposched.io/rack",
         config_namespace: str = "toposched-system",
         clock: Callable[[], float] = time.time,
+        gpu_names: Iterable[str] | None = None,
     ) -> None:
         super().__init__(Scheduler(Cluster(()), policy))
         self.config_namespace = config_namespace
@@ -136,6 +157,20 @@ class KubeScheduler(Driver):
         self.known: dict[str, NodeGpus] = {}  # nodes in the core, with what it was told
         self.cordoned: set[str] = set()  # nodes in the core that take no new work
         self._parsed: dict[str, tuple[str, tuple[Node, NodeGpus] | None]] = {}
+        # What pods use of each node: ours (booked where the core put them, or bound) and
+        # those of other schedulers; what the core was last told of each node, and its base.
+        self.usage = Usage()
+        self.others: dict[Key, Obj] = {}  # bound, running pods other schedulers placed
+        self.placed: dict[Key, str] = {}  # our pods, where the core put their gangs
+        self.held: set[Key] = set()  # our pods whose CPUs and memory the core counts
+        self.told: dict[str, Node] = {}
+        self._cores: dict[str, tuple[Node, Node]] = {}  # node: (as parsed, as the core sees it)
+        self._allocatable: dict[str, dict[str, int]] = {}
+        self.refused: dict[Key, dict[str, float]] = {}  # gang: nodes it did not fit, when
+        names = (
+            gpu_names if gpu_names is not None else (g.name for g in Catalog.load().gpus.values())
+        )
+        self.gpu_names = tuple(names)
         self._topologies: dict[NodeTopology, NodeTopology] = {}
         self.warned: dict[tuple[str, str, str], str] = {}  # the last warning per object
         self.rejected: dict[Key, str] = {}  # pods refused (bad objects), by key
@@ -157,6 +192,15 @@ class KubeScheduler(Driver):
     def pod_selector(self) -> str:
         return f"spec.schedulerName={self.name}"
 
+    def others_selector(self) -> str:
+        """Bound pods that have not ended and that this scheduler does not place (as the
+        cluster autoscaler selects them): what they request is taken off their nodes. With a
+        namespace of its own, pods of its name elsewhere count as others too."""
+        terms = ["spec.nodeName!=", "status.phase!=Succeeded", "status.phase!=Failed"]
+        if not self.namespace:
+            terms.append(f"spec.schedulerName!={self.name}")
+        return ",".join(terms)
+
     def groups_path(self, kind: GangKind) -> str:
         if self.namespace:
             return f"{kind.prefix}/namespaces/{self.namespace}/podgroups"
@@ -170,7 +214,8 @@ class KubeScheduler(Driver):
         reconcile. Returns the resourceVersion of each list, where watches start."""
         nodes, nodes_rv = self.api.list("/api/v1/nodes")
         pods, pods_rv = self.api.list(self.pods_path(), fieldSelector=self.pod_selector())
-        versions = {"nodes": nodes_rv, "pods": pods_rv}
+        others, others_rv = self.api.list(OTHERS_PATH, fieldSelector=self.others_selector())
+        versions = {"nodes": nodes_rv, "pods": pods_rv, "others": others_rv}
         self.groups = {}
         for kind in GANG_KINDS:
             groups, versions[kind.resource] = self._list_groups(kind)
@@ -186,6 +231,12 @@ class KubeScheduler(Driver):
         self.pods = {}
         for obj in pods:
             self._observe_pod("ADDED", obj)
+        self.relisted("others", list(others))
+        # The workers of gangs bound before a restart are the core's to count once restored:
+        # the nodes must not be told they have that much less first.
+        self.held = {k for k, (_, p) in self.pods.items() if p.bound_gpus and not p.done}
+        for key in self.pods:
+            self._account(key)
         self._sync_nodes()
         self._restore_bound()
         self._flush_binds()
@@ -214,6 +265,8 @@ class KubeScheduler(Driver):
                 self.nodes[name] = obj
         elif kind == "pods":
             self._observe_pod(event_type, obj)
+        elif kind == "others":
+            self._observe_other(event_type, obj)
         elif kind in GANG_RESOURCES:
             if event_type == "DELETED":
                 self.groups.pop(group_key(GANG_RESOURCES[kind], obj), None)
@@ -252,9 +305,17 @@ class KubeScheduler(Driver):
         elif kind == "configmaps":
             self._configure(objects[0] if objects else None)
         elif kind == "pods":
+            gone = set(self.pods)
             self.pods = {}
             for obj in objects:
                 self._observe_pod("ADDED", obj)
+            for key in gone - set(self.pods):
+                self._account(key)
+        elif kind == "others":
+            self.others = {}
+            self.usage.drop("other")
+            for obj in objects:
+                self._observe_other("ADDED", obj)
 
     def _keep_group(self, kind: GangKind, obj: Obj) -> None:
         key = group_key(kind, obj)
@@ -264,9 +325,14 @@ class KubeScheduler(Driver):
 
     def _observe_pod(self, event_type: str, obj: Obj) -> None:
         key = key_of(obj)
+        self._keep_pod(event_type, key, obj)
+        self._account(key)
+
+    def _keep_pod(self, event_type: str, key: Key, obj: Obj) -> None:
         if event_type == "DELETED":
             self.pods.pop(key, None)
             self.rejected.pop(key, None)
+            self.placed.pop(key, None)
             return
         try:
             pod = pod_from(obj)
@@ -278,6 +344,35 @@ class KubeScheduler(Driver):
             return
         self.rejected.pop(key, None)
         self.pods[key] = (obj, pod)
+
+    def _observe_other(self, event_type: str, obj: Obj) -> None:
+        """A pod another scheduler bound (or ours, where this one keeps to a namespace: those
+        are kept with the rest of ours)."""
+        key = key_of(obj)
+        spec = obj.get("spec") or {}
+        ended = (obj.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+        mine = spec.get("schedulerName") == self.name and key[0] == self.namespace
+        if event_type == "DELETED" or ended or mine or not spec.get("nodeName"):
+            self.others.pop(key, None)
+            self.usage.put(("other", key), None, {}, False)
+            return
+        try:
+            requests = pod_requests(spec)
+        except ValueError as err:  # the API server validates requests: not seen in practice
+            log.warning("pod %s/%s: %s; its requests are not counted", *key, err)
+            requests = {}
+        self.others[key] = obj
+        self.usage.put(("other", key), str(spec["nodeName"]), requests, False)
+
+    def _account(self, key: Key) -> None:
+        """Book what our pod `key` requests on its node: where the core put its gang, else
+        where it is bound; nowhere once it has ended or is gone."""
+        found = self.pods.get(key)
+        node = None
+        if found is not None and not found[1].done:
+            node = found[1].node or self.placed.get(key)
+        requests = found[1].requests if found is not None else {}
+        self.usage.put(("ours", key), node, requests, key in self.held)
 
     # ------------------------------------------------------------------ reconciling
 
@@ -323,11 +418,15 @@ class KubeScheduler(Driver):
         """Nodes join the core once ready with a usable topology and leave it only when
         deleted. A cordoned, NotReady or stale node keeps its running gangs but takes no new
         work (cordoned in the core); a node rewired while gangs run on it keeps its old
-        topology until they end."""
+        topology until they end. A node's labels, taints, and what it has left (CPUs and memory
+        that pods the core does not count leave, and FREE labels) go to the core as they
+        change (NodeChanged)."""
         now = self.clock()
         for name in sorted(set(self.known) - set(self.nodes)):
             del self.known[name]
             self.cordoned.discard(name)
+            self.told.pop(name, None)
+            self._cores.pop(name, None)
             self.feed(NodeRemoved(now, name))
         for name, obj in sorted(self.nodes.items()):
             parsed = self._parse_node(name, obj)
@@ -335,7 +434,8 @@ class KubeScheduler(Driver):
             if old is None:
                 if parsed is None or not node_ready(obj):
                     continue
-                self.feed(NodeAdded(now, parsed[0]))
+                self.told[name] = self._core_node(name, parsed[0])
+                self.feed(NodeAdded(now, self.told[name]))
                 old = self.known[name] = NodeGpus(parsed[1].topology, frozenset(), False)
             elif parsed is not None and parsed[1].topology != old.topology:
                 if any(node == name for node, _ in self.view.owners()):
@@ -343,7 +443,8 @@ class KubeScheduler(Driver):
                     parsed = None
                 else:
                     self.feed(NodeRemoved(now, name))
-                    self.feed(NodeAdded(now, parsed[0]))
+                    self.told[name] = self._core_node(name, parsed[0])
+                    self.feed(NodeAdded(now, self.told[name]))
                     old = self.known[name] = NodeGpus(parsed[1].topology, frozenset(), False)
             usable = parsed is not None and node_ready(obj)
             if usable == (name in self.cordoned):
@@ -354,9 +455,33 @@ class KubeScheduler(Driver):
             node, gpus = parsed
             for gpu in sorted(gpus.unhealthy ^ old.unhealthy):
                 self.feed(GpuHealth(now, name, gpu, gpu not in gpus.unhealthy))
-            if self.view.labels(name).get(SCHEDULE_LABEL) != node.labels[SCHEDULE_LABEL]:
-                self.feed(NodeLabelled(now, name, SCHEDULE_LABEL, node.labels[SCHEDULE_LABEL]))
+            core = self._core_node(name, node)
+            if _differs(self.told.get(name), core):
+                self.feed(NodeChanged(now, core))
+            self.told[name] = core
             self.known[name] = gpus
+        self.usage.dirty.clear()
+
+    def _core_node(self, name: str, node: Node) -> Node:
+        """`node` as the core is to see it: its CPUs and memory less what the pods it does not
+        count request, and for each other resource it has allocatable, a FREE label of what
+        all its pods leave. Kept until the node or the pods on it change."""
+        kept = self._cores.get(name)
+        if kept is not None and kept[0] is node and name not in self.usage.dirty:
+            return kept[1]
+        every, uncounted = self.usage.totals(name)
+        hardware = replace(
+            node.hardware,
+            cpus=_less(node.hardware.cpus, uncounted.get("cpu", 0)),
+            memory=_less(node.hardware.memory, uncounted.get("memory", 0)),
+        )
+        labels = dict(node.labels)
+        for resource, amount in self._allocatable.get(name, {}).items():
+            if resource not in COUNTED:
+                labels[FREE + resource] = str(max(amount - every.get(resource, 0), 0))
+        core = replace(node, labels=labels, hardware=hardware)
+        self._cores[name] = (node, core)
+        return core
 
     def _parse_node(self, name: str, obj: Obj) -> tuple[Node, NodeGpus] | None:
         """The node as the core sees it, or None (with a Warning Event): kept per
@@ -367,8 +492,9 @@ class KubeScheduler(Driver):
         if kept is not None and kept[0] == version and version:
             return kept[1]
         found: tuple[Node, NodeGpus] | None = None
+        self._allocatable[name] = allocatable(obj)
         try:
-            node, gpus, problem = node_from(obj, self.rack_label)
+            node, gpus, problem = node_from(obj, self.rack_label, self.gpu_names)
         except ObjectError as err:
             self._warn(obj, "UnknownTopology", f"{err}; not used")
         else:
@@ -389,6 +515,8 @@ class KubeScheduler(Driver):
                 self._forget(job)
                 continue
             state = self.view.state(job)
+            if state is JobState.PENDING:
+                self._unplace(gang)  # requeued: it holds nothing until placed again
             pods = [self._mine(gang, k) for k in gang.workers]
             alive = [p for p in pods if p is not None and not p[1].done]
             if state is JobState.STOPPING:
@@ -422,9 +550,12 @@ class KubeScheduler(Driver):
             if self.view.state(job) is not JobState.PENDING:
                 continue
             present = {p.key for p in waiting.get(gang.key, []) if gang.uids.get(p.key) == p.uid}
-            if not set(gang.workers) <= present:
+            # A gang kept off nodes where it did not fit is submitted again once that lapses.
+            if not set(gang.workers) <= present or gang.excluded != self._excluded(gang.key, now):
                 self._gathered.append(JobCancelled(now, job))
                 self._forget(job)
+        for key in set(self.refused) - set(waiting):
+            del self.refused[key]  # bound, or its pods are gone
         for key, pods in sorted(waiting.items(), key=lambda kv: _created(self, kv[1])):
             if key not in self.by_key:
                 self._submit(key, sorted(pods, key=lambda p: p.name))
@@ -460,8 +591,10 @@ class KubeScheduler(Driver):
         self._serial += 1
         job = f"{shown(key)}#{self._serial}"
         workers = gpu_pods  # all of them: a pod beyond minMember would never bind later
+        excluded = self._excluded(key, now)
+        others = [p for p in pods if not p.gpus]
         try:
-            spec = gang_spec(job, workers, len(workers), obj)
+            spec = gang_spec(job, workers, len(workers), obj, extra=others, excluded=excluded)
         except ObjectError as err:
             self._warn_pods(pods, "InvalidGang", str(err))
             return
@@ -470,10 +603,22 @@ class KubeScheduler(Driver):
             self._warn_pods(pods, "Unschedulable", never)
             return
         gang = Gang(job, key, [p.key for p in workers], extra, group=obj is not None)
+        gang.excluded = excluded
         gang.uids = {p.key: p.uid for p in pods}
         self.gangs[job] = gang
         self.by_key[key] = job
         self._gathered.append(JobSubmitted(now, spec))
+
+    def _excluded(self, key: Key, now: float) -> frozenset[str]:
+        """The nodes gang `key` is kept off: those its pods did not fit at bind time, lately."""
+        refused = self.refused.get(key)
+        if refused is None:
+            return frozenset()
+        for node in [n for n, when in refused.items() if now - when >= REFUSED_S]:
+            del refused[node]
+        if not refused:
+            del self.refused[key]
+        return frozenset(refused)
 
     def _sync_reasons(self) -> None:
         """Each waiting gang's pods say why they wait: a PodScheduled=False condition and an
@@ -526,7 +671,23 @@ class KubeScheduler(Driver):
             self._evict(t.job)
 
     def _bind(self, gang: Gang, placement: Placement, now: float) -> None:
-        """Bind the whole gang: write its plan on the PodGroup first, then each pod."""
+        """Bind the whole gang: write its plan on the PodGroup first, then each pod. A gang
+        whose pods would not fit where the core put them (resources the core does not count,
+        or its pods without GPUs, next to what the core placed in the same cycle) is not bound:
+        it is cancelled and submitted again, kept off that node for REFUSED_S."""
+        self._unplace(gang)
+        misfit = self._misfit(gang, placement)
+        if misfit is not None:
+            node, why = misfit
+            self.refused.setdefault(gang.key, {})[node] = now
+            message = f"{why}; its gang is kept off {node} for {REFUSED_S:.0f} s"
+            for key in [*gang.workers, *gang.extra]:
+                found = self.pods.get(key)
+                if found is not None:
+                    self._warn(found[0], "FailedScheduling", message)
+            self.post(JobCancelled(now, gang.job))
+            return
+        self._place(gang, placement.workers)
         plan = {
             key[1]: [slot.node, list(slot.gpus)]
             for key, slot in zip(gang.workers, placement.workers, strict=True)
@@ -547,6 +708,60 @@ class KubeScheduler(Driver):
                 self.post(WorkerFailed(now, gang.job, 0, f"could not record its plan: {err}"))
                 return
         self._bind_planned(gang, placement.workers, now)
+
+    def _misfit(self, gang: Gang, placement: Placement) -> tuple[str, str] | None:
+        """(node, why) where the gang's pods, with what is on that node already, would ask
+        more of a resource than it has allocatable, as kube-scheduler's NodeResourcesFit
+        checks; None if they fit. GPUs are the core's, and CPUs or memory are not checked on a
+        node that lists none allocatable."""
+        asks: dict[str, dict[str, int]] = {}
+        pairs = [*zip(gang.workers, placement.workers, strict=True)]
+        pairs += [(key, placement.workers[0]) for key in gang.extra]
+        for key, slot in pairs:
+            found = self.pods.get(key)
+            for resource, amount in (found[1].requests if found else {}).items():
+                into = asks.setdefault(slot.node, {})
+                into[resource] = into.get(resource, 0) + amount
+        for node, wanted in sorted(asks.items()):
+            why = self._short(node, wanted)
+            if why:
+                return node, why
+        return None
+
+    def _short(self, node: str, wanted: Amounts) -> str:
+        """What `node` lacks for pods asking `wanted` beside those on it, or ""."""
+        have = self._allocatable.get(node, {})
+        used = self.usage.totals(node)[0]
+        for resource, amount in sorted(wanted.items()):
+            if resource in (GPU_RESOURCE, "pods") or (resource in COUNTED and resource not in have):
+                continue
+            free = have.get(resource, 0) - used.get(resource, 0)
+            if amount > free:
+                asked, left = _shown(resource, amount), _shown(resource, max(free, 0))
+                return f"Insufficient {resource} on {node}: its pods there ask {asked}, {left} free"
+        return ""
+
+    def _place(self, gang: Gang, slots: Iterable[WorkerSlot], counted: bool = True) -> None:
+        """Book the gang's pods where the core put it; the core counts its workers' CPUs and
+        memory (unless not `counted`), not those of its pods without GPUs."""
+        slots = list(slots)
+        gang.placed = True
+        for key, slot in zip(gang.workers, slots, strict=True):
+            self.placed[key] = slot.node
+            (self.held.add if counted else self.held.discard)(key)
+        for key in gang.extra:
+            self.placed[key] = slots[0].node
+        for key in [*gang.workers, *gang.extra]:
+            self._account(key)
+
+    def _unplace(self, gang: Gang) -> None:
+        if not gang.placed:
+            return
+        gang.placed = False
+        for key in [*gang.workers, *gang.extra]:
+            self.placed.pop(key, None)
+            self.held.discard(key)
+            self._account(key)
 
     def _bind_planned(self, gang: Gang, slots: Iterable[WorkerSlot], now: float) -> None:
         """Queue the binds of a gang's pods not bound yet; `_flush_binds` sends them."""
@@ -675,8 +890,9 @@ class KubeScheduler(Driver):
                     log.warning("evicting %s/%s: %s", *key, err)
 
     def _bind_without_gpus(self, pods: list[Pod]) -> None:
-        """A pod without GPUs, alone: the node with the fewest of our pods."""
-        load: dict[str, int] = dict.fromkeys(self.known, 0)
+        """A pod without GPUs, alone: of the nodes that take new work and that it accepts, the
+        one with the fewest of our pods."""
+        load: dict[str, int] = {n: 0 for n in self.known if n not in self.cordoned}
         for _, p in self.pods.values():
             if p.node in load and not p.done:
                 load[p.node] += 1
@@ -684,12 +900,31 @@ class KubeScheduler(Driver):
             self._warn_pods(pods, "NoNodes", "no node is ready for toposched")
             return
         for pod in pods:
-            node = min(load, key=lambda n: (load[n], n))
+            try:
+                fits = [n for n in load if self._accepts(pod, n)]
+            except ObjectError as err:
+                self._warn_pods([pod], "InvalidPod", str(err))
+                continue
+            if not fits:
+                why = "no node that takes new work has room for it, its labels and tolerations"
+                self._warn_pods([pod], "FailedScheduling", why)
+                continue
+            node = min(fits, key=lambda n: (load[n], n))
             try:
                 self.api.bind(pod.namespace, pod.name, node, {})
                 load[node] += 1
+                self.placed[pod.key] = node  # until it is seen bound: others may not fit now
+                self._account(pod.key)
             except ApiError as err:
                 log.info("binding %s/%s: %s", pod.namespace, pod.name, err)
+
+    def _accepts(self, pod: Pod, node: str) -> bool:
+        """Whether `pod` (alone) may go on `node`: as kube-scheduler filters."""
+        core = self.told.get(node)
+        if core is None or untolerated(core.taints, pod.tolerations) is not None:
+            return False
+        selector = gang_selector(f"pod {pod.namespace}/{pod.name}", [pod], EVERY_NODE)
+        return selector.matches(core.labels) and not self._short(node, pod.requests)
 
     # ------------------------------------------------------------------ restoring
 
@@ -703,6 +938,11 @@ class KubeScheduler(Driver):
                 bound.setdefault(gang_key(pod), []).append(pod)
         for key, pods in sorted(bound.items()):
             self._restore_gang(key, pods, now)
+        # Workers taken as the core's to count (sync) whose gang was not given back.
+        kept = {k for gang in self.gangs.values() if gang.placed for k in gang.workers}
+        for key in self.held - kept:
+            self.held.discard(key)
+            self._account(key)
 
     def _restore_gang(self, key: Key, pods: list[Pod], now: float) -> None:
         """One gang: from its plan (binding the rest), else from its bound pods. A gang with
@@ -725,9 +965,8 @@ class KubeScheduler(Driver):
                 else WorkerSlot(*self._planned_slot(key, p.name))
                 for p in workers
             ]
-            spec = gang_spec(job, workers, len(workers), group)
             placement = Placement(tuple(slots), None, tier_of(self._node(s.node) for s in slots))
-            self.restore(now, spec, now, placement, 0, StopKind.FAILURE if broken else None)
+            counted = self._give_back(key, job, workers, group, placement, broken, now)
         except (ObjectError, SchedulingError, KeyError, ValueError, TypeError) as err:
             log.warning("gang %s/%s cannot be restored (%s): its pods are evicted", *key, err)
             for p in pods:
@@ -737,10 +976,36 @@ class KubeScheduler(Driver):
         gang.bound = {p.key for p in workers if p.node is not None}
         gang.uids = {p.key: p.uid for p in workers}
         self.gangs[job], self.by_key[key] = gang, job
+        self._place(gang, slots, counted)
         if broken:
             self.evicting[job] = set(gang.bound)
         elif planned is not None:
             self._bind_planned(gang, slots, now)
+
+    def _give_back(
+        self,
+        key: Key,
+        job: str,
+        workers: list[Pod],
+        group: Obj | None,
+        placement: Placement,
+        broken: bool,
+        now: float,
+    ) -> bool:
+        """Restore one gang's job in the core; whether the core counts its CPUs and memory.
+        Kubernetes ignores what a running pod asks of its node (IgnoredDuringExecution): a gang
+        its nodes no longer suit (a new taint or label, less room) is given back as it runs,
+        asking nothing of them, and its pods' requests are then taken off its nodes instead."""
+        kind = StopKind.FAILURE if broken else None
+        spec = gang_spec(job, workers, len(workers), group)
+        try:
+            self.restore(now, spec, now, placement, 0, kind)
+        except SchedulingError as err:
+            log.info("gang %s/%s given back asking nothing of its nodes: %s", *key, err)
+            spec = gang_spec(job, workers, len(workers), group, filters=False)
+            self.restore(now, spec, now, placement, 0, kind)
+            return False
+        return True
 
     def _plan_of(self, key: Key, bound: list[Pod]) -> list[Pod] | None:
         """The workers of the plan on the gang's PodGroup, if it names these bound pods."""
@@ -780,6 +1045,8 @@ class KubeScheduler(Driver):
     def _forget(self, job: str) -> None:
         gang = self.gangs.pop(job, None)
         self.evicting.pop(job, None)
+        if gang is not None:
+            self._unplace(gang)
         if gang is not None and self.by_key.get(gang.key) == job:
             del self.by_key[gang.key]
 
@@ -842,6 +1109,7 @@ def shown(key: Key) -> str:
 KINDS = {
     "nodes": ("v1", "Node"),
     "pods": ("v1", "Pod"),
+    "others": ("v1", "Pod"),
     "configmaps": ("v1", "ConfigMap"),
     **{kind.resource: (kind.api_version, "PodGroup") for kind in GANG_KINDS},
 }
@@ -859,6 +1127,31 @@ def _created(s: KubeScheduler, pods: list[Pod]) -> tuple[str, str]:
         str(((s.pods[p.key][0].get("metadata") or {}).get("creationTimestamp")) or "") for p in pods
     ]
     return (min(stamps), pods[0].name)
+
+
+def _shown(resource: str, amount: int) -> str:
+    """An amount as Kubernetes writes it: `1500m` CPUs, `30Gi` of bytes, a count."""
+    if resource == "cpu":
+        return cpus_text(amount)
+    if resource in ("memory", "ephemeral-storage") or resource.startswith("hugepages-"):
+        return memory_text(amount)
+    return str(amount)
+
+
+def _less(amount: int | None, used: int) -> int | None:
+    """What is left of `amount` (None: not counted) once `used` is taken."""
+    return None if amount is None else max(amount - used, 0)
+
+
+def _differs(told: Node | None, node: Node) -> bool:
+    """Whether the core must be told of `node` again (it was told of `told`)."""
+    if told is None or told is node:
+        return False
+    return (told.labels, told.hardware, told.taints) != (
+        node.labels,
+        node.hardware,
+        node.taints,
+    )
 
 
 def _stamp(t: float) -> str:

@@ -6,8 +6,12 @@ answers with core types, or with an error that says what is wrong with which obj
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 from toposched.core import Checkpoint, JobError, JobSpec, LocalityRule
@@ -20,8 +24,18 @@ from toposched.kube.annotations import (
     decode_topology,
     opted_in,
 )
-from toposched.topology.cluster import EVERY_NODE, SCHEDULE_LABEL, ClusterError, Node, NodeSelector
+from toposched.topology.cluster import (
+    EVERY_NODE,
+    SCHEDULE_LABEL,
+    ClusterError,
+    Node,
+    NodeSelector,
+    Requirement,
+    Taint,
+    Toleration,
+)
 from toposched.topology.node import NodeTopology
+from toposched.topology.resources import Hardware, gpu_type_from_product, type_key
 
 GPU_RESOURCE = "nvidia.com/gpu"
 GROUP_LABEL = "scheduling.x-k8s.io/pod-group"  # scheduler-plugins coscheduling
@@ -42,6 +56,20 @@ DEFAULT_RACK_LABEL = "toposched.io/rack"
 CHECKPOINT = "toposched.io/checkpoint"
 EVICTION_SIGNAL = "SIGTERM"
 DEFAULT_GRACE_S = 30.0  # Kubernetes' default terminationGracePeriodSeconds
+# NVIDIA GPU Feature Discovery's node labels: the product name and the memory of each GPU (MiB).
+GPU_PRODUCT = "nvidia.com/gpu.product"
+GPU_MEMORY = "nvidia.com/gpu.memory"
+# The GPU types a job accepts (the catalog's names, comma-separated), on the PodGroup or pod.
+GPU_TYPE = "toposched.io/gpu-type"
+# The core's label holding each node's name: what matchFields on metadata.name reads, and what
+# keeps a gang off a node its pods were found not to fit at bind time.
+NODE_NAME = "toposched.io/node-name"
+# The core's label, set by the driver, of what a node has left of a resource the core does not
+# count (ephemeral-storage, hugepages, extended resources): FREE + the resource's name.
+FREE = "toposched.io/free-"
+# What the core counts itself (GPUs, and CPUs and memory as Hardware), and the pod count, which
+# is not checked (see docs/kubernetes.md): every other requested resource is checked by label.
+COUNTED = frozenset({"cpu", "memory", GPU_RESOURCE, "pods"})
 
 Obj = Mapping[str, Any]
 
@@ -101,11 +129,15 @@ def key_of(obj: Obj) -> tuple[str, str]:
 # ---------------------------------------------------------------------- nodes
 
 
-def node_from(obj: Obj, rack_label: str = DEFAULT_RACK_LABEL) -> tuple[Node, NodeGpus, str | None]:
-    """The core's node for a Kubernetes Node, from its topology annotation, labels and
-    allocatable GPUs, and what is wrong with its annotation (None if nothing). A node whose
+def node_from(
+    obj: Obj, rack_label: str = DEFAULT_RACK_LABEL, gpu_names: Iterable[str] = ()
+) -> tuple[Node, NodeGpus, str | None]:
+    """The core's node for a Kubernetes Node, from its topology annotation, labels, taints and
+    allocatable resources, and what is wrong with its annotation (None if nothing). A node whose
     annotation is missing, unreadable or stale has unknown topology: its allocatable GPUs,
-    counted only, for jobs that accept that. ObjectError if it has no GPUs to offer at all."""
+    counted only, for jobs that accept that. ObjectError if it has no GPUs to offer at all.
+    Its hardware's CPUs and memory are all it has allocatable: the driver takes off what pods
+    the core does not count use. `gpu_names` are the GPU types the product label is read as."""
     m = meta(obj)
     name = m.get("name") or ""
     labels = dict(m.get("labels") or {})
@@ -132,12 +164,95 @@ def node_from(obj: Obj, rack_label: str = DEFAULT_RACK_LABEL) -> tuple[Node, Nod
     else:
         core_labels[SCHEDULE_LABEL] = "topology" if opted_in(labels) else "default"
         core_labels[TOPOLOGY_KNOWN] = "true"
+    core_labels[NODE_NAME] = name
     rack = labels.get(rack_label) or "rack-0"
     zone = labels.get(ZONE_LABEL) or "pod-0"
     try:
-        return Node(name, gpus.topology, rack=rack, pod=zone, labels=core_labels), gpus, problem
+        node = Node(
+            name,
+            gpus.topology,
+            rack=rack,
+            pod=zone,
+            labels=core_labels,
+            hardware=hardware_of(obj, gpu_names),
+            taints=taints_of(obj),
+        )
     except ClusterError as err:
-        raise ObjectError(str(err)) from None
+        raise ObjectError(f"node {name}: {err}") from None
+    return node, gpus, problem
+
+
+def hardware_of(obj: Obj, gpu_names: Iterable[str]) -> Hardware:
+    """GPU type and memory from GPU Feature Discovery's labels (unknown without them), CPUs and
+    memory from `status.allocatable` (not counted where it lists none)."""
+    labels = meta(obj).get("labels") or {}
+    product = labels.get(GPU_PRODUCT) or ""
+    mib = labels.get(GPU_MEMORY) or ""
+    have = allocatable(obj)
+    return Hardware(
+        gpu_type_from_product(product, gpu_names) if product else "",
+        int(mib) * 2**20 if mib.isdigit() else 0,
+        have.get("cpu"),
+        have.get("memory"),
+    )
+
+
+def taints_of(obj: Obj) -> tuple[Taint, ...]:
+    """A node's `spec.taints` (ClusterError for one the API server would not have taken)."""
+    return tuple(
+        Taint(str(t.get("key") or ""), str(t.get("value") or ""), str(t.get("effect") or ""))
+        for t in (obj.get("spec") or {}).get("taints") or []
+    )
+
+
+def allocatable(obj: Obj) -> dict[str, int]:
+    """A node's allocatable resources (its capacity where it reports no allocatable): CPUs in
+    millicores, the rest in units (bytes, devices); values that do not parse are left out."""
+    status = obj.get("status") or {}
+    listed = status.get("allocatable") or status.get("capacity") or {}
+    out = {}
+    for resource, value in listed.items():
+        try:
+            out[resource] = quantity(value, milli=resource == "cpu")
+        except ValueError:
+            continue
+    return out
+
+
+_QUANTITY = re.compile(
+    r"^([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE]([+-]?[0-9]+)|(Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E)?)$"
+)
+_SCALES: dict[str | None, Fraction] = {
+    None: Fraction(1),
+    "m": Fraction(1, 1000),
+    **{s: Fraction(1000**i) for i, s in enumerate("kMGTPE", 1)},
+    **{s: Fraction(1024**i) for i, s in enumerate(("Ki", "Mi", "Gi", "Ti", "Pi", "Ei"), 1)},
+}
+
+
+def quantity(value: Any, milli: bool = False) -> int:
+    """A Kubernetes quantity (`4`, `500m`, `16Gi`, `1e3`) as a whole number, rounded up as
+    kube-scheduler rounds: of thousandths where `milli` (CPUs), else of units. ValueError
+    for anything else (a negative amount too)."""
+    if isinstance(value, bool):
+        raise ValueError(f"{value!r} is not a quantity")
+    return _quantity_of(str(value).strip(), milli)
+
+
+@functools.lru_cache(maxsize=4096)
+def _quantity_of(text: str, milli: bool) -> int:
+    """`quantity` of a text: cached, as a cluster's pods repeat a handful of quantities."""
+    if text.isdigit():
+        return int(text) * (1000 if milli else 1)
+    match = _QUANTITY.match(text)
+    if match is None:
+        raise ValueError(f"{text!r} is not a quantity")
+    number, exponent, suffix = match.groups()
+    amount = Fraction(number) * _SCALES[suffix]
+    if exponent is not None:
+        amount *= Fraction(10) ** int(exponent)
+    amount *= 1000 if milli else 1
+    return math.ceil(amount)
 
 
 def allocatable_gpus(obj: Obj) -> int:
@@ -203,6 +318,14 @@ class Pod:
     checkpoint: str = "false"  # its CHECKPOINT annotation, checked by gang_spec
     grace_s: float = DEFAULT_GRACE_S  # its terminationGracePeriodSeconds
     group_kind: GangKind = SCHEDULER_PLUGINS  # which kind of PodGroup `group` names
+    # What it asks of a node, as kube-scheduler reads it: its effective requests (CPUs in
+    # millicores, the rest in units), nodeSelector, the terms of its required node affinity
+    # (none: no affinity), tolerations, and its GPU_TYPE annotation (checked by gang_spec).
+    requests: Mapping[str, int] = field(default_factory=dict)
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    affinity: tuple[tuple[Requirement, ...], ...] = ()
+    tolerations: tuple[Toleration, ...] = ()
+    gpu_type: str = ""
 
     @property
     def key(self) -> tuple[str, str]:
@@ -254,6 +377,11 @@ def pod_from(obj: Obj) -> Pod:
     # The scheduler-plugins label wins over Volcano's annotation, as it did before Volcano's
     # own PodGroups were read.
     volcano = not labels.get(GROUP_LABEL) and bool(annotations.get(VOLCANO_GROUP))
+    try:
+        requests = pod_requests(spec)
+        placement = (node_selector_of(spec), affinity_of(spec), tolerations_of(spec))
+    except (ValueError, TypeError, AttributeError) as err:
+        raise ObjectError(f"pod {ns}/{name}: {err}") from None
     return Pod(
         namespace=ns,
         name=name,
@@ -272,7 +400,125 @@ def pod_from(obj: Obj) -> Pod:
         checkpoint=annotations.get(CHECKPOINT) or "false",
         grace_s=float(grace),
         group_kind=VOLCANO if volcano else SCHEDULER_PLUGINS,
+        requests=requests,
+        node_selector=placement[0],
+        affinity=placement[1],
+        tolerations=placement[2],
+        gpu_type=annotations.get(GPU_TYPE) or "",
     )
+
+
+def pod_requests(spec: Mapping[str, Any]) -> dict[str, int]:
+    """A pod's effective requests, as kube-scheduler computes them: the sum over its
+    containers and sidecars (init containers that restart Always), or the most one init
+    container needs beside the sidecars started before it, whichever is larger, plus the pod's
+    overhead. Requests a container leaves out default to its limits (the API server does that
+    on create; a pod read from elsewhere may lack it)."""
+    total: dict[str, int] = {}
+    sidecars: dict[str, int] = {}
+    init: dict[str, int] = {}
+    for container in spec.get("containers") or []:
+        _add(total, container_requests(container))
+    for container in spec.get("initContainers") or []:
+        asks = container_requests(container)
+        if container.get("restartPolicy") == "Always":
+            _add(total, asks)
+            _add(sidecars, asks)
+            asks = dict(sidecars)
+        else:
+            _add(asks, sidecars)
+        _most(init, asks)
+    _most(total, init)
+    _add(total, _amounts(spec.get("overhead") or {}, "overhead"))
+    return {k: v for k, v in total.items() if v}
+
+
+def container_requests(container: Mapping[str, Any]) -> dict[str, int]:
+    resources = container.get("resources") or {}
+    listed = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
+    return _amounts(listed, f"container {container.get('name')!r}")
+
+
+def _amounts(listed: Mapping[str, Any], where: str) -> dict[str, int]:
+    out = {}
+    for resource, value in listed.items():
+        try:
+            out[resource] = quantity(value, milli=resource == "cpu")
+        except ValueError:
+            raise ValueError(f"{where}: {resource} {value!r} is not a quantity") from None
+    return out
+
+
+def _add(into: dict[str, int], more: Mapping[str, int]) -> None:
+    for resource, amount in more.items():
+        into[resource] = into.get(resource, 0) + amount
+
+
+def _most(into: dict[str, int], other: Mapping[str, int]) -> None:
+    for resource, amount in other.items():
+        into[resource] = max(into.get(resource, 0), amount)
+
+
+def node_selector_of(spec: Mapping[str, Any]) -> dict[str, str]:
+    selector = spec.get("nodeSelector") or {}
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in selector.items()):
+        raise ValueError(f"nodeSelector must map label names to strings, got {selector!r}")
+    return dict(selector)
+
+
+def affinity_of(spec: Mapping[str, Any]) -> tuple[tuple[Requirement, ...], ...]:
+    """The terms of a pod's required node affinity (one must hold, every requirement of it);
+    `matchFields` on metadata.name reads the core's NODE_NAME label. An empty term matches no
+    node, as in Kubernetes: dropped, and a pod whose every term is empty is refused."""
+    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or {}
+    listed = required.get("nodeSelectorTerms") or []
+    terms = tuple(t for t in (_term(term) for term in listed) if t)
+    if listed and not terms:
+        raise ValueError("its required node affinity has only empty terms: no node matches it")
+    return terms
+
+
+def _term(term: Mapping[str, Any]) -> tuple[Requirement, ...]:
+    out = [_requirement(e, e.get("key")) for e in term.get("matchExpressions") or []]
+    for expression in term.get("matchFields") or []:
+        if expression.get("key") != "metadata.name":
+            raise ValueError(
+                f"node affinity matchFields on {expression.get('key')!r}: only metadata.name "
+                "is a node field"
+            )
+        out.append(_requirement(expression, NODE_NAME))
+    return tuple(out)
+
+
+def _requirement(expression: Mapping[str, Any], key: Any) -> Requirement:
+    values = tuple(str(v) for v in expression.get("values") or [])
+    try:
+        return Requirement(str(key or ""), str(expression.get("operator")), values)
+    except ClusterError as err:
+        raise ValueError(str(err)) from None
+
+
+def tolerations_of(spec: Mapping[str, Any]) -> tuple[Toleration, ...]:
+    return tuple(
+        _toleration(
+            str(t.get("key") or ""),
+            str(t.get("operator") or "Equal"),
+            str(t.get("value") or ""),
+            str(t.get("effect") or ""),
+        )
+        for t in spec.get("tolerations") or []
+    )
+
+
+@functools.lru_cache(maxsize=1024)
+def _toleration(key: str, operator: str, value: str, effect: str) -> Toleration:
+    """One toleration, made once: every pod carries the same few (not-ready, unreachable)."""
+    try:
+        return Toleration(key, operator, value, effect)
+    except ClusterError as err:
+        raise ValueError(str(err)) from None
 
 
 # ---------------------------------------------------------------------- gangs
@@ -290,9 +536,26 @@ def min_member(group: Obj) -> int:
     return value
 
 
-def gang_spec(job: str, pods: list[Pod], workers: int, group: Obj | None = None) -> JobSpec:
+def gang_spec(
+    job: str,
+    pods: list[Pod],
+    workers: int,
+    group: Obj | None = None,
+    *,
+    extra: Sequence[Pod] = (),
+    excluded: Iterable[str] = (),
+    filters: bool = True,
+) -> JobSpec:
     """The core's job for a gang of pods (or one pod): `workers` pods of the same GPU count,
-    the queue and priority of its pods, the locality of its PodGroup (default: any)."""
+    the queue and priority of its pods, the locality of its PodGroup (default: any).
+
+    Every pod of the gang, `extra` (those without GPUs, bound beside its first worker) too,
+    must find on its node what it asks: the gang takes the strictest of its pods' nodeSelectors,
+    required node affinities and tolerations (what all of them accept), the most CPUs and memory
+    one worker requests, and for each resource the core does not count, the most one pod
+    requests (see `gang_selector`). `excluded` nodes are kept off. Without `filters` (a running
+    gang given back after a restart, whose placement its pods no longer accept: Kubernetes
+    ignores that during execution) it asks nothing of its nodes."""
     first = pods[0]
     counts = sorted({p.gpus for p in pods if p.gpus})
     if len(counts) > 1:
@@ -315,7 +578,18 @@ def gang_spec(job: str, pods: list[Pod], workers: int, group: Obj | None = None)
     checkpoint = (
         Checkpoint(EVICTION_SIGNAL, min(p.grace_s for p in pods)) if saves == "true" else None
     )
+    base = EVERY_NODE if accept == "true" else KNOWN_ONLY
+    everyone = [*pods, *extra]
     try:
+        asks: dict[str, Any] = {"selector": base}
+        if filters:
+            asks = {
+                "selector": gang_selector(job, everyone, base, excluded),
+                "tolerations": common_tolerations([p.tolerations for p in everyone]),
+                "gpu_types": gpu_types(job, everyone, annotations.get(GPU_TYPE) or ""),
+                "cpus": max(p.requests.get("cpu", 0) for p in pods),
+                "memory": max(p.requests.get("memory", 0) for p in pods),
+            }
         return JobSpec(
             job,
             workers=workers,
@@ -324,8 +598,100 @@ def gang_spec(job: str, pods: list[Pod], workers: int, group: Obj | None = None)
             owner=first.namespace,
             priority=max(p.priority for p in pods),
             locality=LocalityRule.parse(text),
-            selector=EVERY_NODE if accept == "true" else KNOWN_ONLY,
             checkpoint=checkpoint,
+            **asks,
         )
-    except JobError as err:
+    except (JobError, ClusterError) as err:
         raise ObjectError(f"{job}: {err}") from None
+
+
+MOST_TERMS = 64  # node affinity terms a gang may have once its pods' are combined
+
+
+def gang_selector(
+    job: str, pods: Sequence[Pod], base: NodeSelector, excluded: Iterable[str] = ()
+) -> NodeSelector:
+    """The nodes every pod of a gang accepts: all their nodeSelectors' labels (two values of
+    one label are refused: no node has both), their required node affinities combined (a term
+    of each, every way: their AND), and in every term, room for the most one pod asks of each
+    resource the core does not count (the driver's FREE labels) and `excluded` nodes kept off.
+    Room is checked for one pod per node: the driver checks the sum before it binds."""
+    match = dict(base.match)
+    for pod in pods:
+        for key, value in pod.node_selector.items():
+            if match.setdefault(key, value) != value:
+                raise ObjectError(
+                    f"{job}: its pods' nodeSelectors ask both {key}={match[key]} and "
+                    f"{key}={value}: no node has both"
+                )
+    terms: tuple[tuple[Requirement, ...], ...] = ((),)
+    for affinity in dict.fromkeys(p.affinity for p in pods if p.affinity):
+        terms = tuple(a + b for a in terms for b in affinity)
+        if len(terms) > MOST_TERMS:
+            raise ObjectError(
+                f"{job}: its pods' required node affinities differ; combined they make more "
+                f"than {MOST_TERMS} terms"
+            )
+    also = free_requirements(pods)
+    nodes = tuple(sorted(set(excluded)))
+    if nodes:
+        also += (Requirement(NODE_NAME, "NotIn", nodes),)
+    any_of = tuple(term + also for term in terms) if terms != ((),) or also else ()
+    return NodeSelector(tuple(sorted(match.items())), any_of)
+
+
+def free_requirements(pods: Sequence[Pod]) -> tuple[Requirement, ...]:
+    """For each resource the core does not count, a node with more free than one pod asks."""
+    most: dict[str, int] = {}
+    for pod in pods:
+        for resource, amount in pod.requests.items():
+            if resource not in COUNTED:
+                most[resource] = max(most.get(resource, 0), amount)
+    return tuple(
+        Requirement(FREE + resource, "Gt", (str(amount - 1),))
+        for resource, amount in sorted(most.items())
+    )
+
+
+def common_tolerations(sets: Sequence[tuple[Toleration, ...]]) -> tuple[Toleration, ...]:
+    """Tolerations that let a gang past exactly the taints each of `sets` tolerates: each
+    pod's, met pairwise (key, value and effect narrowed to what both match)."""
+    distinct = list(dict.fromkeys(sets))
+    common = distinct[0] if distinct else ()
+    for more in distinct[1:]:
+        met = (_meet(a, b) for a in common for b in more)
+        common = tuple(dict.fromkeys(t for t in met if t is not None))
+    return common
+
+
+def _meet(a: Toleration, b: Toleration) -> Toleration | None:
+    """The toleration of the taints both `a` and `b` tolerate, None if there is none."""
+    if (a.key and b.key and a.key != b.key) or (a.effect and b.effect and a.effect != b.effect):
+        return None
+    if a.operator == "Exists":
+        operator, value = b.operator, b.value
+    elif b.operator == "Exists" or a.value == b.value:
+        operator, value = a.operator, a.value
+    else:
+        return None
+    return Toleration(a.key or b.key, operator, value, a.effect or b.effect)
+
+
+def gpu_types(job: str, pods: Sequence[Pod], named: str) -> tuple[str, ...]:
+    """The GPU types of the PodGroup's GPU_TYPE annotation, else those every pod's accepts."""
+    if named:
+        return _type_list(named)
+    common: set[str] | None = None
+    names: dict[str, str] = {}
+    for pod in pods:
+        if pod.gpu_type:
+            types = {type_key(t): t for t in _type_list(pod.gpu_type)}
+            names.update(types)
+            common = set(types) if common is None else common & set(types)
+            if not common:
+                raise ObjectError(f"{job}: its pods' {GPU_TYPE} annotations share no GPU type")
+    return tuple(sorted(names[k] for k in common or ()))
+
+
+def _type_list(text: str) -> tuple[str, ...]:
+    return tuple(t.strip() for t in text.split(",") if t.strip())

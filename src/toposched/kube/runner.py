@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from toposched.kube.api import ApiError, Gone, KubeApi
-from toposched.kube.driver import QUEUES_SELECTOR, KubeScheduler, LeaseLost
+from toposched.kube.driver import OTHERS_PATH, QUEUES_SELECTOR, KubeScheduler, LeaseLost
 from toposched.kube.objects import GANG_KINDS
 
 log = logging.getLogger("toposched.kube")
@@ -185,6 +185,7 @@ class Runner:
         watched: list[tuple[str, str, dict[str, str]]] = [
             ("nodes", "/api/v1/nodes", {}),
             ("pods", s.pods_path(), {"fieldSelector": s.pod_selector()}),
+            ("others", OTHERS_PATH, {"fieldSelector": s.others_selector()}),
             ("configmaps", s.config_path(), {"fieldSelector": QUEUES_SELECTOR}),
         ]
         # A kind of PodGroup whose CRD the cluster lacks was listed as "" and is not watched.
