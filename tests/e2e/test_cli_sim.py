@@ -151,3 +151,45 @@ def test_a_deadlocked_policy_has_no_comparable_jct(
         cells = [c.strip() for c in rows[heading].split("│")[2:4]]
         assert cells[0] != "n/a (deadlocked)" and cells[1] == "n/a (deadlocked)", cells
     assert "n/a (deadlocked)" in html.read_text()
+
+
+OPENB = ROOT / "tests" / "fixtures" / "traces" / "openb"
+
+
+def test_sim_on_a_machine_list_says_what_it_replayed(
+    cli: Callable[..., Result], tmp_path: Path
+) -> None:
+    r = cli(
+        "sim", "--trace", str(OPENB / "gpuspec.csv"), "--cluster", str(OPENB / "nodes.csv"),
+        "--policy", "fifo-gang-firstfit", "--out", str(tmp_path), "--no-plots",
+    )  # fmt: skip
+    assert r.code == 0, r.err
+    assert "13 jobs replayed; rows left out: 1 no-gpu; 4 asked for part of a GPU and hold a " in (
+        " ".join(r.out.split())
+    )
+    saved = json.loads((tmp_path / "metrics.json").read_text())
+    assert saved["skip_reasons"] == {"no-gpu": 1}
+    assert list(saved["notes"].values()) == [4]
+
+
+def test_sim_typed_share(cli: Callable[..., Result], tmp_path: Path) -> None:
+    mixed = str(ROOT / "examples" / "clusters" / "mixed-v100-p100-t4.yaml")
+    r = cli(
+        "sim", "--trace", PHILLY, "--cluster", mixed, "--limit", "40", "--typed-share", "0.5",
+        "--policy", "toposched", "--out", str(tmp_path), "--no-plots", "--json",
+    )  # fmt: skip
+    assert r.code == 0, r.err
+    assert r.json()["policies"]["toposched"]["jobs"] == 40
+    saved = json.loads((tmp_path / "metrics.json").read_text())
+    (typed,) = saved["notes"].values()
+    assert 10 <= typed <= 30 and saved["typed_share"] == 0.5
+
+
+def test_sim_hetero_errors(cli: Callable[..., Result], tmp_path: Path) -> None:
+    r = cli("sim", "--trace", PHILLY, "--cluster", "2*dgx1-v100", "--typed-share", "2")
+    assert r.code != 0 and "--typed-share must be between 0 and 1, got 2.0" in r.err
+    r = cli("sim", "--trace", PHILLY, "--cluster", "2*pcie-8gpu-2socket", "--typed-share", "0.5")
+    assert r.code != 0 and "no node has a GPU type" in r.err
+    bad = str(OPENB / "nodes_bad.csv")
+    r = cli("sim", "--trace", PHILLY, "--cluster", bad, "--out", str(tmp_path))
+    assert r.code != 0 and f"{bad}:3: 'two' is not a whole number >= 0 (column gpu)" in r.err

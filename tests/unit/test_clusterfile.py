@@ -7,6 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import yaml
 
 from toposched.discovery.files import load_cluster
 from toposched.topology import PRESETS, preset
@@ -26,6 +27,8 @@ from toposched.topology.clusterfile import (
     parse_shorthand,
 )
 from toposched.topology.links import BandwidthTable
+from toposched.topology.presets import preset_hardware
+from toposched.topology.resources import Hardware
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "clusters"
 
@@ -244,7 +247,7 @@ def test_topology_files_need_a_resolver() -> None:
         parse_cluster_yaml("nodes:\n  - {name: a, topology: box.yaml}\n")
 
 
-@pytest.mark.parametrize("name", ["lab.yaml", "philly-like.yaml"])
+@pytest.mark.parametrize("name", ["lab.yaml", "philly-like.yaml", "mixed-v100-p100-t4.yaml"])
 def test_examples_load(name: str) -> None:
     cluster = load_cluster(str(EXAMPLES / name))
     assert cluster.nodes
@@ -469,3 +472,104 @@ def test_dump_refuses_topologies_that_would_not_load_back() -> None:
     faster = replace(preset("dgx1-v100"), bandwidth=BandwidthTable(nvlink_per_link=40.0))
     with pytest.raises(ClusterError, match="'dgx1-v100' is not a preset"):
         dump_cluster_yaml(Cluster((Node("b", faster),)))
+
+
+# ---------------------------------------------------------------- hardware
+
+GIB = 2**30
+
+
+def test_shorthand_nodes_have_their_presets_hardware() -> None:
+    cluster = parse_shorthand("2*dgx1-v100+1*g4dn-12xlarge")
+    assert [n.hardware for n in cluster.nodes] == [preset_hardware("dgx1-v100")] * 2 + [
+        preset_hardware("g4dn-12xlarge")
+    ]
+    assert cluster.nodes[0].hardware == Hardware("V100", 16 * GIB, 80_000, 512 * GIB)
+
+
+def test_groups_and_nodes_override_the_presets_hardware(tmp_path: Path) -> None:
+    (tmp_path / "box.yaml").write_text(PAIRS)
+    text = """\
+groups:
+  - count: 2
+    topology: dgx1-v100
+    gpu_memory: 32Gi
+    cpus: 96
+    memory: 768Gi
+nodes:
+  - name: t4
+    topology: g4dn-12xlarge
+    cpus: 47.5
+  - name: box
+    topology: box.yaml
+    gpu_type: P100
+    gpu_memory: 17179869184
+    cpus: 500m
+    memory: 64G
+  - name: bare
+    topology: dgx1-v100
+    gpu_type: null
+    cpus: null
+"""
+    (tmp_path / "c.yaml").write_text(text)
+    nodes = {n.name: n.hardware for n in load_cluster(str(tmp_path / "c.yaml")).nodes}
+    assert nodes["dgx1-v100-0"] == Hardware("V100", 32 * GIB, 96_000, 768 * GIB)
+    assert nodes["dgx1-v100-1"] == nodes["dgx1-v100-0"]
+    assert nodes["t4"] == Hardware("T4", 16 * GIB, 47_500, 192 * GIB)
+    assert nodes["box"] == Hardware("P100", 16 * GIB, 500, 64 * 10**9)
+    assert nodes["bare"] == Hardware("", 16 * GIB, None, 512 * GIB)
+
+
+@pytest.mark.parametrize(
+    ("entry", "line", "message"),
+    [
+        ("    gpu_memory: 32GB", 4, "gpu_memory '32GB': unknown unit 'GB'; for GB write Gi or G"),
+        ("    memory: lots", 4, "memory 'lots': expected bytes, or a Kubernetes quantity"),
+        ("    cpus: 4x", 4, "cpus '4x': unknown unit 'x'; expected a count of CPUs"),
+        ("    cpus: -2", 4, "cpus -2: must not be negative"),
+        ("    gpu_type: ''", 4, "gpu_type '': expected a GPU type name such as V100 or T4"),
+        ("    gpu_type: 100", 4, "gpu_type 100: expected a GPU type name"),
+        ("    gpus: 8", 4, "unknown key 'gpus' in nodes[0]; valid keys: name, topology, rack"),
+    ],
+)
+def test_bad_hardware_names_the_file_line_and_key(entry: str, line: int, message: str) -> None:
+    text = f"nodes:\n  - name: a\n    topology: dgx1-v100\n{entry}\n"
+    with pytest.raises(ClusterError, match=f"^hw.yaml:{line}: " + re.escape(message)):
+        parse_cluster_yaml(text, source="hw.yaml")
+
+
+def test_bad_hardware_in_a_group_names_its_line() -> None:
+    text = "groups:\n  - count: 2\n    topology: dgx1-v100\n\n    memory: 1.5GiB\n"
+    with pytest.raises(ClusterError, match=r"^hw.yaml:5: memory '1.5GiB': unknown unit 'GiB'"):
+        parse_cluster_yaml(text, source="hw.yaml")
+
+
+def test_dump_writes_hardware_only_where_it_differs_from_the_preset() -> None:
+    v100 = preset_hardware("dgx1-v100")
+    cluster = Cluster(
+        (
+            Node("same", preset("dgx1-v100"), hardware=v100),
+            Node("big", preset("dgx1-v100"), hardware=replace(v100, gpu_memory=32 * GIB)),
+            Node("odd", preset("g4dn-12xlarge"), hardware=Hardware("T4", 16 * GIB, 2_500, None)),
+        )
+    )
+    text = dump_cluster_yaml(cluster)
+    nodes = yaml.safe_load(text)["nodes"]
+    assert [set(n) - {"name", "topology", "rack", "pod"} for n in nodes] == [
+        set(),
+        {"gpu_memory"},
+        {"cpus", "memory"},
+    ]
+    assert nodes[1]["gpu_memory"] == "32Gi"
+    assert (nodes[2]["cpus"], nodes[2]["memory"]) == ("2.5", None)
+    assert parse_cluster_yaml(text) == cluster
+
+
+def test_the_mixed_example_has_512_gpus_of_three_types() -> None:
+    cluster = load_cluster(str(EXAMPLES / "mixed-v100-p100-t4.yaml"))
+    gpus: dict[str, int] = {}
+    for n in cluster.nodes:
+        gpus[n.hardware.gpu_type] = gpus.get(n.hardware.gpu_type, 0) + n.size
+    assert gpus == {"V100": 256, "P100": 128, "T4": 128}
+    assert cluster.node("p100-0").hardware == Hardware("P100", 16 * GIB, 40_000, 256 * GIB)
+    assert len({n.rack for n in cluster.nodes}) == 10

@@ -17,10 +17,13 @@ from toposched.dashboard.simreport import write_html
 from toposched.discovery.catalog_files import load_catalog
 from toposched.discovery.files import load_cluster
 from toposched.perf import PerfError, PerfModel
+from toposched.sim.clusters import is_machine_list, read_machine_list
 from toposched.sim.engine import SimResult, Simulation
 from toposched.sim.metrics import comparable, summarise
 from toposched.sim.report import write_jobs, write_metrics, write_plots
-from toposched.sim.traces import FORMATS, TraceError, read_trace
+from toposched.sim.traces import FORMATS, Trace, TraceError, read_trace
+from toposched.sim.traces.job import NOTES
+from toposched.sim.typed import type_share
 from toposched.sim.workload import DEFAULT_WORKLOAD
 from toposched.topology.cluster import ClusterError
 
@@ -53,13 +56,26 @@ def _cell(value: float | int | bool | None, style: str) -> str:
     return style.format(value)
 
 
+def _trace_summary(trace: Trace) -> str:
+    """What was replayed: the jobs, the rows left out by reason, the jobs changed by kind."""
+    parts = [f"{len(trace.jobs):,} jobs replayed"]
+    if trace.skip_reasons:
+        reasons = ", ".join(f"{n:,} {kind}" for kind, n in trace.skip_reasons.items())
+        parts.append(f"rows left out: {reasons}")
+    parts += [f"{n:,} {NOTES.get(kind, kind)}" for kind, n in trace.notes.items()]
+    return "; ".join(parts)
+
+
 def sim(
     trace: str = typer.Option(..., "--trace", help="Trace file (CSV)."),
     format: str | None = typer.Option(
         None, "--format", help=f"Trace format ({', '.join(FORMATS)}); told from the header."
     ),
     cluster: str = typer.Option(
-        ..., "--cluster", help="Cluster file, or a shorthand such as 64*dgx1-v100/8."
+        ...,
+        "--cluster",
+        help="Cluster file, a shorthand such as 64*dgx1-v100/8, or a machine list (.csv: an "
+        "openb node list or a PAI 2020 machine spec).",
     ),
     policy: str = typer.Option(
         "toposched,k8s-default", "--policy", help="Scheduler policies, comma-separated."
@@ -105,6 +121,12 @@ def sim(
         "--catalog",
         help="Extra performance catalog YAML (repeatable; `perf fit --out` writes one).",
     ),
+    typed_share: float = typer.Option(
+        0.0,
+        "--typed-share",
+        help="Share (0-1) of untyped jobs that accept one GPU type only, drawn (--seed) from "
+        "the cluster's types in proportion to their GPUs.",
+    ),
 ) -> None:
     """Replay a trace with each policy; print a side-by-side table and write files to --out."""
     names = [p.strip() for p in policy.split(",") if p.strip()]
@@ -127,9 +149,12 @@ def sim(
         guarantees[queue] = int(gpus)
     if limit is not None and limit < 1:
         fail(f"--limit must be at least 1, got {limit}")
+    if not 0.0 <= typed_share <= 1.0:
+        fail(f"--typed-share must be between 0 and 1, got {typed_share}")
     try:
-        built = load_cluster(cluster)
+        built = read_machine_list(cluster) if is_machine_list(cluster) else load_cluster(cluster)
         jobs = read_trace(trace, format, skip_bad=skip_bad, limit=limit, seed=seed)
+        jobs = type_share(jobs, built, typed_share, seed)
         perf = PerfModel(load_catalog(catalogs))
         if network is not None:
             perf.catalog.network(network)  # an unknown profile fails here, naming the known ones
@@ -181,6 +206,9 @@ def sim(
         "cluster": cluster,
         "seed": seed,
         "skipped_rows": jobs.skipped,
+        "skip_reasons": jobs.skip_reasons,
+        "notes": {NOTES.get(kind, kind): n for kind, n in jobs.notes.items()},
+        "typed_share": typed_share,
         "wall_s": time.perf_counter() - began,
     }
     write_metrics(results, summaries, out, extra)
@@ -193,12 +221,14 @@ def sim(
     ]
     if html is not None:
         try:
-            write_html(html, results, rows, {"jobs": f"{len(jobs.jobs):,}", **extra})
+            facts = {k: v for k, v in extra.items() if not isinstance(v, dict)}
+            write_html(html, results, rows, {"jobs": _trace_summary(jobs), **facts})
         except OSError as err:
             fail(f"--html {html}: {err.strerror or err}")
     if as_json:
         emit_json({"policies": summaries})
         return
+    console.print(_trace_summary(jobs))
     table = Table(title=f"{len(jobs.jobs):,} jobs of {trace} on {cluster}")
     table.add_column("metric")
     for name in names:

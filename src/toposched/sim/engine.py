@@ -2,8 +2,9 @@
 
 The core sees exactly the events a server would send it (JobSubmitted, JobFinished,
 JobStopped, Tick) and the simulator carries out its actions as a cluster would: a started job
-progresses at the speed the performance model gives its placement and its neighbours (its trace
-duration is its run time at an ideal placement), a stopped job pays its checkpoint grace (or,
+progresses at the speed the performance model gives its placement, its GPU type and its
+neighbours (its trace duration is its run time at an ideal placement on the fastest GPU type it
+accepts), a stopped job pays its checkpoint grace (or,
 without a checkpoint, starts over), and a job's speed is recomputed whenever its placement or
 the jobs beside it change.
 """
@@ -36,12 +37,15 @@ from toposched.core import (
 from toposched.perf import DEFAULT_BATCH, ModelSpec, PerfModel
 from toposched.perf.interference import factor_from_counts, level_masks, neighbour_counts
 from toposched.perf.steptime import fastest, step_time
+from toposched.placement.by_model import StepTime
 from toposched.placement.capacity import full_mask
 from toposched.placement.tables import from_mask, to_mask
+from toposched.sim.speeds import TypeSpeeds, mixed_step_time
 from toposched.sim.traces import Trace, TraceJob
 from toposched.sim.workload import Workload
-from toposched.topology.cluster import Cluster, Tier
+from toposched.topology.cluster import Cluster, Node, Tier
 from toposched.topology.node import NodeTopology
+from toposched.topology.resources import type_key
 
 # Events due at one instant are handled in this order: GPUs free up before new work arrives.
 _STOPPED, _FINISH, _SUBMIT, _TICK = range(4)
@@ -71,6 +75,7 @@ class SimJob:
     preemptions: int = 0
     migrations: int = 0
     partial_gpu_s: float = 0.0
+    placements: list[tuple[str, ...]] = field(default_factory=list)  # each start's nodes
 
 
 @dataclass
@@ -119,7 +124,8 @@ class Simulation(Driver):
     ) -> None:
         """`network`: a profile of the performance model's catalog; by default the cluster's
         own tier bandwidths, with the `default` profile's efficiency and latency.
-        `guarantees`: GPUs guaranteed to each named queue (others get none)."""
+        `guarantees`: GPUs guaranteed to each named queue (others get none). `gpu_type`: a
+        catalog GPU type every node is taken to have (default: each node's own, TypeSpeeds)."""
         self.trace, self.cluster, self.policy = trace, cluster, policy
         self.guarantees = dict(guarantees or {})
         self.perf = perf or PerfModel()
@@ -141,16 +147,29 @@ class Simulation(Driver):
         self._framework = self.perf.catalog.framework(framework)
         self._models: dict[str, ModelSpec] = {}
         self._speeds: dict[tuple[object, ...], float] = {}
-        self.gpu_type = gpu_type or self.perf.catalog.gpu_for(cluster.nodes[0].topology.name)
+        self.type_speed = TypeSpeeds(self.perf)
+        # Each node's GPU type as the catalog names it (`gpu_type`: every node that one).
+        self.node_type = {n.name: gpu_type or self.type_speed.of_node(n) for n in cluster.nodes}
+        self.gpu_type = self.node_type[cluster.nodes[0].name]
         self.node_gpus = max(node.size for node in cluster.nodes)
-        self._step_time = step_time(self.perf, self.gpu_type, framework=framework, network=network)
-        self._reference: dict[tuple[str, int, NodeTopology], float] = {}
+        # A step time sees topologies, not nodes: each counts at the slowest type it has.
+        type_of: dict[NodeTopology, str] = {}
+        for n in cluster.nodes:
+            known = type_of.get(n.topology)
+            pair = [self.node_type[n.name]] + ([] if known is None else [known])
+            type_of[n.topology] = self.type_speed.slowest(None, pair)
+        self._step_time = mixed_step_time(
+            self.perf, self.type_speed, type_of, framework=framework, network=network
+        )
+        self._type_steps: dict[str, StepTime] = {}
+        self._reference: dict[tuple[object, ...], float] = {}
         scheduler = Scheduler(
             cluster,
             make_scheduler_policy(policy, policy_params or {}),
             self.guarantees,
             rng=random.Random(seed),
             step_time=self._step_time,
+            type_speed=self.type_speed,
         )
         super().__init__(scheduler)
         self.jobs = {j.name: SimJob(j, j.duration_s) for j in trace.jobs}
@@ -173,7 +192,10 @@ class Simulation(Driver):
 
     # ------------------------------------------------------------------ the loop
 
-    def run(self, progress: Progress | None = None) -> SimResult:
+    def run(self, progress: Progress | None = None, *, until: float | None = None) -> SimResult:
+        """Replay the trace to its end, or (`until`) to the last instant not after that time:
+        jobs still running or waiting then are left so (a run cut short: its JCT figures
+        count only the jobs done by then)."""
         started = time.perf_counter()
         # Submissions join the heap as the clock reaches them: a heap of what is under way,
         # not of the whole trace, is cheaper to keep.
@@ -183,9 +205,11 @@ class Simulation(Driver):
             t = self._heap[0][0] if self._heap else math.inf
             if arrived < total and jobs[arrived].submit_s <= t:
                 t = jobs[arrived].submit_s
-                while arrived < total and jobs[arrived].submit_s == t:
-                    self._push(t, _SUBMIT, jobs[arrived].name)
-                    arrived += 1
+            if until is not None and t > until:
+                break
+            while arrived < total and jobs[arrived].submit_s == t:
+                self._push(t, _SUBMIT, jobs[arrived].name)
+                arrived += 1
             self._advance(t)
             events: list[Event] = []
             while self._heap and self._heap[0][0] == t:
@@ -277,6 +301,7 @@ class Simulation(Driver):
         job.placement = placement
         by_node = placement.gpus_by_node()
         job.nodes = tuple(by_node)
+        job.placements.append(job.nodes)
         if job.first_start is None:
             job.first_start = self.now
         job.since = self.now
@@ -349,7 +374,8 @@ class Simulation(Driver):
             self._push(self.now + job.remaining / rate, _FINISH, name, job.token)
 
     def _speed(self, job: SimJob, alone: bool = False) -> float:
-        """The job's speed on its placement, with its neighbours (or `alone`)."""
+        """The job's speed on its placement, with its neighbours (or `alone`), on its nodes'
+        GPU type (the slowest, if they differ)."""
         placement = job.placement
         assert placement is not None
         name, model = job.trace.name, job.trace.model
@@ -366,16 +392,17 @@ class Simulation(Driver):
             if others:
                 counts = neighbour_counts(self._levels[kind], own, others)
                 slowdown = max(slowdown, factor_from_counts(counts, self._framework, spec))
+        gpu_type = self._placement_type(model, job.nodes)
         # Neighbours matter only through the interference factor they make, so the speed is
         # kept per factor, not per set of busy GPUs: far fewer keys.
-        key = (model, placement.tier, tuple(owns), slowdown)
+        key = (model, placement.tier, tuple(owns), slowdown, gpu_type, job.trace.gpu_types)
         found = self._speeds.get(key)
         if found is not None:
             return found
         shares = [(self._kinds[kind], from_mask(own)) for kind, own in owns]
         actual = self.perf.estimate(
             model,
-            self.gpu_type,
+            gpu_type,
             shares,
             framework=self.framework,
             network=self.network,
@@ -383,32 +410,73 @@ class Simulation(Driver):
             interference=slowdown,
         )
         gpus = sum(len(gpus) for _, gpus in shares)
-        ratio = actual.throughput / self._best(model, gpus, shares[0][0])
+        best = self._best(model, gpus, shares[0][0], gpu_type, job.trace.gpu_types)
         # The trace's duration is the run time at an ideal placement: nothing runs faster.
-        speed = min(1.0, ratio)
+        speed = min(1.0, actual.throughput / best)
         if len(self._speeds) >= SPEED_MEMO:
             self._speeds.clear()  # bounded, though the keys are few
         self._speeds[key] = speed
         return speed
 
-    def _best(self, model: str, gpus: int, topology: NodeTopology) -> float:
-        """Throughput at the ideal placement: the fewest whole nodes (`PerfModel.ideal`), or
-        where the model predicts spreading over more nodes of this cluster faster, that."""
-        key = (model, gpus, topology)
+    def _placement_type(self, model: str, nodes: tuple[str, ...]) -> str:
+        first = self.node_type[nodes[0]]
+        if all(self.node_type[n] == first for n in nodes):
+            return first
+        return self.type_speed.slowest(model, (self.node_type[n] for n in nodes))
+
+    def _best(
+        self,
+        model: str,
+        gpus: int,
+        topology: NodeTopology,
+        gpu_type: str,
+        accepted: tuple[str, ...],
+    ) -> float:
+        """Throughput at the ideal placement: on the fastest GPU type the job accepts, the
+        fewest whole nodes (`PerfModel.ideal`; of the placement's own topology for its own
+        type, of the largest node for others), or where the model predicts spreading over
+        more nodes of this cluster faster, that."""
+        key = (model, gpus, topology, gpu_type, accepted)
         found = self._reference.get(key)
         if found is None:
-            ideal = self.perf.ideal(
-                model,
-                self.gpu_type,
-                gpus,
-                topology,
-                framework=self.framework,
-                network=self.network,
-            ).throughput
-            step = fastest(self._step_time, model, self.cluster.nodes, gpus)
-            spread = 0.0 if step is None else gpus * DEFAULT_BATCH / step
-            found = self._reference[key] = max(ideal, spread)
+            found = 0.0
+            for other, nodes in self._nodes_by_type(accepted).items():
+                shape = topology if other == gpu_type else max(nodes, key=lambda n: n.size).topology
+                found = max(found, self._best_on(model, gpus, other, shape, nodes))
+            self._reference[key] = found
         return found
+
+    def _nodes_by_type(self, accepted: tuple[str, ...]) -> dict[str, list[Node]]:
+        """The nodes a job that accepts `accepted` (node GPU types; empty: any) may use, by
+        their catalog type; every node if none are left."""
+        wanted = {type_key(t) for t in accepted}
+        nodes = [
+            n for n in self.cluster.nodes if not wanted or type_key(n.hardware.gpu_type) in wanted
+        ]
+        by_type: dict[str, list[Node]] = {}
+        for n in nodes or self.cluster.nodes:
+            by_type.setdefault(self.node_type[n.name], []).append(n)
+        return by_type
+
+    def _best_on(
+        self, model: str, gpus: int, gpu_type: str, topology: NodeTopology, nodes: list[Node]
+    ) -> float:
+        ideal = self.perf.ideal(
+            model,
+            gpu_type,
+            gpus,
+            topology,
+            framework=self.framework,
+            network=self.network,
+        ).throughput
+        predict = self._type_steps.get(gpu_type)
+        if predict is None:
+            predict = self._type_steps[gpu_type] = step_time(
+                self.perf, gpu_type, framework=self.framework, network=self.network
+            )
+        step = fastest(predict, model, nodes, gpus)
+        spread = 0.0 if step is None else gpus * DEFAULT_BATCH / step
+        return max(ideal, spread)
 
     # ------------------------------------------------------------------ samples
 

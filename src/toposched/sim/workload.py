@@ -17,7 +17,9 @@ class Workload:
     when it is larger than a node) and accepts any placement after waiting `relax_after_s`,
     as Philly's scheduler relaxed locality for waiting jobs. With `checkpoint_grace_s` set,
     every job saves its state on SIGTERM within that time, so it can be preempted or moved
-    without losing work; otherwise a stopped job starts over.
+    without losing work; otherwise a stopped job starts over. Each worker asks its node for
+    the trace's CPUs and memory per GPU and one of its GPU types (all of them one type: a
+    gang does not mix types).
     """
 
     relax_after_s: float | None = 1800.0
@@ -40,6 +42,9 @@ class Workload:
             locality=locality,
             checkpoint=checkpoint,
             model=job.model,
+            cpus=job.cpus,
+            memory=job.memory,
+            gpu_types=job.gpu_types,
         )
 
 

@@ -19,7 +19,16 @@ from toposched.topology.cluster import (
 )
 from toposched.topology.errors import TopologyError
 from toposched.topology.node import NodeTopology
-from toposched.topology.presets import PRESETS, preset
+from toposched.topology.presets import PRESETS, preset, preset_hardware
+from toposched.topology.resources import (
+    UNKNOWN_HARDWARE,
+    Hardware,
+    QuantityError,
+    cpus_text,
+    memory_text,
+    parse_cpus,
+    parse_memory,
+)
 from toposched.topology.yamlfile import _line
 
 # Turns a `topology:` value that is not a preset (a file path) into a topology; the loader in
@@ -27,8 +36,17 @@ from toposched.topology.yamlfile import _line
 Resolver = Callable[[str], NodeTopology]
 
 KEYS = ("name", "network_gbps", "groups", "nodes")
-GROUP_KEYS = ("count", "topology", "racks_of", "racks_per_pod", "name_prefix", "labels")
-NODE_KEYS = ("name", "topology", "rack", "pod", "labels")
+HARDWARE_KEYS = ("gpu_type", "gpu_memory", "cpus", "memory")
+GROUP_KEYS = (
+    "count",
+    "topology",
+    "racks_of",
+    "racks_per_pod",
+    "name_prefix",
+    "labels",
+    *HARDWARE_KEYS,
+)
+NODE_KEYS = ("name", "topology", "rack", "pod", "labels", *HARDWARE_KEYS)
 TIERS = ("rack", "pod", "cluster")
 
 SHORTHAND_FORMS = "N*PRESET[/R] or 'N x PRESET [in racks of R]', groups joined by +"
@@ -67,6 +85,7 @@ class _Builder:
         racks_of: int | None = None,
         racks_per_pod: int | None = None,
         labels: Mapping[str, str] | None = None,
+        hardware: Hardware = UNKNOWN_HARDWARE,
         line: int | None = None,
     ) -> None:
         """`count` nodes `<prefix>-<i>`; a group starts a new rack, and a new pod if it has pods."""
@@ -82,6 +101,7 @@ class _Builder:
                 rack=f"rack-{self.racks + rack}",
                 pod=f"pod-{pod}",
                 labels=labels or {},
+                hardware=hardware,
             )
             self.add(node, line)
         racks = -(-count // per_rack)
@@ -124,7 +144,7 @@ def parse_shorthand(spec: str) -> Cluster:
                 f"known presets: {', '.join(PRESETS)}"
             )
         racks_of = None if per_rack is None else int(per_rack)
-        builder.group(count, preset(name), name, racks_of=racks_of)
+        builder.group(count, preset(name), name, racks_of=racks_of, hardware=preset_hardware(name))
     return builder.cluster(spec.strip(), DEFAULT_NETWORK_GBPS)
 
 
@@ -214,6 +234,42 @@ class _Map:
         except TopologyError as err:
             raise self.error(f"topology {spec!r}: {err}", "topology") from None
 
+    def hardware(self, base: Hardware) -> Hardware:
+        """`base` (the preset's hardware, or unknown) with the keys given here in its place;
+        null makes a value unknown (GPU type and memory) or not counted (CPUs and memory)."""
+        gpu_memory = self._quantity("gpu_memory", parse_memory, base.gpu_memory)
+        return Hardware(
+            self._gpu_type(base.gpu_type),
+            0 if gpu_memory is None else gpu_memory,
+            self._quantity("cpus", parse_cpus, base.cpus),
+            self._quantity("memory", parse_memory, base.memory),
+        )
+
+    def _gpu_type(self, default: str) -> str:
+        if "gpu_type" not in self.data:
+            return default
+        value = self.data["gpu_type"]
+        if value is None:
+            return ""
+        if not isinstance(value, str) or not value.strip():
+            raise self.error(
+                f"gpu_type {value!r}: expected a GPU type name such as V100 or T4", "gpu_type"
+            )
+        return value.strip()
+
+    def _quantity(
+        self, key: str, read: Callable[[object, str], int], default: int | None
+    ) -> int | None:
+        if key not in self.data:
+            return default
+        value = self.data[key]
+        if value is None:
+            return None
+        try:
+            return read(value, key)
+        except QuantityError as err:
+            raise self.error(str(err), key) from None
+
     def items(self, key: str) -> list[tuple[Any, yaml.Node | None]]:
         """A list entry's items with their YAML nodes (None where the structure differs)."""
         value = self.data.get(key, [])
@@ -287,17 +343,44 @@ def parse_cluster_yaml(
             racks_of=group.positive("racks_of"),
             racks_per_pod=group.positive("racks_per_pod"),
             labels=labels,
+            hardware=group.hardware(_base_hardware(spec)),
             line=group.line_of("count"),
         )
     for i, (item, node) in enumerate(top.items("nodes")):
         entry = _Map(item, node, f"nodes[{i}]", NODE_KEYS, source)
         entry.require("name", f"nodes[{i}]")
         node_name = entry.text("name", "")
-        _, topology = entry.topology(f"nodes[{i}]", resolve)
+        spec, topology = entry.topology(f"nodes[{i}]", resolve)
         labels = entry.labels(node_name)
         rack, pod = entry.text("rack", "rack-0"), entry.text("pod", "pod-0")
-        builder.add(Node(node_name, topology, rack, pod, labels), entry.line_of("name"))
+        hardware = entry.hardware(_base_hardware(spec))
+        builder.add(Node(node_name, topology, rack, pod, labels, hardware), entry.line_of("name"))
     return builder.cluster(name, network)
+
+
+def _base_hardware(spec: str) -> Hardware:
+    """A preset's own hardware; a topology file says nothing of it."""
+    return preset_hardware(spec) if spec in PRESETS else UNKNOWN_HARDWARE
+
+
+def hardware_entries(hardware: Hardware, base: Hardware) -> dict[str, object]:
+    """The cluster-file keys that turn `base` into `hardware`: those that differ, as written."""
+    entries: dict[str, object] = {}
+    if hardware.gpu_type != base.gpu_type:
+        entries["gpu_type"] = hardware.gpu_type or None
+    if hardware.gpu_memory != base.gpu_memory:
+        entries["gpu_memory"] = memory_text(hardware.gpu_memory) if hardware.gpu_memory else None
+    if hardware.cpus != base.cpus:
+        entries["cpus"] = None if hardware.cpus is None else _cpus_value(hardware.cpus)
+    if hardware.memory != base.memory:
+        entries["memory"] = None if hardware.memory is None else memory_text(hardware.memory)
+    return entries
+
+
+def _cpus_value(milli: int) -> int | str:
+    """Whole CPUs as a YAML number (`64`), others as text (`2.5`, `500m`)."""
+    text = cpus_text(milli)
+    return int(text) if text.isdigit() else text
 
 
 def dump_cluster_yaml(cluster: Cluster) -> str:
@@ -322,6 +405,7 @@ def dump_cluster_yaml(cluster: Cluster) -> str:
     data["nodes"] = [
         {"name": n.name, "topology": n.topology.name, "rack": n.rack, "pod": n.pod}
         | ({"labels": dict(n.labels)} if n.labels else {})
+        | hardware_entries(n.hardware, preset_hardware(n.topology.name))
         for n in cluster.nodes
     ]
     return yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=1 << 20)

@@ -36,13 +36,25 @@ class TraceError(ValueError):
         super().__init__(where + what)
 
 
+# A job that asked for part of a GPU: no GPU sharing yet, so it holds a whole one.
+FRACTION_AS_WHOLE = "fractional-gpu-as-whole"
+# An untyped job given one GPU type at random (`toposched sim --typed-share`).
+TYPED_AT_RANDOM = "typed-at-random"
+NOTES = {
+    FRACTION_AS_WHOLE: "asked for part of a GPU and hold a whole one (no GPU sharing yet)",
+    TYPED_AT_RANDOM: "were given one GPU type at random (--typed-share)",
+}
+
+
 @dataclass(frozen=True, slots=True)
 class TraceJob:
     """One job to replay.
 
     `submit_s` counts from the trace's first submission (the first job is at 0); `duration_s`
     is the job's run time at an ideal placement; `source_line` is the 1-based line of the row
-    in the file (for synthetic traces, the job's ordinal).
+    in the file (for synthetic traces, the job's ordinal). Per GPU (one worker each): `cpus`
+    millicores and `memory` bytes it needs of its node, and the GPU types it accepts
+    (`gpu_types`; empty: any), for traces that say.
     """
 
     name: str
@@ -52,6 +64,9 @@ class TraceJob:
     queue: str
     model: str
     source_line: int
+    cpus: int = 0
+    memory: int = 0
+    gpu_types: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +76,7 @@ class Trace:
     `skipped` counts every row that did not become a job, and `skip_reasons` counts them by
     kind: rows a format always drops (`no-gpu`, `never-started`) and, with `skip_bad=True`,
     bad rows (`missing-value`, `bad-value`, `field-count`, `duplicate-name`, `unknown-model`).
+    `notes` counts kept jobs the reader had to change, by kind (`NOTES` says what each means).
     """
 
     jobs: tuple[TraceJob, ...]
@@ -68,6 +84,7 @@ class Trace:
     path: str
     # A dict cannot be hashed; leaving it out of the hash keeps Trace hashable by its jobs.
     skip_reasons: dict[str, int] = field(default_factory=dict, hash=False)
+    notes: dict[str, int] = field(default_factory=dict, hash=False)
 
     @property
     def skipped(self) -> int:

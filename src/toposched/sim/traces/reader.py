@@ -218,8 +218,12 @@ def _trace(
             job.queue,
             job.model if job.model is not None else next(drawn),
             line,
+            job.cpus,
+            job.memory,
+            job.gpu_types,
         )
         for job, line in kept
     )
     reasons = dict(sorted(dropped.items()))
-    return Trace(jobs, format, path, reasons)
+    notes = Counter(note for job, _ in kept for note in job.notes)
+    return Trace(jobs, format, path, reasons, dict(sorted(notes.items())))

@@ -46,7 +46,9 @@ class RawJob(NamedTuple):
     """A parsed row before the reader orders the trace and assigns models.
 
     `submit` is in seconds on the trace's own clock (any origin); `model` is the name as
-    written in the trace, or None when the format has no model column.
+    written in the trace, or None when the format has no model column. `cpus` (millicores),
+    `memory` (bytes) and `gpu_types` are per GPU, as TraceJob's; `notes` names what the
+    parser changed (a key of job.NOTES), counted in Trace.notes.
     """
 
     name: str
@@ -55,6 +57,10 @@ class RawJob(NamedTuple):
     duration: float
     queue: str
     model: str | None = None
+    cpus: int = 0
+    memory: int = 0
+    gpu_types: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
 
 
 # `columns` maps each column the format uses (required, and optional ones the header has)
