@@ -120,19 +120,9 @@ class GangCycle:
     def on_selected(self, short: Shortfall, request: GangRequest) -> Shortfall:
         """A shortfall that says which nodes the job may use, and what rules the others out."""
         cap = self.books.capacity
-        out = cap.ruled_out(request.where)
-        if not out:
+        if not cap.ruled_out(request.where):
             return short
-        why: dict[str, int] = {}
-        kinds: dict[str, int] = {}
-        for i in cap.present_indices():
-            node = cap.nodes[i]
-            if i in out:
-                reason = request.where.why_not(node, cap.labels[i])
-                why[reason] = why.get(reason, 0) + 1
-            else:
-                kind = node.hardware.gpu_type or "untyped"
-                kinds[kind] = kinds.get(kind, 0) + 1
+        why, kinds = cap.explained(request.where)
         selector = request.where.selector
         matching = sum(kinds.values())
         if list(why) == [request.where.why_not_labels()]:

@@ -54,7 +54,7 @@ class FastestType:
             workers, per_worker, _, where, _, _ = shape
             if not where.gpu_types:
                 continue
-            accepted = [t for t in cap.gpu_types if where.fit.accepts_type(t)]
+            accepted = [t for t in cap.gpu_types if where.fit.accepts_key(t)]
             if len(accepted) == 1:
                 need[accepted[0]] = need.get(accepted[0], 0) + count * workers * per_worker
         return need

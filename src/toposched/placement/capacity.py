@@ -12,15 +12,40 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
 from toposched.placement.tables import to_mask
-from toposched.topology.cluster import Eligibility, Node, topology_aware
+from toposched.topology.cluster import (
+    Eligibility,
+    Node,
+    NodeSelector,
+    Taint,
+    topology_aware,
+    untolerated,
+)
 from toposched.topology.node import NodeTopology
 from toposched.topology.resources import WorkerFit, type_key
 
-Signature = tuple[NodeTopology, int, bool]
+# What eligibility reads of a node besides its labels: GPU type key, GPU memory, taints.
+Kind = tuple[str, int, tuple[Taint, ...]]
+# Topology, free GPUs, topology-aware, kind, free millicores and bytes (None: not counted).
+Signature = tuple[NodeTopology, int, bool, Kind, int | None, int | None]
 
 
 def full_mask(size: int) -> int:
     return (1 << size) - 1
+
+
+def _merged(out: Mapping[int, int], exclude: Mapping[int, int] | None) -> Mapping[int, int]:
+    if not exclude:
+        return out
+    if not out:
+        return exclude
+    merged = dict(exclude)
+    merged.update(out)
+    return merged
+
+
+def _kind(node: Node) -> Kind:
+    hw = node.hardware
+    return (type_key(hw.gpu_type), hw.gpu_memory, node.taints)
 
 
 def _taints_filter(node: Node) -> int:
@@ -28,8 +53,12 @@ def _taints_filter(node: Node) -> int:
 
 
 class Capacity:
-    """Bitmask of free GPUs per node, and groups of nodes with the same (topology, free, label);
-    the CPUs and memory held on each node (what its `hardware` counts)."""
+    """Bitmask of free GPUs per node, and groups of nodes with the same (topology, free, label,
+    kind); the CPUs and memory held on each node (what its `hardware` counts).
+
+    A node's kind (GPU type, GPU memory, taints) is in its group's signature, so that a job's
+    GPU types, GPU memory and tolerations rule out whole groups (`admits`); its labels are not
+    (every node may have its own), and a selector rules nodes out one by one (`unlabelled`)."""
 
     def __init__(self, nodes: Sequence[Node] = ()) -> None:
         self.nodes: list[Node] = []
@@ -51,6 +80,10 @@ class Capacity:
         self.type_names: dict[str, str] = {}  # a GPU type's key -> its name as nodes give it
         self.free_by_type: Counter[str] = Counter()  # free GPUs of present nodes, by type key
         self.type_keys: list[str] = []  # each node's GPU type key
+        self.kinds: list[Kind] = []
+        self._unlabelled: dict[NodeSelector, dict[int, int]] = {}
+        self._admits: dict[tuple[Eligibility, Kind], bool] = {}
+        self._explained: dict[Eligibility, tuple[dict[str, int], dict[str, int]]] = {}
         # Per eligibility, every GPU of each present node it rules out (node -> mask).
         self._ruled_out: dict[Eligibility, dict[int, int]] = {}
         for node in nodes:
@@ -70,17 +103,19 @@ class Capacity:
             self.used_cpus.append(0)
             self.used_memory.append(0)
             self.type_keys.append("")
+            self.kinds.append(("", 0, ()))
         elif self.present[i]:
             raise ValueError(f"node {node.name!r} is already present")
         self.nodes[i] = node
         self.present[i] = True
         self.type_keys[i] = type_key(node.hardware.gpu_type)
+        self.kinds[i] = _kind(node)
         self.tainted += _taints_filter(node)
         self._count_type(node, 1)
         self.labels[i] = node.labels
         self.aware[i] = topology_aware(node.labels)
         self.free[i] = full_mask(node.size)
-        self._ruled_out.clear()
+        self._forget()
         self.total_free += node.size
         self.free_by_type[self.type_keys[i]] += node.size
         self.total_gpus += node.size
@@ -96,7 +131,7 @@ class Capacity:
         self.present[i] = False
         self.tainted -= _taints_filter(self.nodes[i])
         self._count_type(self.nodes[i], -1)
-        self._ruled_out.clear()
+        self._forget()
 
     def take(self, i: int, mask: int) -> None:
         if self.free[i] & mask != mask:
@@ -125,18 +160,28 @@ class Capacity:
         self.labels[i] = labels
         self.aware[i] = topology_aware(labels)
         self._join(i)
-        self._ruled_out.clear()
+        self._forget()
 
     def replace_node(self, i: int, node: Node) -> None:
         """Present node i's hardware or taints changed (its wiring did not)."""
+        self._leave(i)
         self.tainted += _taints_filter(node) - _taints_filter(self.nodes[i])
         self._count_type(self.nodes[i], -1)
         self.free_by_type[self.type_keys[i]] -= self.free[i].bit_count()
         self.nodes[i] = node
         self._count_type(node, 1)
         self.type_keys[i] = type_key(node.hardware.gpu_type)
+        self.kinds[i] = _kind(node)
         self.free_by_type[self.type_keys[i]] += self.free[i].bit_count()
+        self._join(i)
+        self._forget()
+
+    def _forget(self) -> None:
+        """A node came, went or changed: what was worked out per job's eligibility is stale."""
         self._ruled_out.clear()
+        self._unlabelled.clear()
+        self._admits.clear()
+        self._explained.clear()
 
     def _count_type(self, node: Node, delta: int) -> None:
         key = type_key(node.hardware.gpu_type)
@@ -150,8 +195,10 @@ class Capacity:
 
     def hold(self, i: int, cpus: int, memory: int) -> None:
         """Node i's jobs hold `cpus` millicores and `memory` bytes more (less if negative)."""
+        self._leave(i)
         self.used_cpus[i] += cpus
         self.used_memory[i] += memory
+        self._join(i)
 
     def free_cpus(self, i: int) -> int | None:
         total = self.nodes[i].hardware.cpus
@@ -194,16 +241,68 @@ class Capacity:
             }
         return out
 
+    def admits(self, where: Eligibility, kind: Kind) -> bool:
+        """Whether `where`'s GPU types, GPU memory and tolerations take nodes of `kind`."""
+        key = (where, kind)
+        found = self._admits.get(key)
+        if found is None:
+            gpu_type, gpu_memory, taints = kind
+            found = self._admits[key] = (
+                (not where.gpu_types or where.fit.accepts_key(gpu_type))
+                and (not where.gpu_memory or where.gpu_memory <= gpu_memory)
+                and untolerated(taints, where.tolerations) is None
+            )
+        return found
+
+    def unlabelled(self, selector: NodeSelector) -> Mapping[int, int]:
+        """Every GPU of the present nodes whose labels `selector` does not match (node ->
+        mask); nothing for the empty selector."""
+        if not selector:
+            return {}
+        out = self._unlabelled.get(selector)
+        if out is None:
+            out = self._unlabelled[selector] = {
+                i: full_mask(self.nodes[i].size)
+                for i in self.present_indices()
+                if not selector.matches(self.labels[i])
+            }
+        return out
+
+    def explained(self, where: Eligibility) -> tuple[dict[str, int], dict[str, int]]:
+        """(why nodes are ruled out -> how many, GPU type -> how many of the nodes `where`
+        admits): what a waiting job is told, worked out once per node change."""
+        found = self._explained.get(where)
+        if found is None:
+            out = self.ruled_out(where)
+            why: dict[str, int] = {}
+            kinds: dict[str, int] = {}
+            for i in self.present_indices():
+                node = self.nodes[i]
+                if i in out:
+                    reason = where.why_not(node, self.labels[i])
+                    why[reason] = why.get(reason, 0) + 1
+                else:
+                    kind = node.hardware.gpu_type or "untyped"
+                    kinds[kind] = kinds.get(kind, 0) + 1
+            found = self._explained[where] = (why, kinds)
+        return found
+
     def hidden(self, where: Eligibility, exclude: Mapping[int, int] | None) -> Mapping[int, int]:
         """`exclude` (node -> GPU mask) and the nodes `where` rules out, together."""
-        out = self.ruled_out(where)
-        if not exclude:
-            return out
-        if not out:
-            return exclude
-        merged = dict(exclude)
-        merged.update(out)
-        return merged
+        return _merged(self.ruled_out(where), exclude)
+
+    def hidden_by_labels(
+        self, selector: NodeSelector, exclude: Mapping[int, int] | None
+    ) -> Mapping[int, int]:
+        """`exclude` and the nodes `selector` rules out, together (for placers that leave
+        GPU types, GPU memory and taints to `admitting`)."""
+        return _merged(self.unlabelled(selector), exclude)
+
+    def admitting(self, where: Eligibility) -> Callable[[Kind], bool] | None:
+        """Which kinds of node `where` takes (a test per group); None: every kind."""
+        if not where.fit.filters and not where.tolerations and not self.tainted:
+            return None
+        return lambda kind: self.admits(where, kind)
 
     def hidden_for(
         self,
@@ -243,7 +342,14 @@ class Capacity:
                     self.take(i, mask)
 
     def signature(self, i: int) -> Signature:
-        return (self.nodes[i].topology, self.free[i], self.aware[i])
+        return (
+            self.nodes[i].topology,
+            self.free[i],
+            self.aware[i],
+            self.kinds[i],
+            self.free_cpus(i),
+            self.free_memory(i),
+        )
 
     def groups(self) -> Iterator[tuple[Signature, set[int]]]:
         """Present nodes with at least one free GPU, grouped by signature."""

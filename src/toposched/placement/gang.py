@@ -14,11 +14,11 @@ GPUs can form an NVLink ring that no three of them do).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 
-from toposched.placement.capacity import Capacity
+from toposched.placement.capacity import Capacity, Kind
 from toposched.placement.request import Mode
 from toposched.placement.tables import from_mask, subset_tables, to_mask
 from toposched.placement.topology_aware import choose
@@ -86,6 +86,10 @@ class GangRequest:
         return self.workers * self.gpus_per_worker
 
 
+# Which kinds of node a request takes (Capacity.admitting); None: every kind.
+Admits = Callable[[Kind], bool] | None
+
+
 @dataclass(frozen=True)
 class Shortfall:
     """Why a gang cannot be placed now, in plain words."""
@@ -126,28 +130,38 @@ def _candidates(
     cap: Capacity,
     exclude: Mapping[int, int],
     least: int = 1,
-    limits: Mapping[int, int] | None = None,
+    fit: WorkerFit = ANY_FIT,
     workers: int = 0,
+    admits: Admits = None,
 ) -> Iterator[tuple[int, int]]:
     """(node index, effective free mask) for one representative per signature, and for every
-    node with excluded GPUs or a worker limit on its own; only nodes with at least `least`
-    usable GPUs and room (`limits`: node -> most workers its CPUs and memory hold) for
-    `workers`."""
-    limits = limits or {}
+    node with excluded GPUs on its own; only nodes of a kind `admits` takes, with at least
+    `least` usable GPUs and CPUs and memory for `workers` workers of `fit`."""
+    sized = workers and fit.sized
     for key, members in cap.groups():
-        if key[1].bit_count() < least:
+        if key[1].bit_count() < least or (admits is not None and not admits(key[3])):
+            continue
+        if sized and _short(fit.room(key[4], key[5]), workers):
             continue
         lowest = cap.lowest(key)
-        if lowest in exclude or lowest in limits:
-            usable = [i for i in members if i not in exclude and i not in limits]
+        if lowest in exclude:
+            usable = [i for i in members if i not in exclude]
             if not usable:
                 continue
             lowest = min(usable)
         yield lowest, key[1]
-    for i in sorted(exclude.keys() | limits.keys()):
-        free = cap.free[i] & ~exclude.get(i, 0)
-        if cap.present[i] and free.bit_count() >= least and limits.get(i, workers) >= workers:
+    for i, mask in exclude.items():
+        free = cap.free[i] & ~mask
+        if free.bit_count() < least or not cap.present[i]:
+            continue
+        if admits is not None and not admits(cap.kinds[i]):
+            continue
+        if not (sized and _short(cap.room(i, fit), workers)):
             yield i, free
+
+
+def _short(room: int | None, workers: int) -> bool:
+    return room is not None and room < workers
 
 
 def place_gang(
@@ -157,34 +171,39 @@ def place_gang(
     exclude: Mapping[int, int] | None = None,
 ) -> Placement | Shortfall:
     """The best placement of `request` on the free GPUs of `cap`, minus `exclude` (node -> mask)."""
-    exclude = cap.hidden(request.where, exclude)
-    limits = cap.limits(request.fit, request.gpus_per_worker)
-    single = _place_on_one_node(cap, request, exclude, limits)
+    exclude = cap.hidden_by_labels(request.where.selector, exclude)
+    admits = cap.admitting(request.where)
+    single = _place_on_one_node(cap, request, exclude, admits)
     if single is not None:
         return single
     k = request.gpus
     if request.widest == Tier.NODE or request.workers == 1:
-        if exclude or limits:
-            largest = max((free.bit_count() for _, free in _candidates(cap, exclude)), default=0)
+        if exclude or admits:
+            found = _candidates(cap, exclude, admits=admits)
+            largest = max((free.bit_count() for _, free in found), default=0)
         else:
             largest = max((key[1].bit_count() for key, _ in cap.groups()), default=0)
         short = f"needs {k} GPUs on one node; the best node has {largest} free"
-        if limits and largest >= k:
-            room = max(limits.values())
+        if request.fit.sized and largest >= k:
+            # GPUs enough somewhere: the CPUs or memory are what is short.
+            rooms = (
+                cap.room(i, request.fit) for i, _ in _candidates(cap, exclude, k, admits=admits)
+            )
+            room = max((r for r in rooms if r is not None), default=0)
             short = (
                 f"needs {request.workers} worker(s) with {request.fit.describe()} each on one "
                 f"node; the nodes with {k} free GPUs have room for {room}"
             )
         return Shortfall(short)
-    return _place_on_many_nodes(cap, request, network, exclude, limits)
+    return _place_on_many_nodes(cap, request, network, exclude, admits)
 
 
 def _place_on_one_node(
-    cap: Capacity, request: GangRequest, exclude: Mapping[int, int], limits: Mapping[int, int]
+    cap: Capacity, request: GangRequest, exclude: Mapping[int, int], admits: Admits
 ) -> Placement | None:
     k = request.gpus
     best: tuple[tuple[float, ...], int, tuple[int, ...]] | None = None
-    for i, free in _candidates(cap, exclude, k, limits, request.workers):
+    for i, free in _candidates(cap, exclude, k, request.fit, request.workers, admits):
         count = free.bit_count()
         topology = cap.nodes[i].topology
         gpus = node_gpus(topology, free, k, cap.aware[i], request.mode)
@@ -257,28 +276,40 @@ def _place_on_many_nodes(
     request: GangRequest,
     network: Mapping[Tier, float],
     exclude: Mapping[int, int],
-    limits: Mapping[int, int],
+    admits: Admits,
 ) -> Placement | Shortfall:
-    g, workers = request.gpus_per_worker, request.workers
+    g, workers, fit = request.gpus_per_worker, request.workers, request.fit
+
+    def most(free: int, room: int | None) -> int:
+        """Workers a node holds: by its free GPUs, and by its CPUs and memory."""
+        by_gpus = free.bit_count() // g
+        return by_gpus if room is None else min(by_gpus, room)
+
     where = {Tier.RACK: "one rack", Tier.POD: "one pod", Tier.CLUSTER: "the cluster"}
     # The whole cluster's room bounds every domain's; counted per group, not per node.
-    room = sum(len(members) * (key[1].bit_count() // g) for key, members in cap.groups())
-    for i in exclude.keys() | limits.keys():
-        if cap.present[i]:
-            usable_here = (cap.free[i] & ~exclude.get(i, 0)).bit_count() // g
-            room -= cap.free[i].bit_count() // g - min(usable_here, limits.get(i, usable_here))
+    room = sum(
+        len(members) * most(key[1], fit.room(key[4], key[5]) if fit.sized else None)
+        for key, members in cap.groups()
+        if admits is None or admits(key[3])
+    )
+    for i, mask in exclude.items():
+        if cap.present[i] and (admits is None or admits(cap.kinds[i])):
+            here = cap.room(i, fit)
+            room -= most(cap.free[i], here) - most(cap.free[i] & ~mask, here)
     if room < workers:
-        each = f" with {request.fit.describe()}" if limits else ""
+        each = f" with {fit.describe()}" if fit.sized else ""
         return Shortfall(
             f"needs {workers} workers x {g} GPUs{each} within {where[request.widest]}; "
             f"at most {room} fit now in the whole cluster"
         )
     usable: list[tuple[int, int, int]] = []
     for i in cap.present_indices():
+        if admits is not None and not admits(cap.kinds[i]):
+            continue
         free = cap.free[i] & ~exclude.get(i, 0)
-        most = min(free.bit_count() // g, limits.get(i, workers))
-        if most > 0:
-            usable.append((i, free, most))
+        holds = most(free, cap.room(i, fit))
+        if holds > 0:
+            usable.append((i, free, holds))
 
     # Phase 1: fewest nodes, then lowest tier, over the domains the job accepts.
     chosen: tuple[int, Tier, list[tuple[int, int, int]]] | None = None
@@ -287,11 +318,11 @@ def _place_on_many_nodes(
         if tier > request.widest:
             break
         domains: dict[tuple[str, ...], list[tuple[int, int, int]]] = {}
-        for i, free, most in usable:
-            domains.setdefault(node_domain(cap.nodes[i], tier), []).append((i, free, most))
+        for i, free, holds in usable:
+            domains.setdefault(node_domain(cap.nodes[i], tier), []).append((i, free, holds))
         for key in sorted(domains):
             members = domains[key]
-            capacities = [most for _, _, most in members]
+            capacities = [holds for _, _, holds in members]
             best_hold = max(best_hold, sum(capacities))
             m = _fewest_nodes(capacities, workers)
             if m is not None and (chosen is None or m < chosen[0]):
@@ -304,8 +335,8 @@ def _place_on_many_nodes(
     m, tier, _ = chosen
     # Every domain of that tier that does it with m nodes competes on ring, then fit.
     domains = {}
-    for i, free, most in usable:
-        domains.setdefault(node_domain(cap.nodes[i], tier), []).append((i, free, most))
+    for i, free, holds in usable:
+        domains.setdefault(node_domain(cap.nodes[i], tier), []).append((i, free, holds))
     best: tuple[tuple[float, ...], list[tuple[int, int, int]]] | None = None
     for key in sorted(domains):
         pick = _best_nodes(cap, domains[key], workers, g, m)

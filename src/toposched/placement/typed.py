@@ -4,12 +4,14 @@ the scheduler gives (docs/placement.md, "GPU types")."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from toposched.placement.capacity import Capacity
 from toposched.placement.gang import GangRequest, Placement, Shortfall
 from toposched.placement.policies import GangPlacer
-from toposched.topology.cluster import Tier
+from toposched.topology.cluster import Eligibility, Tier
+
+MAX_KEPT = 4096  # narrowed eligibilities kept (a cluster's distinct job constraints x types)
 
 # (the capacity, the request, the best placement on each GPU type that has one) -> the type.
 TypeChooser = Callable[[Capacity, GangRequest, Mapping[str, Placement]], str]
@@ -34,6 +36,9 @@ class OneType:
 
     place: GangPlacer
     choose: TypeChooser
+    # One eligibility object per (job's eligibility, type): the placers' caches are keyed by
+    # it, and finding the same object is cheaper than comparing an equal one.
+    _alone: dict[tuple[Eligibility, str], Eligibility] = field(default_factory=dict)
 
     def __call__(
         self,
@@ -45,13 +50,13 @@ class OneType:
         if request.mixed_types or len(cap.gpu_types) < 2:
             return self.place(cap, request, network, exclude)
         fit = request.where.fit
-        types = sorted(t for t in cap.gpu_types if fit.accepts_type(t))
+        types = sorted(t for t in cap.gpu_types if fit.accepts_key(t))
         if len(types) < 2:
             return self.place(cap, request, network, exclude)
         found: dict[str, Placement] = {}
         short: dict[str, Shortfall] = {}
         for gpu_type in types:
-            alone = replace(request, where=replace(request.where, gpu_types=(gpu_type,)))
+            alone = replace(request, where=self._narrowed(request.where, gpu_type))
             result = self.place(cap, alone, network, exclude)
             if isinstance(result, Placement):
                 found[gpu_type] = result
@@ -61,3 +66,12 @@ class OneType:
             each = "; ".join(f"on {cap.type_name(t)} nodes, {s.reason}" for t, s in short.items())
             return Shortfall(f"a gang of one GPU type (mixed_types is off): {each}")
         return found[self.choose(cap, request, found)]
+
+    def _narrowed(self, where: Eligibility, gpu_type: str) -> Eligibility:
+        key = (where, gpu_type)
+        found = self._alone.get(key)
+        if found is None:
+            if len(self._alone) >= MAX_KEPT:
+                self._alone.clear()
+            found = self._alone[key] = replace(where, gpu_types=(gpu_type,))
+        return found

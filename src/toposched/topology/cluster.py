@@ -143,6 +143,13 @@ class NodeSelector:
     match: tuple[tuple[str, str], ...] = ()
     any_of: tuple[tuple[Requirement, ...], ...] = ()
 
+    def __hash__(self) -> int:
+        return self._hash
+
+    @cached_property
+    def _hash(self) -> int:
+        return hash((self.match, self.any_of))
+
     @classmethod
     def of(cls, labels: Mapping[str, str] | None) -> NodeSelector:
         """A selector from a mapping; ClusterError names a key or value that is not a string."""
@@ -246,6 +253,14 @@ class Eligibility:
     gpu_types: tuple[str, ...] = ()
     gpu_memory: int = 0
     tolerations: tuple[Toleration, ...] = ()
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    @cached_property
+    def _hash(self) -> int:
+        # Kept: an eligibility keys the placers' caches, looked up on every placement.
+        return hash((self.selector, self.gpu_types, self.gpu_memory, self.tolerations))
 
     @cached_property
     def fit(self) -> WorkerFit:

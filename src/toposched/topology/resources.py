@@ -179,6 +179,13 @@ class WorkerFit:
         named = {type_key(t): t.strip() for t in reversed(self.gpu_types)}
         object.__setattr__(self, "gpu_types", tuple(sorted(named.values(), key=type_key)))
 
+    def __hash__(self) -> int:
+        return self._hash
+
+    @cached_property
+    def _hash(self) -> int:
+        return hash((self.gpu_types, self.gpu_memory, self.cpus, self.memory))
+
     @cached_property
     def _type_keys(self) -> frozenset[str]:
         return frozenset(type_key(t) for t in self.gpu_types)
@@ -194,6 +201,10 @@ class WorkerFit:
 
     def accepts_type(self, gpu_type: str) -> bool:
         return not self.gpu_types or type_key(gpu_type) in self._type_keys
+
+    def accepts_key(self, key: str) -> bool:
+        """As `accepts_type`, for a name already made a key (`type_key`)."""
+        return not self.gpu_types or key in self._type_keys
 
     def eligible(self, hw: Hardware) -> bool:
         """Type accepted, and GPU memory enough (a node of unknown GPU memory is not)."""
