@@ -26,7 +26,7 @@ from dataclasses import replace
 from toposched.core.actions import Action, StopKind
 from toposched.core.books import Books
 from toposched.core.changes import Changes
-from toposched.core.job import JobState
+from toposched.core.job import JobState, Needs
 from toposched.core.moves import plan_growth
 from toposched.core.ordering import Cut, Key, Shape, Waiting
 from toposched.core.policy import SchedulerPolicy, SingleGpu
@@ -38,11 +38,10 @@ from toposched.core.room import RoomPlan, plan_defragment, plan_preempt, plan_sh
 from toposched.placement.gang import GangRequest, Placement, Shortfall
 from toposched.placement.policies import GangPlacer
 from toposched.placement.request import Mode
-from toposched.topology.cluster import Eligibility, Tier
-from toposched.topology.resources import WorkerFit
+from toposched.topology.cluster import Tier
 
 # (workers, GPUs each, tier, nodes, off the reservation)
-Failed = tuple[int, int, Tier, Eligibility, WorkerFit, bool, bool]
+Failed = tuple[int, int, Tier, Needs, bool]
 
 
 class GangCycle:
@@ -68,6 +67,11 @@ class GangCycle:
         self.reserver = reserver
         self.mode = Mode.PACK if policy.single_gpu is SingleGpu.PACK else Mode.SPREAD
         self.cycles = 0
+        # Requests no migration plan opened a node for, as of `books.epoch`: nothing but GPUs
+        # freed or the cluster changed (what bumps the epoch) can make one (a start takes free
+        # GPUs or puts a job where it blocks), so a blocked head asks again only then. On a
+        # large full cluster the plan walks every node: asked at every event, it was the cost.
+        self.no_room: tuple[int, set[GangRequest]] = (-1, set())
 
     def run(self, only: str | None) -> list[Action]:
         books = self.books
@@ -156,8 +160,11 @@ class GangCycle:
             out = self.carry_out(rec, plan_shrink(books, rec, request, self.place))
             if out:
                 return out
-        if self.policy.migration:
-            out = self.carry_out(rec, plan_defragment(books, rec, request, self.place))
+        if self.policy.migration and not self._known_no_room(request):
+            plan = plan_defragment(books, rec, request, self.place)
+            if plan is None:
+                self.no_room[1].add(request)
+            out = self.carry_out(rec, plan)
             if out:
                 return out
         out = self.preempt(rec, request, short)
@@ -171,6 +178,13 @@ class GangCycle:
         else:
             rec.note(now, short.reason)
         return out
+
+    def _known_no_room(self, request: GangRequest) -> bool:
+        epoch, requests = self.no_room
+        if epoch != self.books.epoch:
+            self.no_room = (self.books.epoch, set())
+            return False
+        return request in requests
 
     def describe(self, res: Reservation) -> str:
         return describe(self.books, res, self.policy.default_runtime_s)

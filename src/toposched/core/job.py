@@ -7,8 +7,15 @@ from dataclasses import dataclass
 from enum import StrEnum
 from functools import cached_property
 
-from toposched.topology.cluster import EVERY_NODE, Eligibility, NodeSelector, Tier, Toleration
-from toposched.topology.resources import WorkerFit
+from toposched.topology.cluster import (
+    ANYWHERE,
+    EVERY_NODE,
+    Eligibility,
+    NodeSelector,
+    Tier,
+    Toleration,
+)
+from toposched.topology.resources import ANY_FIT, WorkerFit
 
 
 class JobError(ValueError):
@@ -121,6 +128,25 @@ def _positive_int(name: str, value: object) -> None:
 
 
 @dataclass(frozen=True)
+class Needs:
+    """What a job asks of nodes besides GPUs: with its gang's shape, a waiting list's key."""
+
+    where: Eligibility = ANYWHERE
+    fit: WorkerFit = ANY_FIT
+    mixed_types: bool = False
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    @cached_property
+    def _hash(self) -> int:
+        return hash((self.where, self.fit, self.mixed_types))
+
+
+NO_NEEDS = Needs()
+
+
+@dataclass(frozen=True)
 class JobSpec:
     """A gang of `workers` x `gpus_per_worker`. A job asked for as "G GPUs in total" is G 1-GPU
     workers (`JobSpec.total`): placement may then put any number of them on each node."""
@@ -198,13 +224,25 @@ class JobSpec:
 
     @cached_property
     def fit(self) -> WorkerFit:
-        """What each worker needs of a node besides its GPUs."""
+        """What each worker needs of a node besides its GPUs (the one shared object when it
+        needs nothing: keys of the waiting lists compare by identity first)."""
+        if not (self.gpu_types or self.gpu_memory or self.cpus or self.memory):
+            return ANY_FIT
         return WorkerFit(self.gpu_types, self.gpu_memory, self.cpus, self.memory)
 
     @cached_property
     def where(self) -> Eligibility:
         """The nodes it may use at all."""
+        if not (self.selector or self.gpu_types or self.gpu_memory or self.tolerations):
+            return ANYWHERE
         return Eligibility(self.selector, self.gpu_types, self.gpu_memory, self.tolerations)
+
+    @cached_property
+    def needs(self) -> Needs:
+        """All it asks of nodes besides GPUs, in one key."""
+        if self.where is ANYWHERE and self.fit is ANY_FIT and not self.mixed_types:
+            return NO_NEEDS
+        return Needs(self.where, self.fit, self.mixed_types)
 
     @property
     def checkpointable(self) -> bool:

@@ -21,13 +21,13 @@ from typing import Any, Protocol
 
 from toposched.core.books import Books
 from toposched.core.demotion import Demotions
+from toposched.core.job import Needs
 from toposched.core.policy import Order, SchedulerPolicy
 from toposched.core.records import JobRecord, QueueRecord, Said
-from toposched.topology.cluster import Eligibility, Tier
-from toposched.topology.resources import WorkerFit
+from toposched.topology.cluster import Tier
 
-# Workers, GPUs each, widest tier, the nodes it may use, CPUs and memory each, mixed types.
-Shape = tuple[int, int, Tier, Eligibility, WorkerFit, bool]
+# Workers, GPUs each, widest tier, what it needs of nodes besides GPUs.
+Shape = tuple[int, int, Tier, Needs]
 Key = tuple[str, Shape]  # (queue, shape)
 Rank = tuple[float, ...]
 Entry = tuple[Any, ...]  # a list entry: the job key, then the job's name
@@ -82,7 +82,7 @@ def shape_now(rec: JobRecord, now: float) -> Shape:
     tier = spec.locality.allowed(waited).tier
     if spec.min_workers == 1:
         tier = Tier.NODE  # one worker is on one node whatever it would accept
-    return (spec.min_workers, spec.gpus_per_worker, tier, spec.where, spec.fit, spec.mixed_types)
+    return (spec.min_workers, spec.gpus_per_worker, tier, spec.needs)
 
 
 @dataclass(frozen=True)

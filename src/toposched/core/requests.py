@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from toposched.core.job import JobSpec
 from toposched.placement.capacity import Capacity
 from toposched.placement.gang import GangRequest, Placement
 from toposched.placement.request import Mode
+from toposched.placement.typed import narrowed
 from toposched.topology.cluster import Tier
 
 
@@ -20,9 +19,7 @@ def gang_request(
 ) -> GangRequest:
     """`workers` of `spec` no wider apart than `widest`; on GPU type `only_type` alone if given;
     `mode` for 1-GPU jobs."""
-    where = spec.where
-    if only_type is not None:
-        where = replace(where, gpu_types=(only_type,))
+    where = spec.where if only_type is None else narrowed(spec.where, only_type)
     return GangRequest(
         workers,
         spec.gpus_per_worker,

@@ -51,7 +51,8 @@ class FastestType:
         """GPUs that waiting jobs accepting one present GPU type only need, by type."""
         need: dict[str, int] = {}
         for shape, count in self.waiting.lists.shapes.items():
-            workers, per_worker, _, where, _, _ = shape
+            workers, per_worker, _, needs = shape
+            where = needs.where
             if not where.gpu_types:
                 continue
             accepted = [t for t in cap.gpu_types if where.fit.accepts_key(t)]

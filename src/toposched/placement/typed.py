@@ -4,14 +4,13 @@ the scheduler gives (docs/placement.md, "GPU types")."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
+from functools import lru_cache
 
 from toposched.placement.capacity import Capacity
 from toposched.placement.gang import GangRequest, Placement, Shortfall
 from toposched.placement.policies import GangPlacer
 from toposched.topology.cluster import Eligibility, Tier
-
-MAX_KEPT = 4096  # narrowed eligibilities kept (a cluster's distinct job constraints x types)
 
 # (the capacity, the request, the best placement on each GPU type that has one) -> the type.
 TypeChooser = Callable[[Capacity, GangRequest, Mapping[str, Placement]], str]
@@ -36,9 +35,6 @@ class OneType:
 
     place: GangPlacer
     choose: TypeChooser
-    # One eligibility object per (job's eligibility, type): the placers' caches are keyed by
-    # it, and finding the same object is cheaper than comparing an equal one.
-    _alone: dict[tuple[Eligibility, str], Eligibility] = field(default_factory=dict)
 
     def __call__(
         self,
@@ -56,7 +52,7 @@ class OneType:
         found: dict[str, Placement] = {}
         short: dict[str, Shortfall] = {}
         for gpu_type in types:
-            alone = replace(request, where=self._narrowed(request.where, gpu_type))
+            alone = replace(request, where=narrowed(request.where, gpu_type))
             result = self.place(cap, alone, network, exclude)
             if isinstance(result, Placement):
                 found[gpu_type] = result
@@ -67,11 +63,9 @@ class OneType:
             return Shortfall(f"a gang of one GPU type (mixed_types is off): {each}")
         return found[self.choose(cap, request, found)]
 
-    def _narrowed(self, where: Eligibility, gpu_type: str) -> Eligibility:
-        key = (where, gpu_type)
-        found = self._alone.get(key)
-        if found is None:
-            if len(self._alone) >= MAX_KEPT:
-                self._alone.clear()
-            found = self._alone[key] = replace(where, gpu_types=(gpu_type,))
-        return found
+
+@lru_cache(maxsize=4096)
+def narrowed(where: Eligibility, gpu_type: str) -> Eligibility:
+    """`where` on GPU type `gpu_type` alone: one object per pair, since the placers' caches
+    are keyed by it and finding the same object is cheaper than comparing an equal one."""
+    return replace(where, gpu_types=(gpu_type,))

@@ -151,6 +151,8 @@ class Simulation(Driver):
         # Each node's GPU type as the catalog names it (`gpu_type`: every node that one).
         self.node_type = {n.name: gpu_type or self.type_speed.of_node(n) for n in cluster.nodes}
         self.gpu_type = self.node_type[cluster.nodes[0].name]
+        # A cluster of one type (the common case) needs no look-up per placement.
+        self._one_type = len(set(self.node_type.values())) == 1
         self.node_gpus = max(node.size for node in cluster.nodes)
         # A step time sees topologies, not nodes: each counts at the slowest type it has.
         type_of: dict[NodeTopology, str] = {}
@@ -419,6 +421,8 @@ class Simulation(Driver):
         return speed
 
     def _placement_type(self, model: str, nodes: tuple[str, ...]) -> str:
+        if self._one_type:
+            return self.gpu_type
         first = self.node_type[nodes[0]]
         if all(self.node_type[n] == first for n in nodes):
             return first
