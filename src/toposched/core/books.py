@@ -53,6 +53,9 @@ class Books:
         # that another could preempt: reclaim does not search again for a request that found
         # no victims until then (core/reclaim.py).
         self.epoch = 0
+        # Bumped whenever GPUs are freed or the cluster changes (not when a job starts): a
+        # migration plan found for nothing is not looked for again until then.
+        self.freed = 0
         self.seq = 0
         # The lowest and highest priority ever submitted to each queue.
         self.lowest_priority: dict[str, int] = {}
@@ -197,6 +200,7 @@ class Books:
         queue.used -= len(pairs)
         queue.version += 1
         self.epoch += 1
+        self.freed += 1
 
     def _hold(self, i: int, spec: JobSpec, before: int, after: int) -> None:
         """A job's GPUs on node i went from mask `before` to `after`: its CPUs and memory there

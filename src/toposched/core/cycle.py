@@ -67,10 +67,10 @@ class GangCycle:
         self.reserver = reserver
         self.mode = Mode.PACK if policy.single_gpu is SingleGpu.PACK else Mode.SPREAD
         self.cycles = 0
-        # Requests no migration plan opened a node for, as of `books.epoch`: nothing but GPUs
-        # freed or the cluster changed (what bumps the epoch) can make one (a start takes free
-        # GPUs or puts a job where it blocks), so a blocked head asks again only then. On a
-        # large full cluster the plan walks every node: asked at every event, it was the cost.
+        # Requests no migration plan opened a node for, as of `books.freed`: nothing but GPUs
+        # freed or the cluster changed can make one (a start takes free GPUs or puts a job
+        # where it blocks), so a blocked head asks again only then. On a large full cluster
+        # the plan walks every node: asked at every event, it was the cost.
         self.no_room: tuple[int, set[GangRequest]] = (-1, set())
 
     def run(self, only: str | None) -> list[Action]:
@@ -180,9 +180,9 @@ class GangCycle:
         return out
 
     def _known_no_room(self, request: GangRequest) -> bool:
-        epoch, requests = self.no_room
-        if epoch != self.books.epoch:
-            self.no_room = (self.books.epoch, set())
+        freed, requests = self.no_room
+        if freed != self.books.freed:
+            self.no_room = (self.books.freed, set())
             return False
         return request in requests
 

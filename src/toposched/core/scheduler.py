@@ -172,6 +172,7 @@ class Scheduler:
         life = self.lifecycle
         if isinstance(event, RECLAIM_EVENTS):
             self.books.epoch += 1  # what reclaim found may have changed
+            self.books.freed += 1
         match event:
             case JobSubmitted(spec=spec):
                 return life.submit(spec)
