@@ -6,8 +6,8 @@ import pytest
 
 from tests.unit.test_sim import DATA
 from toposched.perf import PerfModel
+from toposched.perf.typespeeds import TypeSpeeds
 from toposched.sim.engine import SimResult, Simulation
-from toposched.sim.speeds import TypeSpeeds
 from toposched.sim.traces import Trace, TraceJob, read_trace
 from toposched.sim.typed import cluster_types, type_share
 from toposched.topology.cluster import ClusterError

@@ -72,7 +72,9 @@ from toposched.kube.objects import (
     pod_requests,
 )
 from toposched.kube.usage import Amounts, Usage
+from toposched.perf.model import PerfModel
 from toposched.perf.registry import Catalog
+from toposched.perf.typespeeds import TypeSpeeds
 from toposched.topology.cluster import (
     EVERY_NODE,
     Cluster,
@@ -140,7 +142,9 @@ class KubeScheduler(Driver):
         clock: Callable[[], float] = time.time,
         gpu_names: Iterable[str] | None = None,
     ) -> None:
-        super().__init__(Scheduler(Cluster(()), policy))
+        # The catalog's speed of each GPU type: what the choice among a job's types weighs.
+        speeds = TypeSpeeds(PerfModel())
+        super().__init__(Scheduler(Cluster(()), policy, type_speed=speeds))
         self.config_namespace = config_namespace
         self.shares: dict[str, int] = {}  # guaranteed GPUs per queue, as the core was told
         self.api = api
