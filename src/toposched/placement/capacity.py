@@ -25,8 +25,9 @@ from toposched.topology.resources import WorkerFit, type_key
 
 # What eligibility reads of a node besides its labels: GPU type key, GPU memory, taints.
 Kind = tuple[str, int, tuple[Taint, ...]]
-# Topology, free GPUs, topology-aware, kind, free millicores and bytes (None: not counted).
-Signature = tuple[NodeTopology, int, bool, Kind, int | None, int | None]
+# Topology, free GPUs, topology-aware, kind (its number: cheap to hash), free millicores and
+# bytes (None: not counted).
+Signature = tuple[NodeTopology, int, bool, int, int | None, int | None]
 
 
 def full_mask(size: int) -> int:
@@ -80,9 +81,11 @@ class Capacity:
         self.type_names: dict[str, str] = {}  # a GPU type's key -> its name as nodes give it
         self.free_by_type: Counter[str] = Counter()  # free GPUs of present nodes, by type key
         self.type_keys: list[str] = []  # each node's GPU type key
-        self.kinds: list[Kind] = []
+        self.kinds: list[int] = []  # each node's kind, numbered in `kind_list`
+        self.kind_list: list[Kind] = []
+        self._kind_number: dict[Kind, int] = {}
         self._unlabelled: dict[NodeSelector, dict[int, int]] = {}
-        self._admits: dict[tuple[Eligibility, Kind], bool] = {}
+        self._admits: dict[tuple[Eligibility, int], bool] = {}
         self._explained: dict[Eligibility, tuple[dict[str, int], dict[str, int]]] = {}
         # Per eligibility, every GPU of each present node it rules out (node -> mask).
         self._ruled_out: dict[Eligibility, dict[int, int]] = {}
@@ -103,13 +106,13 @@ class Capacity:
             self.used_cpus.append(0)
             self.used_memory.append(0)
             self.type_keys.append("")
-            self.kinds.append(("", 0, ()))
+            self.kinds.append(0)
         elif self.present[i]:
             raise ValueError(f"node {node.name!r} is already present")
         self.nodes[i] = node
         self.present[i] = True
         self.type_keys[i] = type_key(node.hardware.gpu_type)
-        self.kinds[i] = _kind(node)
+        self.kinds[i] = self._number(_kind(node))
         self.tainted += _taints_filter(node)
         self._count_type(node, 1)
         self.labels[i] = node.labels
@@ -171,7 +174,7 @@ class Capacity:
         self.nodes[i] = node
         self._count_type(node, 1)
         self.type_keys[i] = type_key(node.hardware.gpu_type)
-        self.kinds[i] = _kind(node)
+        self.kinds[i] = self._number(_kind(node))
         self.free_by_type[self.type_keys[i]] += self.free[i].bit_count()
         self._join(i)
         self._forget()
@@ -241,12 +244,20 @@ class Capacity:
             }
         return out
 
-    def admits(self, where: Eligibility, kind: Kind) -> bool:
-        """Whether `where`'s GPU types, GPU memory and tolerations take nodes of `kind`."""
+    def _number(self, kind: Kind) -> int:
+        number = self._kind_number.get(kind)
+        if number is None:
+            number = self._kind_number[kind] = len(self.kind_list)
+            self.kind_list.append(kind)
+        return number
+
+    def admits(self, where: Eligibility, kind: int) -> bool:
+        """Whether `where`'s GPU types, GPU memory and tolerations take nodes of kind number
+        `kind`."""
         key = (where, kind)
         found = self._admits.get(key)
         if found is None:
-            gpu_type, gpu_memory, taints = kind
+            gpu_type, gpu_memory, taints = self.kind_list[kind]
             found = self._admits[key] = (
                 (not where.gpu_types or where.fit.accepts_key(gpu_type))
                 and (not where.gpu_memory or where.gpu_memory <= gpu_memory)
@@ -298,7 +309,7 @@ class Capacity:
         GPU types, GPU memory and taints to `admitting`)."""
         return _merged(self.unlabelled(selector), exclude)
 
-    def admitting(self, where: Eligibility) -> Callable[[Kind], bool] | None:
+    def admitting(self, where: Eligibility) -> Callable[[int], bool] | None:
         """Which kinds of node `where` takes (a test per group); None: every kind."""
         if not where.fit.filters and not where.tolerations and not self.tainted:
             return None

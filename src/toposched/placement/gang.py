@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 
-from toposched.placement.capacity import Capacity, Kind
+from toposched.placement.capacity import Capacity
 from toposched.placement.request import Mode
 from toposched.placement.tables import from_mask, subset_tables, to_mask
 from toposched.placement.topology_aware import choose
@@ -87,7 +87,7 @@ class GangRequest:
 
 
 # Which kinds of node a request takes (Capacity.admitting); None: every kind.
-Admits = Callable[[Kind], bool] | None
+Admits = Callable[[int], bool] | None
 
 
 @dataclass(frozen=True)
