@@ -41,7 +41,7 @@ def _check_where(s: Books, rec: JobRecord) -> None:
                 continue
             if not spec.where.admits(cap.nodes[i], cap.labels[i]):
                 raise InvariantViolation(f"{rec.name} runs on {w.node}, which it rules out")
-            types.add(cap.type_keys[i])
+            types.add(cap.type_key(i))
     if len(types) > 1 and not spec.mixed_types:
         raise InvariantViolation(f"{rec.name} runs on GPU types {sorted(types)} at once")
 
@@ -162,6 +162,13 @@ def _check_free(s: Books, owner: dict[tuple[int, int], str]) -> None:
         total += expected.bit_count()
     if total != s.capacity.total_free:
         raise InvariantViolation("the free-GPU total disagrees with the nodes")
+    by_type: dict[str, int] = {}
+    for i in s.capacity.present_indices():
+        key = s.capacity.type_key(i)
+        by_type[key] = by_type.get(key, 0) + s.capacity.free[i].bit_count()
+    counted = {key: n for key, n in s.capacity.free_by_type.items() if n}
+    if {key: n for key, n in by_type.items() if n} != counted:
+        raise InvariantViolation("the free GPUs by type disagree with the nodes")
 
 
 def _check_waiting(s: Books, waiting: Waiting) -> None:

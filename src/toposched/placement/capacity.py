@@ -18,7 +18,6 @@ from toposched.topology.cluster import (
     NodeSelector,
     Taint,
     topology_aware,
-    untolerated,
 )
 from toposched.topology.node import NodeTopology
 from toposched.topology.resources import WorkerFit, type_key
@@ -80,10 +79,10 @@ class Capacity:
         self.gpu_types: Counter[str] = Counter()  # present nodes by GPU type (its key)
         self.type_names: dict[str, str] = {}  # a GPU type's key -> its name as nodes give it
         self.free_by_type: Counter[str] = Counter()  # free GPUs of present nodes, by type key
-        self.type_keys: list[str] = []  # each node's GPU type key
         self.kinds: list[int] = []  # each node's kind, numbered in `kind_list`
         self.kind_list: list[Kind] = []
         self._kind_number: dict[Kind, int] = {}
+        self._kind_node: list[Node] = []  # a node of each kind: what eligibility reads of it
         self._unlabelled: dict[NodeSelector, dict[int, int]] = {}
         self._admits: dict[tuple[Eligibility, int], bool] = {}
         self._explained: dict[Eligibility, tuple[dict[str, int], dict[str, int]]] = {}
@@ -105,14 +104,12 @@ class Capacity:
             self.labels.append({})
             self.used_cpus.append(0)
             self.used_memory.append(0)
-            self.type_keys.append("")
             self.kinds.append(0)
         elif self.present[i]:
             raise ValueError(f"node {node.name!r} is already present")
         self.nodes[i] = node
         self.present[i] = True
-        self.type_keys[i] = type_key(node.hardware.gpu_type)
-        self.kinds[i] = self._number(_kind(node))
+        self.kinds[i] = self._number(node)
         self.tainted += _taints_filter(node)
         self._count_type(node, 1)
         self.labels[i] = node.labels
@@ -120,7 +117,6 @@ class Capacity:
         self.free[i] = full_mask(node.size)
         self._forget()
         self.total_free += node.size
-        self.free_by_type[self.type_keys[i]] += node.size
         self.total_gpus += node.size
         self._join(i)
         return i
@@ -128,7 +124,6 @@ class Capacity:
     def remove_node(self, i: int) -> None:
         self._leave(i)
         self.total_free -= self.free[i].bit_count()
-        self.free_by_type[self.type_keys[i]] -= self.free[i].bit_count()
         self.total_gpus -= self.nodes[i].size
         self.free[i] = 0
         self.present[i] = False
@@ -142,7 +137,6 @@ class Capacity:
         self._leave(i)
         self.free[i] &= ~mask
         self.total_free -= mask.bit_count()
-        self.free_by_type[self.type_keys[i]] -= mask.bit_count()
         self._join(i)
 
     def give(self, i: int, mask: int) -> None:
@@ -153,7 +147,6 @@ class Capacity:
         self._leave(i)
         self.free[i] |= mask
         self.total_free += mask.bit_count()
-        self.free_by_type[self.type_keys[i]] += mask.bit_count()
         self._join(i)
 
     def set_labels(self, i: int, labels: Mapping[str, str]) -> None:
@@ -170,12 +163,9 @@ class Capacity:
         self._leave(i)
         self.tainted += _taints_filter(node) - _taints_filter(self.nodes[i])
         self._count_type(self.nodes[i], -1)
-        self.free_by_type[self.type_keys[i]] -= self.free[i].bit_count()
         self.nodes[i] = node
         self._count_type(node, 1)
-        self.type_keys[i] = type_key(node.hardware.gpu_type)
-        self.kinds[i] = self._number(_kind(node))
-        self.free_by_type[self.type_keys[i]] += self.free[i].bit_count()
+        self.kinds[i] = self._number(node)
         self._join(i)
         self._forget()
 
@@ -195,6 +185,10 @@ class Capacity:
 
     def type_name(self, key: str) -> str:
         return self.type_names.get(key, key or "untyped")
+
+    def type_key(self, i: int) -> str:
+        """Node i's GPU type, as a key (`type_key`)."""
+        return self.kind_list[self.kinds[i]][0]
 
     def hold(self, i: int, cpus: int, memory: int) -> None:
         """Node i's jobs hold `cpus` millicores and `memory` bytes more (less if negative)."""
@@ -237,32 +231,31 @@ class Capacity:
             return {}
         out = self._ruled_out.get(where)
         if out is None:
+            unlabelled = self.unlabelled(where.selector)
             out = self._ruled_out[where] = {
                 i: full_mask(self.nodes[i].size)
                 for i in self.present_indices()
-                if not where.admits(self.nodes[i], self.labels[i])
+                if i in unlabelled or not self.admits(where, self.kinds[i])
             }
         return out
 
-    def _number(self, kind: Kind) -> int:
+    def _number(self, node: Node) -> int:
+        """The number of `node`'s kind, numbered on first sight."""
+        kind = _kind(node)
         number = self._kind_number.get(kind)
         if number is None:
             number = self._kind_number[kind] = len(self.kind_list)
             self.kind_list.append(kind)
+            self._kind_node.append(node)
         return number
 
     def admits(self, where: Eligibility, kind: int) -> bool:
         """Whether `where`'s GPU types, GPU memory and tolerations take nodes of kind number
-        `kind`."""
+        `kind` (`Eligibility.admits_kind`, asked once per kind)."""
         key = (where, kind)
         found = self._admits.get(key)
         if found is None:
-            gpu_type, gpu_memory, taints = self.kind_list[kind]
-            found = self._admits[key] = (
-                (not where.gpu_types or where.fit.accepts_key(gpu_type))
-                and (not where.gpu_memory or where.gpu_memory <= gpu_memory)
-                and untolerated(taints, where.tolerations) is None
-            )
+            found = self._admits[key] = where.admits_kind(self._kind_node[kind])
         return found
 
     def unlabelled(self, selector: NodeSelector) -> Mapping[int, int]:
@@ -377,6 +370,8 @@ class Capacity:
         return (i for i, up in enumerate(self.present) if up)
 
     def _join(self, i: int) -> None:
+        if self.present[i]:
+            self.free_by_type[self.type_key(i)] += self.free[i].bit_count()
         if self.present[i] and self.free[i]:
             key = self.signature(i)
             members = self._groups.setdefault(key, set())
@@ -388,6 +383,8 @@ class Capacity:
                     self._lowest[key] = sorted(members)  # shed the stale entries
 
     def _leave(self, i: int) -> None:
+        if self.present[i]:
+            self.free_by_type[self.type_key(i)] -= self.free[i].bit_count()
         if not (self.present[i] and self.free[i]):
             return
         key = self.signature(i)

@@ -271,10 +271,12 @@ class Eligibility:
         return bool(self.selector) or self.fit.filters
 
     def admits(self, node: Node, labels: Mapping[str, str]) -> bool:
+        return self.selector.matches(labels) and self.admits_kind(node)
+
+    def admits_kind(self, node: Node) -> bool:
+        """Whatever its labels: GPU type and memory accepted, every taint tolerated."""
         return (
-            self.selector.matches(labels)
-            and self.fit.eligible(node.hardware)
-            and untolerated(node.taints, self.tolerations) is None
+            self.fit.eligible(node.hardware) and untolerated(node.taints, self.tolerations) is None
         )
 
     def why_not(self, node: Node, labels: Mapping[str, str]) -> str:
