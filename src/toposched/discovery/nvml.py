@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+from toposched.topology.cpulist import cpu_list
 from toposched.topology.links import Link, Path
 from toposched.topology.node import NodeTopology
 
@@ -113,19 +114,7 @@ def normalise_bus_id(bus_id: bytes | str) -> str:
 
 def format_cpu_list(mask_words: Iterable[int]) -> str | None:
     """nvidia-smi's CPU list, "0-47,96-143", from a mask: 64-bit words, least significant first."""
-    return _cpu_ranges(_bits(mask_words))
-
-
-def _cpu_ranges(cpus: Sequence[int]) -> str | None:
-    if not cpus:
-        return None
-    ranges: list[tuple[int, int]] = []
-    for cpu in cpus:
-        if ranges and cpu == ranges[-1][1] + 1:
-            ranges[-1] = (ranges[-1][0], cpu)
-        else:
-            ranges.append((cpu, cpu))
-    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in ranges)
+    return cpu_list(_bits(mask_words)) or None
 
 
 def _load(nvml: ModuleType | object | None) -> Any:
@@ -197,7 +186,7 @@ def _read(api: Any, name: str) -> NodeTopology:
         links=tuple(tuple(row) for row in links),
         numa=tuple(numa),
         switch=tuple(_first_member_labels(same_switch)),
-        cpu_affinity=tuple(_cpu_ranges(c) for c in cpus),
+        cpu_affinity=tuple(cpu_list(c) or None for c in cpus),
         name=name,
     )
 

@@ -8,16 +8,18 @@
 # holds none, so that it never pushes a worker that asked off its cores. A parameter server
 # has no GPU and so no NUMA node: N cores of the whole host (none asked: all of them). An MPI
 # launcher holds every GPU of the job and the ranks mpirun starts inherit its cores: it gets
-# its GPUs' NUMA nodes, or N cores for each rank.
+# its GPUs' NUMA nodes, or N cores for each worker (what the scheduler counts for the job).
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from toposched.topology.cpulist import CpuListError, cpu_list, parse_cpu_list
 
 if TYPE_CHECKING:  # the supervisor imports this module: it stays light
     from toposched.common.frameworks import Member
@@ -32,35 +34,6 @@ __all__ = [
     "plan",
     "read_cores",
 ]
-
-
-class CpuListError(ValueError):
-    """A CPU list such as "0-19,40-59" that cannot be read; the message quotes it."""
-
-
-def parse_cpu_list(text: str) -> frozenset[int]:
-    """The CPUs of a list as nvidia-smi and /proc print it: "0-19,40-59", "3", "0,2,4"."""
-    cpus: set[int] = set()
-    for part in text.strip().split(","):
-        first, dash, last = part.strip().partition("-")
-        if not first.isdigit() or (dash and not last.isdigit()):
-            raise CpuListError(f"CPU list {text!r}: {part!r} is not a CPU or a range such as 0-7")
-        low, high = int(first), int(last) if dash else int(first)
-        if high < low:
-            raise CpuListError(f"CPU list {text!r}: range {part!r} runs backwards")
-        cpus.update(range(low, high + 1))
-    return frozenset(cpus)
-
-
-def cpu_list(cpus: Iterable[int]) -> str:
-    """The shortest list for a set of CPUs: {0, 1, 2, 5} is "0-2,5"; none is ""."""
-    ranges: list[list[int]] = []
-    for cpu in sorted(set(cpus)):
-        if ranges and cpu == ranges[-1][1] + 1:
-            ranges[-1][1] = cpu
-        else:
-            ranges.append([cpu, cpu])
-    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in ranges)
 
 
 def choose_cores(
