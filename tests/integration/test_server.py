@@ -237,6 +237,15 @@ def test_bad_quantities_and_types_get_422_naming_the_field(api: Api) -> None:
     assert api.get("/api/v1/jobs") == before
 
 
+def test_gpu_types_written_with_a_comma_are_several(api: Api) -> None:
+    job = api.submit(name="either", gpu_type=["T4,V100"], command=["true"])
+    assert job["spec"]["gpu_type"] == ["T4", "V100"]
+    assert job["state"] in ("running", "succeeded"), job["reason"]  # the node's V100s do
+    reply = api.http.post("/api/v1/jobs", json={"gpu_type": ["V100,"], "command": ["true"]})
+    assert reply.status_code == 422 and "a GPU type is 1-100 characters" in reply.text
+    api.until("either", "succeeded")
+
+
 def test_a_job_of_a_type_no_node_has_waits_saying_so(api: Api) -> None:
     job = api.submit(name="a100-only", gpu_type=["A100"], command=["true"])
     assert job["state"] == "pending"

@@ -229,7 +229,9 @@ class JobSubmit(Strict):
             raise ValueError("give at least one GPU type (e.g. [V100, A100]), or leave it out")
         if len(value) > MAX_GPU_TYPES:
             raise ValueError(f"at most {MAX_GPU_TYPES} GPU types, got {len(value)}")
-        names = [name.strip() for name in value]
+        # `V100,A100` is two types, as `submit --gpu-type V100,A100` says it: no type's name
+        # holds a comma, and a job waiting for one that does would wait for ever.
+        names = [name.strip() for item in value for name in item.split(",")]
         for name in names:
             if not name or len(name) > 100:
                 raise ValueError(f"a GPU type is 1-100 characters, got {name[:60]!r}")
