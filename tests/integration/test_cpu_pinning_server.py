@@ -13,15 +13,10 @@ import pytest
 
 from tests.integration.test_cpu_pinning import SHOW
 from tests.server import TOPOSCHED, Api, running_server, wait_for
-from toposched.server.schemas import JobOut
 
 pytestmark = [
     pytest.mark.skipif(
         not {0, 1} <= os.sched_getaffinity(0), reason="needs CPUs 0 and 1 to pin workers to"
-    ),
-    pytest.mark.skipif(
-        "cores" not in JobOut.model_fields,
-        reason="the REST job has no `cores` field yet (JobOut in server/schemas.py)",
     ),
 ]
 

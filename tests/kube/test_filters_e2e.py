@@ -87,7 +87,7 @@ def run_foreign(c: Cluster, name: str, on: str, requests: dict[str, str]) -> Non
     c.server.create(foreign(name, on, requests))
     c.server.set_phase("batch", name, "Running")
     scheduler = c.runners[-1][0].scheduler
-    until(lambda: ("batch", name) in scheduler.others, f"the scheduler sees {name}")
+    until(lambda: ("other", ("batch", name)) in scheduler.usage, f"the scheduler sees {name}")
 
 
 def where(c: Cluster, name: str) -> str:

@@ -78,9 +78,9 @@ from toposched.perf.typespeeds import TypeSpeeds
 from toposched.topology.cluster import (
     EVERY_NODE,
     Cluster,
+    Eligibility,
     Node,
     tier_of,
-    untolerated,
 )
 from toposched.topology.node import NodeTopology
 from toposched.topology.resources import cpus_text, memory_text
@@ -164,7 +164,6 @@ class KubeScheduler(Driver):
         # What pods use of each node: ours (booked where the core put them, or bound) and
         # those of other schedulers; what the core was last told of each node, and its base.
         self.usage = Usage()
-        self.others: dict[Key, Obj] = {}  # bound, running pods other schedulers placed
         self.placed: dict[Key, str] = {}  # our pods, where the core put their gangs
         self.held: set[Key] = set()  # our pods whose CPUs and memory the core counts
         self.told: dict[str, Node] = {}
@@ -316,7 +315,6 @@ class KubeScheduler(Driver):
             for key in gone - set(self.pods):
                 self._account(key)
         elif kind == "others":
-            self.others = {}
             self.usage.drop("other")
             for obj in objects:
                 self._observe_other("ADDED", obj)
@@ -357,7 +355,6 @@ class KubeScheduler(Driver):
         ended = (obj.get("status") or {}).get("phase") in ("Succeeded", "Failed")
         mine = spec.get("schedulerName") == self.name and key[0] == self.namespace
         if event_type == "DELETED" or ended or mine or not spec.get("nodeName"):
-            self.others.pop(key, None)
             self.usage.put(("other", key), None, {}, False)
             return
         try:
@@ -365,7 +362,6 @@ class KubeScheduler(Driver):
         except ValueError as err:  # the API server validates requests: not seen in practice
             log.warning("pod %s/%s: %s; its requests are not counted", *key, err)
             requests = {}
-        self.others[key] = obj
         self.usage.put(("other", key), str(spec["nodeName"]), requests, False)
 
     def _account(self, key: Key) -> None:
@@ -905,10 +901,12 @@ class KubeScheduler(Driver):
             return
         for pod in pods:
             try:
-                fits = [n for n in load if self._accepts(pod, n)]
+                selector = gang_selector(f"pod {pod.namespace}/{pod.name}", [pod], EVERY_NODE)
             except ObjectError as err:
                 self._warn_pods([pod], "InvalidPod", str(err))
                 continue
+            where = Eligibility(selector, tolerations=pod.tolerations)
+            fits = [n for n in load if self._accepts(pod, where, n)]
             if not fits:
                 why = "no node that takes new work has room for it, its labels and tolerations"
                 self._warn_pods([pod], "FailedScheduling", why)
@@ -922,13 +920,15 @@ class KubeScheduler(Driver):
             except ApiError as err:
                 log.info("binding %s/%s: %s", pod.namespace, pod.name, err)
 
-    def _accepts(self, pod: Pod, node: str) -> bool:
-        """Whether `pod` (alone) may go on `node`: as kube-scheduler filters."""
+    def _accepts(self, pod: Pod, where: Eligibility, node: str) -> bool:
+        """Whether `pod` (alone), which may use the nodes `where` admits, may go on `node`: as
+        kube-scheduler filters."""
         core = self.told.get(node)
-        if core is None or untolerated(core.taints, pod.tolerations) is not None:
-            return False
-        selector = gang_selector(f"pod {pod.namespace}/{pod.name}", [pod], EVERY_NODE)
-        return selector.matches(core.labels) and not self._short(node, pod.requests)
+        return (
+            core is not None
+            and where.admits(core, core.labels)
+            and not self._short(node, pod.requests)
+        )
 
     # ------------------------------------------------------------------ restoring
 

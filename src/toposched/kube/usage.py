@@ -34,6 +34,10 @@ class Usage:
             self._on.setdefault(node, set()).add(key)
             self._changed(node)
 
+    def __contains__(self, key: Hashable) -> bool:
+        """Whether pod `key` is counted on a node."""
+        return key in self._pods
+
     def drop(self, tag: str) -> None:
         """Forget every pod whose key is a tuple starting with `tag` (before a relist)."""
         for key in [k for k in self._pods if isinstance(k, tuple) and k[:1] == (tag,)]:
