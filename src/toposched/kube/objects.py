@@ -7,11 +7,8 @@ answers with core types, or with an error that says what is wrong with which obj
 from __future__ import annotations
 
 import functools
-import math
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from fractions import Fraction
 from typing import Any
 
 from toposched.core import Checkpoint, JobError, JobSpec, LocalityRule
@@ -35,7 +32,7 @@ from toposched.topology.cluster import (
     Toleration,
 )
 from toposched.topology.node import NodeTopology
-from toposched.topology.resources import Hardware, gpu_type_from_product, type_key
+from toposched.topology.resources import Hardware, gpu_type_from_product, parse_quantity, type_key
 
 GPU_RESOURCE = "nvidia.com/gpu"
 GROUP_LABEL = "scheduling.x-k8s.io/pod-group"  # scheduler-plugins coscheduling
@@ -219,21 +216,9 @@ def allocatable(obj: Obj) -> dict[str, int]:
     return out
 
 
-_QUANTITY = re.compile(
-    r"^([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE]([+-]?[0-9]+)|(Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E)?)$"
-)
-_SCALES: dict[str | None, Fraction] = {
-    None: Fraction(1),
-    "m": Fraction(1, 1000),
-    **{s: Fraction(1000**i) for i, s in enumerate("kMGTPE", 1)},
-    **{s: Fraction(1024**i) for i, s in enumerate(("Ki", "Mi", "Gi", "Ti", "Pi", "Ei"), 1)},
-}
-
-
 def quantity(value: Any, milli: bool = False) -> int:
-    """A Kubernetes quantity (`4`, `500m`, `16Gi`, `1e3`) as a whole number, rounded up as
-    kube-scheduler rounds: of thousandths where `milli` (CPUs), else of units. ValueError
-    for anything else (a negative amount too)."""
+    """A Kubernetes quantity (`4`, `500m`, `16Gi`, `1e3`) as kube-scheduler counts it
+    (`parse_quantity`); ValueError for anything else (a negative amount too)."""
     if isinstance(value, bool):
         raise ValueError(f"{value!r} is not a quantity")
     return _quantity_of(str(value).strip(), milli)
@@ -242,17 +227,7 @@ def quantity(value: Any, milli: bool = False) -> int:
 @functools.lru_cache(maxsize=4096)
 def _quantity_of(text: str, milli: bool) -> int:
     """`quantity` of a text: cached, as a cluster's pods repeat a handful of quantities."""
-    if text.isdigit():
-        return int(text) * (1000 if milli else 1)
-    match = _QUANTITY.match(text)
-    if match is None:
-        raise ValueError(f"{text!r} is not a quantity")
-    number, exponent, suffix = match.groups()
-    amount = Fraction(number) * _SCALES[suffix]
-    if exponent is not None:
-        amount *= Fraction(10) ** int(exponent)
-    amount *= 1000 if milli else 1
-    return math.ceil(amount)
+    return parse_quantity(text, milli)
 
 
 def allocatable_gpus(obj: Obj) -> int:

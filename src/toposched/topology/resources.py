@@ -86,6 +86,31 @@ def parse_memory(value: object, what: str = "memory") -> int:
         raise QuantityError(f"{what} {value!r}: expected {MEMORY_FORMS}") from None
 
 
+QUANTITY_FORMS = "a Kubernetes quantity such as 4, 500m, 16Gi or 1e3"
+# Every suffix Kubernetes takes.
+_ANY_SCALE: dict[str, Decimal] = {
+    "m": Decimal("0.001"),
+    **{suffix: Decimal(scale) for suffix, scale in (_DECIMAL | _BINARY).items()},
+}
+
+
+def parse_quantity(value: object, milli: bool = False, what: str = "quantity") -> int:
+    """Any Kubernetes quantity, as kube-scheduler counts it: a whole number rounded up, of
+    thousandths where `milli` (CPUs), else of units (`1m` of memory is one byte)."""
+    number = _number(value, what, QUANTITY_FORMS)
+    if number is None:
+        number, suffix = _amount(str(value), what, QUANTITY_FORMS)
+        scale = _ANY_SCALE.get(suffix)
+        if scale is None:
+            raise QuantityError(
+                f"{what} {value!r}: unknown unit {suffix!r}; expected {QUANTITY_FORMS}"
+            )
+        number *= scale
+    if milli:
+        number *= MILLI
+    return int(number.to_integral_value(rounding="ROUND_CEILING"))
+
+
 def cpus_text(milli: int) -> str:
     """`4`, `2.5` or `500m`: the shortest exact form."""
     if milli % MILLI == 0:
