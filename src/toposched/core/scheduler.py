@@ -47,7 +47,7 @@ from toposched.core.job import JobSpec, JobState
 from toposched.core.lifecycle import Lifecycle
 from toposched.core.nongang import WorkerBinding
 from toposched.core.ordering import Waiting
-from toposched.core.policy import SchedulerPolicy
+from toposched.core.policy import SchedulerPolicy, TypeChoice
 from toposched.core.reclaim import Reclaim
 from toposched.core.records import JobRecord
 from toposched.core.reservation import Reserver
@@ -57,7 +57,7 @@ from toposched.core.views import CoreView, JobView
 from toposched.placement.by_model import ModelSpread, StepTime
 from toposched.placement.policies import GangPlacer, placement_policy
 from toposched.placement.request import Mode
-from toposched.placement.typed import OneType
+from toposched.placement.typed import OneType, TypeChooser, first_in_node_order
 from toposched.topology.cluster import Cluster
 
 __all__ = ["JobView", "Scheduler", "SchedulingError"]
@@ -110,7 +110,9 @@ class Scheduler:
             place: GangPlacer = placing.gang
             if policy.spread_by_model is not None and step_time is not None:
                 place = ModelSpread(place, step_time, policy.spread_by_model)
-            choose = FastestType(waiting, policy, type_speed)
+            choose: TypeChooser = FastestType(waiting, policy, type_speed)
+            if policy.type_choice is TypeChoice.BLIND:
+                choose = first_in_node_order
             place = OneType(place, choose)
             # Preemption plans the fewest nodes: a spread plan would stop more jobs for it.
             fewest = OneType(placing.gang, choose)

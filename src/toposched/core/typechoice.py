@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from toposched.core.ordering import Waiting
-from toposched.core.policy import SchedulerPolicy, TypeChoice
+from toposched.core.policy import SchedulerPolicy
 from toposched.placement.capacity import Capacity
 from toposched.placement.gang import GangRequest, Placement
-from toposched.placement.typed import first_in_node_order, placement_key
+from toposched.placement.typed import placement_key
 
 # (the model a job trains or None, a GPU type key) -> its speed there relative to other types,
 # higher is faster; None where the driver's performance model does not know.
@@ -29,8 +29,6 @@ class FastestType:
         self.speed = speed
 
     def __call__(self, cap: Capacity, request: GangRequest, found: Mapping[str, Placement]) -> str:
-        if self.policy.type_choice is TypeChoice.BLIND:
-            return first_in_node_order(cap, request, found)
         speeds = {t: self._speed(request.model, t) for t in found}
         fastest = max(speeds.values())
         need = self.single_type_demand(cap)
