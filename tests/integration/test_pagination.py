@@ -13,8 +13,14 @@ import pytest
 
 from tests.server import Api, ServerProcess, running_server, wait_for, worker
 from toposched.client.http import Client
-from toposched.server.routes_jobs import DEFAULT_PAGE, MAX_PAGE
-from toposched.server.schemas import MAX_COMMAND_BYTES, MAX_ENV_BYTES, JobOut, JobPage
+from toposched.server.schemas import (
+    DEFAULT_PAGE,
+    MAX_COMMAND_BYTES,
+    MAX_ENV_BYTES,
+    MAX_PAGE,
+    JobOut,
+    JobPage,
+)
 
 
 @pytest.fixture(scope="module")

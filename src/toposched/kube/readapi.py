@@ -15,8 +15,9 @@ from toposched import __version__
 from toposched.core.views import JobView
 from toposched.dashboard import mount_dashboard
 from toposched.server.localnode import topology_name
-from toposched.server.routes_jobs import DEFAULT_PAGE, MAX_PAGE
 from toposched.server.schemas import (
+    DEFAULT_PAGE,
+    MAX_PAGE,
     Explanation,
     GpuOut,
     Health,

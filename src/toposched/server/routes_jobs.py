@@ -12,8 +12,9 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Annotated, Any
 
+import orjson
 from fastapi import APIRouter, Header, HTTPException, Query, Response, status
-from fastapi.responses import ORJSONResponse, StreamingResponse
+from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from toposched.common.jobspec import job_kind, local_processes
@@ -22,11 +23,13 @@ from toposched.server.auth import Principal
 from toposched.server.deps import Caller, Server, ServerState, writing
 from toposched.server.runtime import LIVE, Conflict, NotFound, Runtime, SubmitRefused
 from toposched.server.schemas import (
+    MAX_PAGE,
     Explanation,
     HistoryOut,
     JobOut,
     JobPage,
     JobSubmit,
+    ListQuery,
 )
 from toposched.store import DuplicateJob, JobRow
 
@@ -167,7 +170,15 @@ async def submit(
     # (health, metrics and reads answer meanwhile).
     job, replayed = await writing(server, _submit, server, who, body, idempotency_key)
     headers = {REPLAYED: "true"} if replayed else None
-    return ORJSONResponse(job, status.HTTP_201_CREATED, headers=headers)
+    return _json(job, status.HTTP_201_CREATED, headers)
+
+
+def _json(
+    content: dict[str, Any], code: int = status.HTTP_200_OK, headers: dict[str, str] | None = None
+) -> Response:
+    """Plain data as JSON by orjson: a page or a submit's answer is not built and checked as
+    a model (tests check them against the route's response model)."""
+    return Response(orjson.dumps(content), code, headers, media_type="application/json")
 
 
 def _submit(
@@ -211,50 +222,25 @@ def _taken(server: ServerState, name: str | None, err: Exception) -> str:
     return f"{err} ({held.state}); delete it to free its name"
 
 
-DEFAULT_PAGE = 100
-MAX_PAGE = 1000
-
-
 @router.get("", response_model=JobPage)
-def list_jobs(
-    server: Server,
-    who: Caller,
-    state: Annotated[list[str] | None, Query(description="Repeat for several.")] = None,
-    queue: str | None = None,
-    owner: str | None = None,
-    all: Annotated[bool, Query(description="Include ended jobs.")] = False,
-    limit: Annotated[
-        int, Query(ge=1, description=f"Jobs per page; at most {MAX_PAGE} are given.")
-    ] = DEFAULT_PAGE,
-    newest_first: Annotated[
-        bool, Query(description="Newest first (pages go back in time).")
-    ] = False,
-    continue_: Annotated[
-        str | None,
-        Query(
-            alias="continue",
-            max_length=200,
-            description="The `metadata.continue` of the page before, with the same filters.",
-        ),
-    ] = None,
-) -> Response:
+def list_jobs(server: Server, who: Caller, query: Annotated[ListQuery, Query()]) -> Response:
     """One page of jobs in submission order (or newest first): live ones only unless `all`
     or `state` says otherwise. `metadata.continue` is set while more remain: pass it back
     (with the same filters) for the next page. A `limit` over the largest page gets that page,
     as Kubernetes gives fewer than asked."""
-    for i, value in enumerate(state or []):
+    for i, value in enumerate(query.state or []):
         if value not in STATES:
             raise _refused(["query", "state", str(i)], f"{value!r} is not one of {STATES}")
-    states = state or (None if all else list(LIVE))
-    scope = _scope(states, queue, owner, newest_first)
-    after = None if continue_ is None else _after(continue_, scope)
-    limit = min(limit, MAX_PAGE)
+    states = query.state or (None if query.all else list(LIVE))
+    scope = _scope(states, query.queue, query.owner, query.newest_first)
+    after = None if query.continue_ is None else _after(query.continue_, scope)
+    limit = min(query.limit, MAX_PAGE)
     rows = server.runtime.store.jobs(
         states=states,
-        queue=queue,
-        owner=owner,
+        queue=query.queue,
+        owner=query.owner,
         limit=limit + 1,
-        newest_first=newest_first,
+        newest_first=query.newest_first,
         after_seq=after,
     )
     more = len(rows) > limit
@@ -265,7 +251,7 @@ def list_jobs(
         "jobs": [job_summary(row, reasons[row.name]) for row in rows],
         "metadata": {"continue": token},
     }
-    return ORJSONResponse(page)
+    return _json(page)
 
 
 def _scope(states: list[str] | None, queue: str | None, owner: str | None, newest: bool) -> str:

@@ -346,6 +346,30 @@ class JobOut(JobSummary):
     )
 
 
+DEFAULT_PAGE = 100
+MAX_PAGE = 1000
+
+
+class ListQuery(BaseModel):
+    """The query of `GET /api/v1/jobs`: its filters, order and page. Read as one model, which
+    costs FastAPI a fraction of reading seven parameters one by one, on every list."""
+
+    state: list[str] | None = Field(None, description="Repeat for several.")
+    queue: str | None = None
+    owner: str | None = None
+    all: bool = Field(False, description="Include ended jobs.")
+    limit: int = Field(
+        DEFAULT_PAGE, ge=1, description=f"Jobs per page; at most {MAX_PAGE} are given."
+    )
+    newest_first: bool = Field(False, description="Newest first (pages go back in time).")
+    continue_: str | None = Field(
+        None,
+        alias="continue",
+        max_length=200,
+        description="The `metadata.continue` of the page before, with the same filters.",
+    )
+
+
 class ListMeta(BaseModel):
     # Named as Kubernetes names it: pass it back as `?continue=` for the next page.
     continue_: str | None = Field(None, alias="continue", serialization_alias="continue")
