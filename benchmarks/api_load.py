@@ -1,6 +1,7 @@
 """Submissions per second and latency of the REST API, against a real server with SQLite.
 
 Run: .venv/bin/python benchmarks/api_load.py [--jobs 10000] [--clients 8] [--url URL --token T]
+     .venv/bin/python benchmarks/api_load.py --costs [--jobs 10000] [--requests 2000]
      .venv/bin/python benchmarks/api_load.py --mix [--jobs 10000] [--clients 32] [--seconds 30]
          [--lock-s 3]
 
@@ -11,6 +12,11 @@ scheduler path, not process start-up. Each client is a thread with its own keep-
 connection (the standard library's, the lightest), submitting one job at a time. Issue 5's
 target, printed but not judged here: at least 500 submissions/s and a p99 latency of at most
 100 ms on a 2-core machine.
+
+`--costs`: once the --jobs are stored (and waiting), the server's CPU time per request of each
+kind (submit, list page of 100, health), sent one at a time by one client, so that no request
+waits for another: what a change to a route costs or saves, steadier from run to run than the
+mix's latencies on a shared machine. Last line JSON: milliseconds of CPU per request.
 
 `--mix`: once the --jobs are stored (and waiting), --clients threads send for --seconds a mix of
 70% submissions and 30% list pages of 100 jobs, while one more thread asks /api/v1/health every
@@ -38,7 +44,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,6 +61,7 @@ class Server:
     url: str
     token: str
     data_dir: Path
+    pid: int
 
 
 def free_port() -> int:
@@ -101,7 +108,7 @@ def own_server(tmp: Path, timeout_s: float = 30.0) -> Iterator[Server]:
                 raise SystemExit(f"no answer within {timeout_s} s:\n{log_path.read_text()}")
             time.sleep(0.1)
         token = (data_dir / ADMIN_TOKEN_FILE).read_text().strip()
-        yield Server(url, token, data_dir)
+        yield Server(url, token, data_dir, proc.pid)
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGINT)
@@ -373,6 +380,50 @@ def mixed(url: str, token: str, args: argparse.Namespace, db: Path | None) -> di
     return figures
 
 
+def cpu_s(pid: int) -> float:
+    """A process's user and system CPU seconds so far (Linux's /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def costs(server: Server, jobs: int, requests: int) -> dict[str, float]:
+    """The server's CPU milliseconds per request of each kind, one request at a time."""
+    if jobs:
+        run(server.url, server.token, jobs, 8, keep_blocker=True)
+    conn = connect(server.url)
+    headers = {"Authorization": f"Bearer {server.token}", "Content-Type": "application/json"}
+    kinds: dict[str, Callable[[], tuple[float, int]]] = {
+        "submit": lambda: timed(
+            conn,
+            "POST",
+            "/api/v1/jobs",
+            json.dumps({"command": ["true"]}),
+            {**headers, "Idempotency-Key": uuid.uuid4().hex},
+        ),
+        "list": lambda: timed(conn, "GET", "/api/v1/jobs?limit=100", headers=headers),
+        "health": lambda: timed(conn, "GET", "/api/v1/health"),
+    }
+    figures = {}
+    try:
+        for kind, send in kinds.items():
+            began, wall = cpu_s(server.pid), 0.0
+            for _ in range(requests):
+                took, status = send()
+                wall += took
+                if not 200 <= status < 300:
+                    raise SystemExit(f"{kind}: HTTP {status}")
+            cpu_ms = 1000 * (cpu_s(server.pid) - began) / requests
+            print(
+                f"{kind}: server CPU {cpu_ms:.3f} ms per request, "
+                f"latency {1000 * wall / requests:.3f} ms (mean of {requests:,})",
+                file=sys.stderr,
+            )
+            figures[f"{kind}_cpu_ms"] = round(cpu_ms, 3)
+    finally:
+        conn.close()
+    return figures
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=10_000)
@@ -384,7 +435,15 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=30.0, help="How long the mix runs.")
     parser.add_argument("--lock-s", type=float, default=3.0, help="The lock during the mix.")
     parser.add_argument("--db-file", type=Path, help="With --url: the SQLite file to lock.")
+    parser.add_argument("--costs", action="store_true", help="Server CPU per request.")
+    parser.add_argument("--requests", type=int, default=2000, help="Per kind, with --costs.")
     args = parser.parse_args()
+    if args.costs:
+        if args.url:
+            raise SystemExit("--costs measures a server it starts itself: drop --url")
+        with tempfile.TemporaryDirectory() as tmp, own_server(Path(tmp)) as server:
+            print(json.dumps(costs(server, args.jobs, args.requests)))
+        return
     if args.mix:
         if args.url:
             figures = mixed(args.url, args.token, args, args.db_file)
