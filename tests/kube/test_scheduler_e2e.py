@@ -138,10 +138,20 @@ class Cluster:
         self.kubeconfig = kubeconfig
         self.runners: list[tuple[Runner, threading.Thread]] = []
 
-    def start(self, lease: bool = False, name: str = "a", policy: str = "toposched") -> Runner:
+    def start(
+        self,
+        lease: bool = False,
+        name: str = "a",
+        policy: str = "toposched",
+        params: dict[str, Any] | None = None,
+        **options: Any,
+    ) -> Runner:
+        """A scheduler with `policy` and its `params`; `options` go to KubeScheduler."""
         api = KubeApi.connect(str(self.kubeconfig))
-        chosen = make_scheduler_policy(policy, {"migration": False, "elastic": False})
-        driver = KubeScheduler(api, chosen)
+        chosen = make_scheduler_policy(
+            policy, {"migration": False, "elastic": False, **(params or {})}
+        )
+        driver = KubeScheduler(api, chosen, **options)
         runner = Runner(
             driver,
             lease=Lease(api, "toposched-system", name, duration_s=2) if lease else None,

@@ -22,7 +22,10 @@ from toposched.cli.jobs_cmd import SubmitCommand
 from toposched.cli.output import fail
 from toposched.cli.params import policy_params
 from toposched.core import SCHEDULER_POLICIES, PolicyError, make_scheduler_policy
+from toposched.discovery.catalog_files import load_catalog
 from toposched.kube.objects import DEFAULT_RACK_LABEL, GPU_RESOURCE
+from toposched.perf import PerfError, PerfModel
+from toposched.perf.model import DEFAULT_FRAMEWORK, DEFAULT_NETWORK
 
 if TYPE_CHECKING:
     from toposched.topology.node import NodeTopology
@@ -48,9 +51,23 @@ def scheduler(
     listen: str = typer.Option(
         "0.0.0.0:8080", "--listen", help="HOST:PORT of /healthz, /metrics and the read API."
     ),
+    catalogs: list[str] = typer.Option(
+        [],
+        "--catalog",
+        help="Extra performance catalog YAML (repeatable; `perf fit --out` writes one).",
+    ),
+    network: str = typer.Option(
+        DEFAULT_NETWORK, "--network", help="The cluster's network profile in the catalog."
+    ),
+    framework: str = typer.Option(
+        DEFAULT_FRAMEWORK, "--framework", help="The catalog framework jobs train with."
+    ),
 ) -> None:
     """Watch pods whose schedulerName is --scheduler-name, nodes and PodGroups, and bind whole
-    gangs onto the best-connected GPUs of each node."""
+    gangs onto the best-connected GPUs of each node. The performance catalog (--catalog,
+    --network, --framework) weighs a job's GPU types, and with `--param
+    toposched.spread_by_model=0` predicts where a gang annotated `toposched.io/model` runs
+    fastest across nodes."""
     from toposched.kube.api import KubeApi
     from toposched.kube.driver import KubeScheduler
     from toposched.kube.readapi import make_app, serve
@@ -64,6 +81,12 @@ def scheduler(
         chosen = make_scheduler_policy(policy, params)
     except (PolicyError, ValueError) as err:
         fail(str(err))
+    try:
+        perf = PerfModel(load_catalog(catalogs))
+        perf.catalog.network(network)  # an unknown name fails here, naming the known ones
+        perf.catalog.framework(framework)
+    except PerfError as err:
+        fail(str(err))
     # Pods cannot move or change size: a running pod stays where it was bound.
     chosen = replace(chosen, migration=False, elastic=False)
     api = KubeApi.connect(str(kubeconfig) if kubeconfig else None, in_cluster=in_cluster)
@@ -74,6 +97,9 @@ def scheduler(
         namespace=namespace,
         rack_label=rack_label,
         config_namespace=lease_namespace,
+        perf=perf,
+        framework=framework,
+        network=network,
     )
     lease = None
     if leader_elect:

@@ -72,8 +72,9 @@ from toposched.kube.objects import (
     pod_requests,
 )
 from toposched.kube.usage import Amounts, Usage
-from toposched.perf.model import PerfModel
+from toposched.perf.model import DEFAULT_FRAMEWORK, DEFAULT_NETWORK, PerfModel
 from toposched.perf.registry import Catalog
+from toposched.perf.steptime import mixed_step_time
 from toposched.perf.typespeeds import TypeSpeeds
 from toposched.topology.cluster import (
     EVERY_NODE,
@@ -141,10 +142,20 @@ class KubeScheduler(Driver):
         config_namespace: str = "toposched-system",
         clock: Callable[[], float] = time.time,
         gpu_names: Iterable[str] | None = None,
+        perf: PerfModel | None = None,
+        framework: str = DEFAULT_FRAMEWORK,
+        network: str = DEFAULT_NETWORK,
     ) -> None:
+        perf = perf if perf is not None else PerfModel()
         # The catalog's speed of each GPU type: what the choice among a job's types weighs.
-        speeds = TypeSpeeds(PerfModel())
-        super().__init__(Scheduler(Cluster(()), policy, type_speed=speeds))
+        self.type_speed = TypeSpeeds(perf)
+        # Each topology's catalog GPU type (the slowest of its nodes'), as nodes join: what
+        # the step time a gang is spread by (`spread_by_model`) predicts with.
+        self.type_of: dict[NodeTopology, str] = {}
+        step = mixed_step_time(
+            perf, self.type_speed, self.type_of, framework=framework, network=network
+        )
+        super().__init__(Scheduler(Cluster(()), policy, step_time=step, type_speed=self.type_speed))
         self.config_namespace = config_namespace
         self.shares: dict[str, int] = {}  # guaranteed GPUs per queue, as the core was told
         self.api = api
@@ -502,6 +513,9 @@ class KubeScheduler(Driver):
             # a thousand equal copies would each be compared in full at every lookup.
             topology = self._topologies.setdefault(gpus.topology, gpus.topology)
             found = (replace(node, topology=topology), replace(gpus, topology=topology))
+            known = self.type_of.get(topology)
+            types = [self.type_speed.of_node(found[0]), *([known] if known else [])]
+            self.type_of[topology] = self.type_speed.slowest(None, types)
             if problem is not None:
                 self._warn(obj, "UnknownTopology", f"{problem}; {UNKNOWN_USE}")
         self._parsed[name] = (version, found)

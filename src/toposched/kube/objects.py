@@ -58,6 +58,9 @@ GPU_PRODUCT = "nvidia.com/gpu.product"
 GPU_MEMORY = "nvidia.com/gpu.memory"
 # The GPU types a job accepts (the catalog's names, comma-separated), on the PodGroup or pod.
 GPU_TYPE = "toposched.io/gpu-type"
+# What the job trains, by the performance catalog's name, on the PodGroup or pod: what
+# `spread_by_model` predicts its step time by (docs/placement.md).
+MODEL = "toposched.io/model"
 # The core's label holding each node's name: what matchFields on metadata.name reads, and what
 # keeps a gang off a node its pods were found not to fit at bind time.
 NODE_NAME = "toposched.io/node-name"
@@ -301,6 +304,7 @@ class Pod:
     affinity: tuple[tuple[Requirement, ...], ...] = ()
     tolerations: tuple[Toleration, ...] = ()
     gpu_type: str = ""
+    model: str = ""  # its MODEL annotation
 
     @property
     def key(self) -> tuple[str, str]:
@@ -380,6 +384,7 @@ def pod_from(obj: Obj) -> Pod:
         affinity=placement[1],
         tolerations=placement[2],
         gpu_type=annotations.get(GPU_TYPE) or "",
+        model=annotations.get(MODEL) or "",
     )
 
 
@@ -522,7 +527,8 @@ def gang_spec(
     filters: bool = True,
 ) -> JobSpec:
     """The core's job for a gang of pods (or one pod): `workers` pods of the same GPU count,
-    the queue and priority of its pods, the locality of its PodGroup (default: any).
+    the queue and priority of its pods, the locality and model of its PodGroup (else of its
+    first pod; default: any locality, no model).
 
     Every pod of the gang, `extra` (those without GPUs, bound beside its first worker) too,
     must find on its node what it asks: the gang takes the strictest of its pods' nodeSelectors,
@@ -574,6 +580,7 @@ def gang_spec(
             priority=max(p.priority for p in pods),
             locality=LocalityRule.parse(text),
             checkpoint=checkpoint,
+            model=annotations.get(MODEL) or first.model or None,
             **asks,
         )
     except (JobError, ClusterError) as err:

@@ -36,12 +36,11 @@ from toposched.core import (
 )
 from toposched.perf import DEFAULT_BATCH, ModelSpec, PerfModel
 from toposched.perf.interference import factor_from_counts, level_masks, neighbour_counts
-from toposched.perf.steptime import fastest, step_time
+from toposched.perf.steptime import fastest, mixed_step_time, step_time
 from toposched.perf.typespeeds import TypeSpeeds
 from toposched.placement.by_model import StepTime
 from toposched.placement.capacity import full_mask
 from toposched.placement.tables import from_mask, to_mask
-from toposched.sim.speeds import mixed_step_time
 from toposched.sim.traces import Trace, TraceJob
 from toposched.sim.workload import Workload
 from toposched.topology.cluster import Cluster, Node, Tier
