@@ -1,4 +1,5 @@
-"""Fixtures: a started API server emulator, and a kubeconfig pointing at it.
+"""Fixtures: a started API server emulator, a kubeconfig pointing at it, and a `Cluster` of
+it to start schedulers on.
 
 With `TOPOSCHED_KUBECONFIG` set, `apiserver` is a `tests.kube.live.LiveCluster` over that
 cluster instead (a scratch cluster: see tests/kube/live.py), and `kubeconfig` is that file."""
@@ -12,6 +13,7 @@ from typing import Any
 import pytest
 
 from tests.kube.live import cluster_for_tests
+from tests.kube.test_scheduler_e2e import Cluster
 
 
 @pytest.fixture
@@ -27,3 +29,11 @@ def kubeconfig(apiserver: Any, tmp_path: Path) -> Path:
     """A kubeconfig file for `apiserver` (plain http, any token), namespace `default`; on a
     real cluster, TOPOSCHED_KUBECONFIG itself."""
     return Path(apiserver.kubeconfig(tmp_path / "kubeconfig"))
+
+
+@pytest.fixture
+def cluster(apiserver: Any, kubeconfig: Path) -> Iterator[Cluster]:
+    """The emulator (or the live cluster) and the schedulers a test starts, stopped after."""
+    c = Cluster(apiserver, kubeconfig)
+    yield c
+    c.stop()

@@ -10,7 +10,6 @@ import os
 import re
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -190,13 +189,6 @@ class Cluster:
             for e in self.server.objects("events", ns)
             if (e.get("involvedObject") or {}).get("name") == name
         ]
-
-
-@pytest.fixture
-def cluster(apiserver: ApiServer | LiveCluster, kubeconfig: Path) -> Iterator[Cluster]:
-    c = Cluster(apiserver, kubeconfig)
-    yield c
-    c.stop()
 
 
 def test_a_gang_lands_on_one_nvlink_ring_of_one_node(cluster: Cluster) -> None:

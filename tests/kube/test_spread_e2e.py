@@ -5,14 +5,11 @@ spread over more nodes than it needs, as measured there; packed without the opti
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.e2e.conftest import run_cli
-from tests.kube.emulator import ApiServer
 from tests.kube.test_scheduler_e2e import Cluster, node, pod, podgroup
 from tests.server import wait_for as until
 from toposched.kube.annotations import encode_topology
@@ -20,22 +17,13 @@ from toposched.kube.objects import GPU_PRODUCT, MODEL
 from toposched.topology import preset
 
 
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    with ApiServer() as server:
-        c = Cluster(server, server.kubeconfig(tmp_path / "kubeconfig"))
-        try:
-            yield c
-        finally:
-            c.stop()
-
-
-def g4dn(name: str) -> dict[str, Any]:
-    """An AWS g4dn.12xlarge node: 4 T4s, every pair through the host bridge."""
-    made = node(name, annotation=encode_topology(preset("g4dn-12xlarge")))
-    made["status"]["allocatable"]["nvidia.com/gpu"] = "4"
-    made["metadata"]["labels"][GPU_PRODUCT] = "Tesla-T4"
-    return made
+def g4dn_nodes(c: Cluster, count: int = 4) -> None:
+    """AWS g4dn.12xlarge nodes: 4 T4s each, every pair through the host bridge."""
+    for i in range(count):
+        made = node(f"g4dn-{i}", annotation=encode_topology(preset("g4dn-12xlarge")))
+        made["status"]["allocatable"]["nvidia.com/gpu"] = "4"
+        made["metadata"]["labels"][GPU_PRODUCT] = "Tesla-T4"
+        c.server.create(made)
 
 
 def gang_of(c: Cluster, job: str, workers: int, annotations: dict[str, str]) -> list[str]:
@@ -60,8 +48,7 @@ FITTED = {"network": "aws-50g", "framework": "pytorch-ddp"}
 def test_a_gang_of_a_known_model_spreads_where_the_model_predicts_it_faster(
     cluster: Cluster,
 ) -> None:
-    for i in range(4):
-        cluster.server.create(g4dn(f"g4dn-{i}"))
+    g4dn_nodes(cluster)
     names = gang_of(cluster, "imagenet", 8, {MODEL: "imagenet"})
     cluster.start(params={"spread_by_model": 0}, **FITTED)
     # Measured on such nodes, 2+2 GPUs run slower than 1+1+1+1: 8 GPUs packed on two nodes
@@ -70,23 +57,21 @@ def test_a_gang_of_a_known_model_spreads_where_the_model_predicts_it_faster(
     assert len(per_node) == 4 and max(per_node) < 4, per_node
 
 
-def test_without_the_option_or_a_model_a_gang_spans_the_fewest_nodes(cluster: Cluster) -> None:
-    for i in range(4):
-        cluster.server.create(g4dn(f"g4dn-{i}"))
-    named = gang_of(cluster, "packed", 8, {MODEL: "imagenet"})
-    unnamed = gang_of(cluster, "unknown", 8, {})
-    cluster.start(**FITTED)
-    assert pods_per_node(cluster, named) == [4, 4]
-    assert pods_per_node(cluster, unnamed) == [4, 4]
-
-
-def test_a_model_the_catalog_does_not_know_is_placed_by_the_fewest_nodes(
-    cluster: Cluster,
+@pytest.mark.parametrize(
+    ("params", "annotations"),
+    [
+        ({}, {MODEL: "imagenet"}),
+        ({"spread_by_model": 0}, {}),
+        ({"spread_by_model": 0}, {MODEL: "no-such-model"}),
+    ],
+    ids=["option-off", "no-model", "unknown-model"],
+)
+def test_without_the_option_or_a_known_model_a_gang_spans_the_fewest_nodes(
+    cluster: Cluster, params: dict[str, float], annotations: dict[str, str]
 ) -> None:
-    for i in range(4):
-        cluster.server.create(g4dn(f"g4dn-{i}"))
-    names = gang_of(cluster, "mystery", 8, {MODEL: "no-such-model"})
-    cluster.start(params={"spread_by_model": 0}, **FITTED)
+    g4dn_nodes(cluster)
+    names = gang_of(cluster, "packed", 8, annotations)
+    cluster.start(params=params, **FITTED)
     assert pods_per_node(cluster, names) == [4, 4]
 
 
