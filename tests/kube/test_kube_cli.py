@@ -13,6 +13,7 @@ from tests.e2e.conftest import Result, run_cli
 from tests.kube.emulator import ApiServer
 from tests.kube.test_scheduler_e2e import Cluster, node, until
 from tests.server import free_port
+from toposched.kube.objects import MODEL
 from toposched.kube.readapi import make_app, serve
 
 
@@ -124,6 +125,13 @@ def test_a_bad_submit_makes_nothing(
     assert done.code == 2 and words in done.err, done.err
     assert apiserver.objects("pods", "default") == []
     assert apiserver.objects("podgroups", "default") == []
+
+
+def test_submit_names_the_model_the_job_trains(apiserver: ApiServer, kubeconfig: Path) -> None:
+    args = ("--image", "img", "--name", "m", "--model", "imagenet", "--", "python", "t.py")
+    ok(kube(kubeconfig, "submit", *args))
+    (group,) = apiserver.objects("podgroups", "default")
+    assert group["metadata"]["annotations"][MODEL] == "imagenet"
 
 
 def test_a_job_file_field_a_cluster_cannot_honour_is_refused(

@@ -4,7 +4,6 @@ valid against the Kubernetes OpenAPI schemas, made whole or not at all, and dele
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,7 @@ from tests.kube.test_manifests import K8S_VERSION, custom_errors
 from tests.kube.test_scheduler_e2e import Cluster, node, until
 from toposched.common.frameworks import Kind
 from toposched.kube.api import ApiError, KubeApi
+from toposched.kube.objects import MODEL
 from toposched.kube.submit import KubeJob, SubmitError, create, delete, objects
 
 
@@ -42,8 +42,14 @@ def env_of(pod: dict[str, Any]) -> dict[str, str]:
 
 @pytest.mark.parametrize(
     "made",
-    [job(), job(Kind.TENSORFLOW, ps=2), job(Kind.TENSORFLOW), job(Kind.MPI, queue="vision")],
-    ids=["pytorch", "tensorflow-ps", "tensorflow", "mpi"],
+    [
+        job(),
+        job(Kind.TENSORFLOW, ps=2),
+        job(Kind.TENSORFLOW),
+        job(Kind.MPI, queue="vision"),
+        job(model="imagenet"),
+    ],
+    ids=["pytorch", "tensorflow-ps", "tensorflow", "mpi", "pytorch-model"],
 )
 def test_every_object_is_valid_against_the_openapi_schemas(made: KubeJob) -> None:
     for obj in objects(made):
@@ -128,6 +134,12 @@ def test_mpi_has_a_launcher_and_a_hostfile_with_a_slot_per_gpu() -> None:
         assert spec["containers"][0]["volumeMounts"][0]["mountPath"] == "/etc/toposched"
 
 
+def test_the_model_a_job_trains_is_its_podgroups_annotation() -> None:
+    named = by_name(objects(job(model="imagenet")))["PodGroup/train"]
+    assert named["metadata"]["annotations"][MODEL] == "imagenet"
+    assert MODEL not in by_name(objects(job()))["PodGroup/train"]["metadata"]["annotations"]
+
+
 @pytest.mark.parametrize(
     ("fields", "words"),
     [
@@ -140,6 +152,7 @@ def test_mpi_has_a_launcher_and_a_hostfile_with_a_slot_per_gpu() -> None:
         ({"env": {"A B": "1"}}, "env 'A B': not a valid variable name"),
         ({"locality": "near"}, "locality 'near': expected one of"),
         ({"ps": 1}, "parameter servers (ps=1) are for tensorflow jobs, not pytorch"),
+        ({"model": " "}, "model: a performance catalog model's name"),
     ],
 )
 def test_a_bad_job_is_refused_naming_the_field_and_nothing_is_made(
@@ -158,14 +171,6 @@ def test_a_refused_object_takes_back_the_ones_made(apiserver: ApiServer, kubecon
         create(api, job())
     for resource in ("pods", "podgroups", "services"):
         assert apiserver.objects(resource, "team-a") == []
-
-
-@pytest.fixture
-def cluster(apiserver: ApiServer, kubeconfig: Path) -> Iterator[Cluster]:
-    """The scheduler, started by the test, on the emulator."""
-    c = Cluster(apiserver, kubeconfig)
-    yield c
-    c.stop()
 
 
 def test_submitted_workers_bind_as_one_gang_and_delete_removes_every_object(

@@ -88,6 +88,11 @@ def submit(
     accept_unknown_topology: bool = typer.Option(
         False, "--accept-unknown-topology", help="May run on nodes whose topology is unknown."
     ),
+    model: str | None = typer.Option(
+        None,
+        "--model",
+        help="What it trains, by the performance catalog's name (placement by the model).",
+    ),
     namespace: str = NAMESPACE,
     kubeconfig: Path | None = KUBECONFIG,
     as_json: bool = JSON,
@@ -119,6 +124,7 @@ def submit(
             priority_class=priority_class,
             locality=spec.get("locality") or "any",
             accept_unknown_topology=accept_unknown_topology,
+            model=model,
         )
         job.check()
     except (KindError, SubmitError) as err:

@@ -34,6 +34,7 @@ from toposched.kube.objects import (
     GPU_RESOURCE,
     GROUP_LABEL,
     LOCALITY,
+    MODEL,
     QUEUE_LABEL,
     SCHEDULER_PLUGINS,
 )
@@ -69,6 +70,7 @@ class KubeJob:
     locality: str = "any"
     accept_unknown_topology: bool = False
     scheduler_name: str = "toposched"
+    model: str | None = None  # the catalog's name of what it trains (`spread_by_model`)
 
     def check(self) -> None:
         """SubmitError naming the first field that cannot be used."""
@@ -85,6 +87,8 @@ class KubeJob:
         for what, count in (("workers", self.workers), ("gpus", self.gpus)):
             if isinstance(count, bool) or not isinstance(count, int) or count < 1:
                 raise SubmitError(f"{what} must be a positive integer, got {count!r}")
+        if self.model is not None and not self.model.strip():
+            raise SubmitError("model: a performance catalog model's name, or leave it out")
         if not self.command or not self.command[0]:
             raise SubmitError("command: the program to run is missing")
         for name, value in self.env.items():
@@ -129,6 +133,8 @@ def _podgroup(job: KubeJob) -> JSON:
         LOCALITY: job.locality,
         ACCEPT_UNKNOWN: "true" if job.accept_unknown_topology else "false",
     }
+    if job.model is not None:
+        meta["annotations"][MODEL] = job.model
     return {
         "apiVersion": SCHEDULER_PLUGINS.api_version,
         "kind": "PodGroup",
