@@ -11,6 +11,7 @@ from toposched.core import (
     Checkpoint,
     JobFinished,
     JobSubmitted,
+    LocalityRule,
     NodeAdded,
     NodeChanged,
     Scheduler,
@@ -102,6 +103,37 @@ def test_cpus_per_worker_bound_how_many_jobs_share_a_node() -> None:
     assert "16 CPUs" in reason and "room for 0" in reason, reason
     out = started(s.handle(JobFinished(10, "j0", succeeded=True)))
     assert out == {"j2": {"v0"}}
+
+
+def first_fit_on_small_nodes(count: int = 1) -> Scheduler:
+    """The FIFO first-fit baseline on `count` 4-GPU nodes of 8 CPUs."""
+    small = Hardware("P100", 16 * GIB, 8_000, 64 * GIB)
+    return Scheduler(
+        cluster(*(typed(f"n{i}", small, PCIE4) for i in range(count))),
+        make_scheduler_policy("fifo-gang-firstfit", {}),
+        validate=True,
+    )
+
+
+def test_the_first_fit_baseline_says_when_cpus_not_gpus_keep_a_job_waiting() -> None:
+    # Hypothesis found it: a gang of 3 workers of 4 CPUs on an empty 4-GPU node of 8 CPUs was
+    # told "first fit found none", as though GPUs were short.
+    here = LocalityRule.parse("node")
+    s = first_fit_on_small_nodes()
+    s.handle(JobSubmitted(0, job("cpu-bound", gpus=1, workers=3, cpus=4_000, locality=here)))
+    reason = s.job("cpu-bound").reason
+    assert "3 worker(s) with 4 CPUs each" in reason, reason
+    assert "3 free GPUs only on nodes without room for them" in reason, reason
+    s = first_fit_on_small_nodes()
+    s.handle(JobSubmitted(0, job("spread", gpus=1, workers=3, cpus=4_000)))
+    reason = s.job("spread").reason
+    assert "needs 3 workers x 1 GPUs with 4 CPUs; first fit found no room" in reason, reason
+    # Where GPUs are what is short (one free on each node), it says so, as before.
+    s = first_fit_on_small_nodes(2)
+    s.handle(JobSubmitted(0, job("h0", gpus=3)))
+    s.handle(JobSubmitted(1, job("h1", gpus=3)))
+    s.handle(JobSubmitted(2, job("gpu-bound", gpus=2, locality=here)))
+    assert s.job("gpu-bound").reason.endswith("needs 2 GPUs on one node; first fit found none")
 
 
 def test_memory_per_worker_spreads_a_gang_over_nodes() -> None:

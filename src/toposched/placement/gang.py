@@ -296,8 +296,10 @@ def _place_on_many_nodes(
         if cap.present[i] and (admits is None or admits(cap.kinds[i])):
             here = cap.room(i, fit)
             room -= most(cap.free[i], here) - most(cap.free[i] & ~mask, here)
+    # What each worker asks beside its GPUs, in every answer: where CPUs or memory are what is
+    # short, GPUs alone would not explain the wait.
+    each = f" with {fit.describe()}" if fit.sized else ""
     if room < workers:
-        each = f" with {fit.describe()}" if fit.sized else ""
         return Shortfall(
             f"needs {workers} workers x {g} GPUs{each} within {where[request.widest]}; "
             f"at most {room} fit now in the whole cluster"
@@ -329,7 +331,7 @@ def _place_on_many_nodes(
                 chosen = (m, tier, members)
     if chosen is None:
         return Shortfall(
-            f"needs {workers} workers x {g} GPUs within {where[request.widest]}; "
+            f"needs {workers} workers x {g} GPUs{each} within {where[request.widest]}; "
             f"at most {best_hold} fit now"
         )
     m, tier, _ = chosen

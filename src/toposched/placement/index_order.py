@@ -38,6 +38,7 @@ def first_fit(
 ) -> Placement | Shortfall:
     """The gang on the lowest-numbered nodes with room, the lowest free GPU indices on each."""
     g, k = request.gpus_per_worker, request.gpus
+    given = exclude
     exclude = cap.hidden_for(
         request.where, exclude, request.fit, g, lambda i, free, n: from_mask(free)[:n]
     )
@@ -48,7 +49,7 @@ def first_fit(
             one = slots_of(cap.nodes[i].name, gpus, g)
             return Placement(tuple(one), ring_gbps(cap.nodes[i].topology, gpus), Tier.NODE)
     if request.widest == Tier.NODE or request.workers == 1:
-        return Shortfall(f"needs {k} GPUs on one node; first fit found none")
+        return Shortfall(_short_on_one_node(cap, request, given))
     # Across nodes: the first domain (in node order) of the narrowest tier that has room,
     # filled in node order. Locality is a constraint, so even first fit honours it.
     for tier in (Tier.RACK, Tier.POD, Tier.CLUSTER):
@@ -61,7 +62,24 @@ def first_fit(
             found = _fill_in_order(cap, members, request, network, exclude)
             if found is not None:
                 return found
-    return Shortfall(f"needs {request.workers} workers x {g} GPUs; first fit found no room")
+    each = f" with {request.fit.describe()}" if request.fit.sized else ""
+    return Shortfall(f"needs {request.workers} workers x {g} GPUs{each}; first fit found no room")
+
+
+def _short_on_one_node(
+    cap: Capacity, request: GangRequest, exclude: Mapping[int, int] | None
+) -> str:
+    """Why no node took the gang: its GPUs, or, where a node it may use has them free, the CPUs
+    or memory its workers ask (a job told only of GPUs would wait for GPUs that are there)."""
+    k = request.gpus
+    if request.fit.sized:
+        hidden = cap.hidden(request.where, exclude)
+        if any((cap.free[i] & ~hidden.get(i, 0)).bit_count() >= k for i in cap.present_indices()):
+            return (
+                f"needs {request.workers} worker(s) with {request.fit.describe()} each on one "
+                f"node; first fit found {k} free GPUs only on nodes without room for them"
+            )
+    return f"needs {k} GPUs on one node; first fit found none"
 
 
 def _fill_in_order(
