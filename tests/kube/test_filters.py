@@ -44,6 +44,7 @@ def make_pod(name: str = "p", **spec: Any) -> Pod:
         ("1e3", False, 1000),
         ("100M", False, 10**8),
         ("1m", False, 1),
+        ("1.5k", False, 1500),
         (4, False, 4),
     ],
 )
@@ -51,9 +52,17 @@ def test_quantities_round_up_as_kube_scheduler_does(text: Any, milli: bool, want
     assert quantity(text, milli) == want
 
 
-@pytest.mark.parametrize("text", ["-1", "1GB", "lots", True])
-def test_a_bad_quantity_is_refused(text: Any) -> None:
-    with pytest.raises(ValueError):
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("-1", "must not be negative"),
+        ("1GB", "unknown unit 'GB'"),
+        ("lots", "expected a Kubernetes quantity"),
+        (True, "is not a quantity"),
+    ],
+)
+def test_a_bad_quantity_is_refused(text: Any, said: str) -> None:
+    with pytest.raises(ValueError, match=said):
         quantity(text)
 
 

@@ -35,7 +35,6 @@ from toposched.topology.resources import (
     memory_text,
     parse_cpus,
     parse_memory,
-    parse_quantity,
 )
 
 GIB = 2**30
@@ -279,19 +278,3 @@ def test_migrations_to_open_a_node_count_the_cpus_of_each_move() -> None:
     stopped = {a.job for a in actions if isinstance(a, StopJob)}
     assert stopped != {"x", "y"}, actions
     assert s.job("big").state.value == "pending"
-
-
-@pytest.mark.parametrize(
-    ("text", "milli", "amount"),
-    [("500m", True, 500), ("2", True, 2000), ("1m", False, 1), ("16Gi", False, 16 * GIB),
-     ("1e3", False, 1000), ("1.5k", False, 1500), ("0.1", True, 100)],
-)  # fmt: skip
-def test_any_kubernetes_quantity_counts_as_kube_scheduler_does(
-    text: str, milli: bool, amount: int
-) -> None:
-    assert parse_quantity(text, milli) == amount
-
-
-def test_a_kubernetes_quantity_with_a_unit_it_lacks_is_refused() -> None:
-    with pytest.raises(QuantityError, match="unknown unit 'GB'"):
-        parse_quantity("16GB")

@@ -22,9 +22,9 @@ from toposched.cli.jobs_cmd import SubmitCommand
 from toposched.cli.output import fail
 from toposched.cli.params import policy_params
 from toposched.core import SCHEDULER_POLICIES, PolicyError, make_scheduler_policy
-from toposched.discovery.catalog_files import load_catalog
+from toposched.discovery.catalog_files import load_perf_model
 from toposched.kube.objects import DEFAULT_RACK_LABEL, GPU_RESOURCE
-from toposched.perf import PerfError, PerfModel
+from toposched.perf import PerfError
 from toposched.perf.model import DEFAULT_FRAMEWORK, DEFAULT_NETWORK
 
 if TYPE_CHECKING:
@@ -82,9 +82,7 @@ def scheduler(
     except (PolicyError, ValueError) as err:
         fail(str(err))
     try:
-        perf = PerfModel(load_catalog(catalogs))
-        perf.catalog.network(network)  # an unknown name fails here, naming the known ones
-        perf.catalog.framework(framework)
+        perf = load_perf_model(catalogs, network, framework)
     except PerfError as err:
         fail(str(err))
     # Pods cannot move or change size: a running pod stays where it was bound.

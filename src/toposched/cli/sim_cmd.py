@@ -14,9 +14,9 @@ from toposched.cli.output import console, emit_json, fail
 from toposched.cli.params import policy_params
 from toposched.core import SCHEDULER_POLICIES, PolicyError, make_scheduler_policy
 from toposched.dashboard.simreport import write_html
-from toposched.discovery.catalog_files import load_catalog
+from toposched.discovery.catalog_files import load_perf_model
 from toposched.discovery.files import load_cluster
-from toposched.perf import PerfError, PerfModel
+from toposched.perf import PerfError
 from toposched.sim.clusters import is_machine_list, read_machine_list
 from toposched.sim.engine import SimResult, Simulation
 from toposched.sim.metrics import comparable, summarise
@@ -155,10 +155,7 @@ def sim(
         built = read_machine_list(cluster) if is_machine_list(cluster) else load_cluster(cluster)
         jobs = read_trace(trace, format, skip_bad=skip_bad, limit=limit, seed=seed)
         jobs = type_share(jobs, built, typed_share, seed)
-        perf = PerfModel(load_catalog(catalogs))
-        if network is not None:
-            perf.catalog.network(network)  # an unknown profile fails here, naming the known ones
-        perf.catalog.framework(framework)
+        perf = load_perf_model(catalogs, network, framework)
         if not jobs.jobs:
             fail(f"{trace}: the trace has no jobs")
         out.mkdir(parents=True, exist_ok=True)  # before minutes of simulation, not after

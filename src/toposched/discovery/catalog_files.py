@@ -6,6 +6,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from toposched.perf.errors import CatalogError
+from toposched.perf.model import PerfModel
 from toposched.perf.registry import Catalog
 
 
@@ -21,3 +22,13 @@ def load_catalog(
             reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
             raise CatalogError(f"cannot read: {reason}", source=str(path)) from None
     return Catalog.load(texts, aliases=aliases)
+
+
+def load_perf_model(paths: Iterable[str | Path], network: str | None, framework: str) -> PerfModel:
+    """The performance model over `load_catalog(paths)`, once `network` (unless None) and
+    `framework` are known to it: PerfError naming the known ones otherwise, before any work."""
+    perf = PerfModel(load_catalog(paths))
+    if network is not None:
+        perf.catalog.network(network)
+    perf.catalog.framework(framework)
+    return perf
