@@ -19,6 +19,7 @@ from toposched import __version__
 from toposched.dashboard import mount_dashboard
 from toposched.server import routes_cluster, routes_jobs
 from toposched.server.deps import ServerState
+from toposched.server.hot_routes import HotRoutes
 from toposched.server.metrics import Metrics
 from toposched.server.runtime import PROBE_S, Runtime, RuntimeBroken, Unavailable
 from toposched.store import StoreError, write_fault
@@ -27,7 +28,11 @@ from toposched.store import StoreError, write_fault
 RETRY_AFTER_S = max(1, round(2 * PROBE_S))
 
 
-def create_app(runtime: Runtime, metrics: Metrics, *, auth: bool = True) -> FastAPI:
+def create_app(
+    runtime: Runtime, metrics: Metrics, *, auth: bool = True, hot_routes: bool = True
+) -> FastAPI:
+    """The application. `hot_routes=False` leaves every request to FastAPI's routes: the
+    hot routes' answers are checked against those."""
     app = FastAPI(
         title="toposched",
         version=__version__,
@@ -42,6 +47,9 @@ def create_app(runtime: Runtime, metrics: Metrics, *, auth: bool = True) -> Fast
     app.add_exception_handler(StoreError, _database)
     app.add_exception_handler(SQLAlchemyError, _database)
     app.add_exception_handler(RequestValidationError, _invalid)
+    # Innermost of the middleware: a request it answers is still bounded (and logged).
+    if hot_routes:
+        app.add_middleware(HotRoutes, server=app.state.toposched, handlers=app.exception_handlers)
     app.add_middleware(BoundedBody)
     if access.isEnabledFor(logging.DEBUG):
         # Outermost, to time and see every answer (a 413 included). Added only at DEBUG: at
@@ -131,8 +139,15 @@ async def _invalid(_request: Request, err: Exception) -> JSONResponse:
     """FastAPI's 422, one entry per bad field, with each `input` made fit for JSON: a NaN
     or Infinity sent (Python's JSON reads them) cannot be written back, and made a 500."""
     assert isinstance(err, RequestValidationError)
-    detail = [_entry(entry) for entry in jsonable_encoder(err.errors())]
+    # A body that is not JSON is refused with its bytes as the input, which need not be
+    # UTF-8 (FastAPI's encoder would fail on them, and make the 422 a 500).
+    said = jsonable_encoder(err.errors(), custom_encoder={bytes: _text})
+    detail = [_entry(entry) for entry in said]
     return JSONResponse({"detail": detail}, status.HTTP_422_UNPROCESSABLE_CONTENT)
+
+
+def _text(raw: bytes) -> str:
+    return raw.decode("utf-8", "replace")
 
 
 def _entry(entry: dict[str, Any]) -> dict[str, Any]:

@@ -62,9 +62,13 @@ async def principal(request: Request) -> Principal:
     # The state read here, not as a dependency of its own: each dependency costs FastAPI a
     # pass over every kind of parameter on every request.
     server: ServerState = request.app.state.toposched
+    return await caller(server, request.headers.get("authorization", ""))
+
+
+async def caller(server: ServerState, header: str) -> Principal:
+    """Who sends the `Authorization` header `header`; 401 if nobody known."""
     if not server.auth:
         return auth.LOCAL_ADMIN
-    header = request.headers.get("authorization", "")
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         raise HTTPException(

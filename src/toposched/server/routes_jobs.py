@@ -166,9 +166,16 @@ async def submit(
 ) -> Response:
     """Submit a job. It is refused (422) if it could never run on this cluster, and with 503
     (nothing stored) while the server cannot store changes."""
+    return await submitted(server, who, body, idempotency_key)
+
+
+async def submitted(
+    server: ServerState, who: Principal, body: JobSubmit, key: str | None
+) -> Response:
+    """The answer to a submit (also given by the hot routes)."""
     # In a worker thread: a write may wait for the database, and the event loop must not
     # (health, metrics and reads answer meanwhile).
-    job, replayed = await writing(server, _submit, server, who, body, idempotency_key)
+    job, replayed = await writing(server, _submit, server, who, body, key)
     headers = {REPLAYED: "true"} if replayed else None
     return _json(job, status.HTTP_201_CREATED, headers)
 
@@ -223,11 +230,17 @@ def _taken(server: ServerState, name: str | None, err: Exception) -> str:
 
 
 @router.get("", response_model=JobPage)
-def list_jobs(server: Server, who: Caller, query: Annotated[ListQuery, Query()]) -> Response:
+def list_jobs(server: Server, _who: Caller, query: Annotated[ListQuery, Query()]) -> Response:
     """One page of jobs in submission order (or newest first): live ones only unless `all`
     or `state` says otherwise. `metadata.continue` is set while more remain: pass it back
     (with the same filters) for the next page. A `limit` over the largest page gets that page,
     as Kubernetes gives fewer than asked."""
+    return page(server, query)
+
+
+def page(server: ServerState, query: ListQuery) -> Response:
+    """A list's answer (also given by the hot routes); reads the database, so not on the
+    event loop."""
     for i, value in enumerate(query.state or []):
         if value not in STATES:
             raise _refused(["query", "state", str(i)], f"{value!r} is not one of {STATES}")
@@ -247,11 +260,12 @@ def list_jobs(server: Server, who: Caller, query: Annotated[ListQuery, Query()])
     rows = rows[:limit]
     reasons = server.runtime.reasons(rows)
     token = _token(rows[-1].seq, scope) if more else None
-    page = {
-        "jobs": [job_summary(row, reasons[row.name]) for row in rows],
-        "metadata": {"continue": token},
-    }
-    return _json(page)
+    return _json(
+        {
+            "jobs": [job_summary(row, reasons[row.name]) for row in rows],
+            "metadata": {"continue": token},
+        }
+    )
 
 
 def _scope(states: list[str] | None, queue: str | None, owner: str | None, newest: bool) -> str:
