@@ -3,8 +3,8 @@
 The model, and the protocol of docs/perfmodel.md, see a placement up to the order of its nodes
 (`1122` and `1212` are one shape). Where the measurements hold a shape in several node orders at
 one batch, those rows measure the same thing; this prints, per job:
-- how far apart they are (the median of max/min - 1), and how often by more than the protocol's
-  pair gap (10%);
+- how far apart they are (the median of max/min - 1), and how often by more than the pair gap
+  (`--gap`, the protocol's 10% by default);
 - how often one node order's times order a pair of shapes (same GPU count, same batch, times
   differing by more than the gap in another node order of each) as that other order does: the
   data predicting itself, with no model.
@@ -40,7 +40,7 @@ def apart(a: float, b: float) -> float:
     return max(a, b) / min(a, b) - 1.0
 
 
-def replicate_pairs(times: dict[Key, list[float]]) -> tuple[int, int]:
+def replicate_pairs(times: dict[Key, list[float]], gap: float) -> tuple[int, int]:
     """(pairs, ordered alike): every choice of one order of each shape as the prediction and
     another as the measurement."""
     pairs = alike = 0
@@ -49,7 +49,7 @@ def replicate_pairs(times: dict[Key, list[float]]) -> tuple[int, int]:
         if key_a[1] != key_b[1] or sum(key_a[0]) != sum(key_b[0]):
             continue
         for (guess_a, seen_a), (guess_b, seen_b) in product(permutations(a, 2), permutations(b, 2)):
-            if apart(seen_a, seen_b) <= PAIR_GAP:
+            if apart(seen_a, seen_b) <= gap:
                 continue
             pairs += 1
             alike += guess_a != guess_b and (guess_a < guess_b) == (seen_a < seen_b)
@@ -59,16 +59,21 @@ def replicate_pairs(times: dict[Key, list[float]]) -> tuple[int, int]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("directories", nargs="+", type=Path, help="As `perf fit` reads them.")
+    parser.add_argument("--gap", type=float, default=PAIR_GAP, help="As `perf fit --pair-gap`.")
     args = parser.parse_args()
-    print("job        shapes x batches in 2+ orders  median apart  over 10%  pairs  ordered alike")
+    over_gap = f"over {100 * args.gap:g}%"
+    print(
+        f"job        shapes x batches in 2+ orders  median apart  {over_gap:>8}  pairs"
+        "  ordered alike"
+    )
     for directory in args.directories:
         times = by_shape(directory)
         spreads = [apart(min(v), max(v)) for v in times.values() if len(v) > 1]
         if not spreads:
             print(f"{directory.name:<10} no shape measured in two node orders")
             continue
-        over = sum(s > PAIR_GAP for s in spreads) / len(spreads)
-        pairs, alike = replicate_pairs(times)
+        over = sum(s > args.gap for s in spreads) / len(spreads)
+        pairs, alike = replicate_pairs(times, args.gap)
         share = f"{alike / pairs:.0%}" if pairs else "-"
         print(
             f"{directory.name:<10} {len(spreads):>29}  {statistics.median(spreads):>12.1%}"

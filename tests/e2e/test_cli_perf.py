@@ -76,6 +76,7 @@ def test_perf_human_output(cli) -> None:
         (("-m", "vgg16", "-t", "dgx1-v100", "-p", "0;1", "--tier", "moon"), "--tier: must be"),
         (("-m", "vgg16", "-p", "0"), "give --model, --topology and --placement"),
         (("-m", "vgg16", "-t", "dgx1-v100", "-p", "0", "--alias", "x"), "--alias takes NAME=MODEL"),
+        (("-m", "vgg16", "-t", "dgx1-v100", "-p", "0", "--pair-gap", "0.2"), "belong to `topo"),
     ],
 )
 def test_bad_input_exits_2_and_prints_nothing(cli, args: tuple[str, ...], message: str) -> None:
@@ -199,9 +200,13 @@ def test_fit_then_predict_a_job_from_its_one_gpu_rows(cli, tmp_path: Path) -> No
     fitted = cli(
         "perf", "fit", "--measurements", str(POLLUX / "bert"), str(POLLUX / "cifar10"), str(held),
         "--topology", "g4dn-12xlarge", "--network", "aws-50g", "--out", str(out), "--json",
+        "--pair-gap", "0.2",
     )  # fmt: skip
     assert fitted.code == 0, fitted.err
     summary = fitted.json()
+    assert summary["pair_gap"] == 0.2
+    # BERT's placements measured more than 20% apart make 205 pairs (244 over 10% apart).
+    assert summary["held_out"]["bert"]["pairs"] == 205
     assert set(summary["jobs"]) == {"bert", "cifar10", "imagenet"}
     assert summary["jobs"]["imagenet"]["model"] == "resnet50-mixed"
     assert set(summary["held_out"]) == {"bert", "cifar10"}
@@ -254,6 +259,9 @@ def test_fit_reports_bad_measurements_by_file_and_row(cli, tmp_path: Path) -> No
     assert result.code == 2 and "must hold placements.csv" in result.err
     result = cli("perf", "fit", "--measurements", str(bad), "--network", "aws-50g")
     assert result.code == 2 and "needs --topology" in result.err
+    for gap in ("-0.1", "nan", "inf"):
+        result = cli("perf", "fit", "--measurements", str(bad), *args, "--pair-gap", gap)
+        assert result.code == 2 and "--pair-gap: must be a fraction of 0 or more" in result.err
     result = cli("perf", "fitt")
     assert result.code == 2 and "unknown action 'fitt'" in result.err
     assert not (tmp_path / "o").exists()

@@ -277,6 +277,10 @@ def test_ratio_metrics_count_ordered_pairs_and_merge_node_orders() -> None:
     assert metrics.pairs == 6
     assert metrics.pairs_ordered == 4  # all but 31 against 22 and against 1111
     assert metrics.worst == pytest.approx(abs(1.5 / 2.3 - 1))
+    # More than 50% apart: 22/4, 1111/31 (predicted the wrong way round) and 31/4.
+    wide = ratio_metrics(rows, gap=0.5)
+    assert (wide.pairs, wide.pairs_ordered) == (3, 2)
+    assert wide.errors == metrics.errors
 
 
 def test_protocol_on_pollux_measurements(fitted: Fit) -> None:

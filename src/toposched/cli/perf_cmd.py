@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from collections import defaultdict
 from pathlib import Path
@@ -27,6 +28,7 @@ from toposched.perf import (
 from toposched.perf.fit import Fit, fit
 from toposched.perf.loading import TIERS
 from toposched.perf.measurements import Measurement, MeasurementError, parse_measurements
+from toposched.perf.protocol import PAIR_GAP
 from toposched.topology import NodeTopology, TopologyError
 from toposched.topology.cluster import Tier
 
@@ -245,6 +247,12 @@ def perf(
         "model,gpu_type,placement,batch,step_time (repeatable, or several paths after it).",
     ),
     out: str | None = typer.Option(None, "--out", help="fit: the catalog file to write."),
+    pair_gap: float = typer.Option(
+        PAIR_GAP,
+        "--pair-gap",
+        help="fit: score pairs of placements whose measured times differ by more than this "
+        "fraction (the protocol's 0.1 = 10%).",
+    ),
 ) -> None:
     """Estimate training throughput of a data-parallel job on a placement, or (`perf fit`) fit
     the catalog to measured step times. Exit 2 on bad input."""
@@ -265,10 +273,11 @@ def perf(
             framework=framework,
             out=out,
             json_out=json_out,
+            pair_gap=pair_gap,
         )
         return
-    if measurements or out is not None:
-        fail("--measurements and --out belong to `toposched perf fit`")
+    if measurements or out is not None or pair_gap != PAIR_GAP:
+        fail("--measurements, --out and --pair-gap belong to `toposched perf fit`")
     if requests is not None:
         if model is not None or topology is not None or placement is not None:
             fail(
@@ -379,8 +388,11 @@ def run_fit(
     framework: str,
     out: str | None,
     json_out: bool,
+    pair_gap: float,
 ) -> None:
     """`toposched perf fit`: fit, print residuals and held-out errors, write the catalog."""
+    if not math.isfinite(pair_gap) or pair_gap < 0:
+        fail(f"--pair-gap: must be a fraction of 0 or more (0.1 = 10%), got {pair_gap}")
     if not paths:
         fail("perf fit needs --measurements PATH (a job's directory or a CSV file)")
     if topology is None or out is None:
@@ -388,7 +400,7 @@ def run_fit(
     try:
         node = load_topology(topology)
         rows = read_measurements(paths)
-        result = fit(rows, catalog, node, network=network, framework=framework)
+        result = fit(rows, catalog, node, network=network, framework=framework, pair_gap=pair_gap)
     except TopologyError as err:
         fail(f"--topology: {err}")
     except MeasurementError as err:
@@ -426,6 +438,7 @@ def fit_json(result: Fit, out: str) -> dict[str, Any]:
             }
             for job, speed in sorted(result.jobs.items())
         },
+        "pair_gap": result.pair_gap,
         "held_out": {
             job: {
                 "median_ratio_error": round(m.median, 4),
@@ -486,7 +499,8 @@ def _print_fit(result: Fit, out: str) -> None:
         title="each job left out of the fit, predicted from its 1-GPU rows: T(p)/T(1) errors",
         title_justify="left",
     )
-    for column in ("job", "median", "worst", "pairs ordered"):
+    apart = f"pairs ordered (over {100 * result.pair_gap:g}% apart)"
+    for column in ("job", "median", "worst", apart):
         held.add_column(column, justify="left" if column == "job" else "right")
     for job, m in sorted(result.held_out.items()):
         held.add_row(

@@ -17,7 +17,7 @@ from toposched.perf.errors import PerfError
 from toposched.perf.lsq import Vector, least_squares
 from toposched.perf.measurements import Measurement
 from toposched.perf.model import PerfModel
-from toposched.perf.protocol import Metrics, ratio_metrics
+from toposched.perf.protocol import PAIR_GAP, Metrics, ratio_metrics
 from toposched.perf.registry import Catalog
 from toposched.perf.specs import Allreduce, FrameworkSpec, ModelSpec, NetworkProfile, Pattern
 from toposched.topology.cluster import Tier
@@ -92,6 +92,7 @@ class Fit:
     predicted: Sequence[float]
     held_out: Mapping[str, Metrics]
     cost: float
+    pair_gap: float = PAIR_GAP  # how far apart two placements' times are to make a pair
 
     def catalog_yaml(self, header: str) -> str:
         """The fitted entries as a catalog file: every job's model (with its measured 1-GPU
@@ -229,12 +230,13 @@ def fit(
     framework: str,
     leave_one_out: bool = True,
     algorithms: Sequence[Allreduce] = (),
+    pair_gap: float = PAIR_GAP,
 ) -> Fit:
     """Fit the parameters of `fitted_params` to the multi-GPU rows of every job (each job's
     1-GPU speed first, from its own rows; each placement shape and batch once, by its median)
     with each all-reduce algorithm of `algorithms` (NCCL_ALGORITHMS by default), keep the
     best, then refit without each job in turn and score how well the others predict it
-    (`ratio_metrics`). The nodes sit in one rack of `network`."""
+    (`ratio_metrics`, pairs `pair_gap` apart). The nodes sit in one rack of `network`."""
     if not rows:
         raise PerfError("no measurements to fit")
     frame = catalog.framework(framework)
@@ -270,7 +272,7 @@ def fit(
             found, variant, _ = problem.best(train, jobs, frame, algorithms)
             predicted = _Design(rows, jobs, rings, variant, nominal).predict(found)
             mine = [(m, float(t)) for m, t in zip(rows, predicted, strict=True) if m.job == job]
-            held[job] = ratio_metrics(mine)
+            held[job] = ratio_metrics(mine, pair_gap)
     note = (
         f"fitted by `toposched perf fit` to {len(rows)} measured steps of {', '.join(sorted(jobs))}"
     )
@@ -286,6 +288,7 @@ def fit(
         predicted=[float(t) for t in design.predict(best)],
         held_out=held,
         cost=cost,
+        pair_gap=pair_gap,
     )
 
 

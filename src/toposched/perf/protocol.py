@@ -49,14 +49,15 @@ class Metrics:
         return self.pairs_ordered / self.pairs if self.pairs else 1.0
 
 
-def ratio_metrics(rows: Sequence[tuple[Measurement, float]]) -> Metrics:
+def ratio_metrics(rows: Sequence[tuple[Measurement, float]], gap: float = PAIR_GAP) -> Metrics:
     """Score (measurement, predicted seconds) pairs of one job on one GPU type.
 
     Rows of the same placement shape (GPUs per node, in any node order: `13` and `31` are one
     placement to the model) and batch are one measurement, their median. A shape's ratio is its
     time over the 1-GPU time at the same batch (shapes whose batch has no 1-GPU row are
     skipped). Pairs: two shapes with as many GPUs at one batch whose measured times differ by
-    more than PAIR_GAP; a pair counts as ordered when the faster one is predicted strictly faster.
+    more than `gap` (the protocol's PAIR_GAP); a pair counts as ordered when the faster one is
+    predicted strictly faster.
     """
     measured: dict[tuple[tuple[int, ...], int], list[float]] = defaultdict(list)
     predicted: dict[tuple[tuple[int, ...], int], float] = {}
@@ -77,7 +78,7 @@ def ratio_metrics(rows: Sequence[tuple[Measurement, float]]) -> Metrics:
     pairs = ordered = 0
     for group in groups.values():
         for (ta, pa), (tb, pb) in combinations(group, 2):
-            if max(ta, tb) / min(ta, tb) <= 1.0 + PAIR_GAP:
+            if max(ta, tb) / min(ta, tb) <= 1.0 + gap:
                 continue
             pairs += 1
             ordered += (pa < pb) if ta < tb else (pb < pa)
