@@ -27,13 +27,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from toposched.server.auth import Principal
 from toposched.server.deps import ServerState, caller
 from toposched.server.routes_jobs import page, submitted
-from toposched.server.schemas import JobSubmit, ListQuery
+from toposched.server.schemas import MAX_IDEMPOTENCY_KEY, JobSubmit, ListQuery
 
 PATH = "/api/v1/jobs"
-# The largest body taken here; a larger one goes on to FastAPI, behind BoundedBody's limit.
-MAX_BODY = 1024 * 1024
-# The Idempotency-Key header's bounds, as the FastAPI route declares them.
-KEY_CHARS = (1, 200)
 LISTED = ("state",)  # ListQuery's fields read as lists: every value, in order
 SCALARS = tuple(
     (field.alias or name) for name, field in ListQuery.model_fields.items() if name not in LISTED
@@ -69,9 +65,9 @@ class HotRoutes:
         key = headers.get(b"idempotency-key")
         if (
             content_type != b"application/json"
-            or not length.isdigit()
-            or not 0 < int(length) <= MAX_BODY
-            or (key is not None and not KEY_CHARS[0] <= len(key) <= KEY_CHARS[1])
+            or not length.isdigit()  # BoundedBody, outside, has refused one too large
+            or int(length) == 0
+            or (key is not None and not 0 < len(key) <= MAX_IDEMPOTENCY_KEY)
         ):
             await self.app(scope, receive, send)
             return

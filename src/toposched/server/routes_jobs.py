@@ -23,6 +23,7 @@ from toposched.server.auth import Principal
 from toposched.server.deps import Caller, Server, ServerState, writing
 from toposched.server.runtime import LIVE, Conflict, NotFound, Runtime, SubmitRefused
 from toposched.server.schemas import (
+    MAX_IDEMPOTENCY_KEY,
     MAX_PAGE,
     Explanation,
     HistoryOut,
@@ -159,7 +160,7 @@ async def submit(
         str | None,
         Header(
             min_length=1,
-            max_length=200,
+            max_length=MAX_IDEMPOTENCY_KEY,
             description="Chosen by the client once per job, and sent again with each retry: "
             "a retry gets the job its first try made (201, `Idempotent-Replayed: true`) "
             "instead of making a second one.",

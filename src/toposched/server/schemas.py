@@ -40,6 +40,7 @@ MAX_ENV_BYTES = 64 * 1024
 MAX_WORKDIR_BYTES = 4096
 MAX_SELECTOR = 64
 MAX_GPU_TYPES = 16
+MAX_IDEMPOTENCY_KEY = 200  # characters of an Idempotency-Key header (at least 1)
 # Signals a process cannot catch: a job cannot save its state on them.
 UNCATCHABLE = ("SIGKILL", "SIGSTOP")
 
