@@ -296,9 +296,7 @@ def _place_on_many_nodes(
         if cap.present[i] and (admits is None or admits(cap.kinds[i])):
             here = cap.room(i, fit)
             room -= most(cap.free[i], here) - most(cap.free[i] & ~mask, here)
-    # What each worker asks beside its GPUs, in every answer: where CPUs or memory are what is
-    # short, GPUs alone would not explain the wait.
-    each = f" with {fit.describe()}" if fit.sized else ""
+    each = fit.asked()
     if room < workers:
         return Shortfall(
             f"needs {workers} workers x {g} GPUs{each} within {where[request.widest]}; "

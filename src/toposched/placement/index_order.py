@@ -38,18 +38,17 @@ def first_fit(
 ) -> Placement | Shortfall:
     """The gang on the lowest-numbered nodes with room, the lowest free GPU indices on each."""
     g, k = request.gpus_per_worker, request.gpus
-    given = exclude
-    exclude = cap.hidden_for(
+    hidden = cap.hidden_for(
         request.where, exclude, request.fit, g, lambda i, free, n: from_mask(free)[:n]
     )
     for i in cap.present_indices():
-        free = cap.free[i] & ~exclude.get(i, 0)
+        free = cap.free[i] & ~hidden.get(i, 0)
         if free.bit_count() >= k:
             gpus = from_mask(free)[:k]
             one = slots_of(cap.nodes[i].name, gpus, g)
             return Placement(tuple(one), ring_gbps(cap.nodes[i].topology, gpus), Tier.NODE)
     if request.widest == Tier.NODE or request.workers == 1:
-        return Shortfall(_short_on_one_node(cap, request, given))
+        return Shortfall(_short_on_one_node(cap, request, exclude))
     # Across nodes: the first domain (in node order) of the narrowest tier that has room,
     # filled in node order. Locality is a constraint, so even first fit honours it.
     for tier in (Tier.RACK, Tier.POD, Tier.CLUSTER):
@@ -59,11 +58,12 @@ def first_fit(
         for i in cap.present_indices():
             domains.setdefault(node_domain(cap.nodes[i], tier), []).append(i)
         for members in domains.values():
-            found = _fill_in_order(cap, members, request, network, exclude)
+            found = _fill_in_order(cap, members, request, network, hidden)
             if found is not None:
                 return found
-    each = f" with {request.fit.describe()}" if request.fit.sized else ""
-    return Shortfall(f"needs {request.workers} workers x {g} GPUs{each}; first fit found no room")
+    return Shortfall(
+        f"needs {request.workers} workers x {g} GPUs{request.fit.asked()}; first fit found no room"
+    )
 
 
 def _short_on_one_node(

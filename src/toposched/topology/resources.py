@@ -254,6 +254,12 @@ class WorkerFit:
         least = gib_text(self.gpu_memory)
         return f"{hw.gpu_type or 'untyped'} node(s) with less than {least} per GPU"
 
+    def asked(self) -> str:
+        """` with <describe()>` where the workers ask CPUs or memory, else nothing: what a
+        message about GPUs adds so that a wait for CPUs or memory is not taken for one for
+        GPUs."""
+        return f" with {self.describe()}" if self.sized else ""
+
     def describe(self) -> str:
         parts = []
         if self.cpus:
