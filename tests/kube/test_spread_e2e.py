@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.conftest import run_cli
-from tests.kube.test_scheduler_e2e import Cluster, node, pod, podgroup
-from tests.server import wait_for as until
+from tests.kube.test_scheduler_e2e import Cluster, node, pod, podgroup, until
 from toposched.kube.annotations import encode_topology
 from toposched.kube.objects import GPU_PRODUCT, MODEL
 from toposched.topology import preset
