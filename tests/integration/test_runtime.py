@@ -356,11 +356,13 @@ def test_a_restart_keeps_each_jobs_attained_service(data: Path, out: Path) -> No
     assert second.runtime.view.attained_service("long") == 160.0
     assert second.runtime.view.attained_service("short") == 80.0
     assert "demoted" in second.runtime.explain("long")[1]
-    second.submit("fresh", out, gpus=8, env={"WAIT": "go"})
+    # Its own file to wait on: with `go`'s, it could end before a step saw it running.
+    second.submit("fresh", out, gpus=8, env={"WAIT": "fresh-go"})
     assert [r.name for r in second.runtime.view.pending()] == ["fresh", "long"]
     (out / "go").write_text("")
     second.steps_until("short", "succeeded")
     second.steps_until("fresh", "running")
     second.runtime.cancel("long")
     second.steps_until("long", "cancelled")
+    (out / "fresh-go").write_text("")
     second.steps_until("fresh", "succeeded")
