@@ -1,4 +1,6 @@
-"""Fixtures: the API server emulator with one GPU node, a fake kubelet, and a running agent."""
+"""Fixtures: the real API server (tests/kube/realcluster.py) with one GPU node, the kubelet's
+device-plugin side played by the tests (FakeKubelet: no kubelet runs here), and a running agent
+that acts as its own service account."""
 
 from __future__ import annotations
 
@@ -11,7 +13,8 @@ from typing import Any
 import pytest
 
 from tests.agent.fakes import FakeKubelet, HealthNvml, short_tmp_dir
-from tests.kube.emulator import ApiServer
+from tests.kube.live import LiveCluster, cluster_for_tests
+from tests.kube.realcluster import Session
 from toposched.agent.agent import NodeAgent
 from toposched.agent.health import NvmlHealth
 from toposched.agent.plugin import GpuPlugin, PluginConfig, pods_on
@@ -23,7 +26,8 @@ from toposched.discovery.nvml import discover_topology
 from toposched.kube.api import KubeApi
 from toposched.topology import preset
 
-NODE = "gpu-1"
+NODE = "toposched-e2e-gpu-1"
+NS = "team-a"
 DGX1 = preset("dgx1-v100")
 CONTROL = ("nvidiactl", "nvidia-uvm")
 
@@ -42,16 +46,25 @@ def gpu_node(name: str = NODE, gpus: int = 8) -> dict[str, Any]:
 
 
 @pytest.fixture
-def emulator() -> Iterator[ApiServer]:
-    """The emulator (never a live cluster: the agent's tests play the kubelet too)."""
-    with ApiServer() as server:
-        server.create(gpu_node())
-        yield server
+def cluster(kube_session: Session | None) -> Iterator[LiveCluster]:
+    """The API server with the agent's GPU node; everything the test made deleted after."""
+    with cluster_for_tests(kube_session) as api:
+        if api.proxy is None:
+            pytest.skip("the agent's tests need the session's control plane (its proxy)")
+        api.create(gpu_node())
+        yield api
 
 
 @pytest.fixture
-def kube(emulator: ApiServer, tmp_path: Path) -> KubeApi:
-    return KubeApi.connect(str(emulator.kubeconfig(tmp_path / "kubeconfig")))
+def agent_kubeconfig(cluster: LiveCluster, kube_session: Session) -> Path:
+    """The agent's own service account, through the proxy."""
+    return kube_session.agent_kubeconfig
+
+
+@pytest.fixture
+def kube(agent_kubeconfig: Path) -> KubeApi:
+    """The agent's connection."""
+    return KubeApi.connect(str(agent_kubeconfig))
 
 
 @pytest.fixture

@@ -13,18 +13,22 @@ import pytest
 from tests.agent.conftest import DGX1, NODE
 from tests.agent.fakes import FakeKubelet
 from tests.e2e.conftest import run_cli
-from tests.kube.emulator import ApiServer
+from tests.kube.live import LiveCluster
 from tests.server import wait_for
 from toposched.kube.annotations import TOPOLOGY, decode_topology
 from toposched.topology.smi import render_smi
 
 
 def test_the_command_publishes_registers_and_stops_on_sigterm(
-    emulator: ApiServer, kubelet: FakeKubelet, plugin_dir: Path, tmp_path: Path
+    cluster: LiveCluster,
+    kubelet: FakeKubelet,
+    plugin_dir: Path,
+    agent_kubeconfig: Path,
+    tmp_path: Path,
 ) -> None:
     capture = tmp_path / "topo.txt"
     capture.write_text(render_smi(DGX1))
-    args = ["--kubeconfig", str(emulator.kubeconfig(tmp_path / "kubeconfig"))]
+    args = ["--kubeconfig", str(agent_kubeconfig)]
     args += ["--smi-file", str(capture), "--plugin-dir", str(plugin_dir), "--interval", "0.2"]
     env = {**os.environ, "NODE_NAME": NODE}
     proc = subprocess.Popen(
@@ -37,7 +41,7 @@ def test_the_command_publishes_registers_and_stops_on_sigterm(
     try:
         assert kubelet.registration(timeout_s=30).resource_name == "nvidia.com/gpu"
         node = wait_for(
-            lambda: (emulator.get("nodes", NODE) or {})["metadata"].get("annotations"),
+            lambda: (cluster.get("nodes", NODE) or {})["metadata"].get("annotations"),
             "the topology annotation",
         )
         assert decode_topology(node[TOPOLOGY]).topology.codes() == DGX1.codes()

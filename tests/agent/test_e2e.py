@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from tests.agent.conftest import DGX1, NODE, RunningAgent
+from tests.agent.conftest import DGX1, NODE, NS, RunningAgent
 from tests.agent.fakes import FakeKubelet
 from tests.agent.test_plugin import allocate, gpu_pod, preferred
-from tests.kube.emulator import ApiServer
+from tests.kube.live import LiveCluster
 from tests.server import wait_for
 from toposched.core import make_scheduler_policy
 from toposched.kube.annotations import GPUS
@@ -22,9 +22,11 @@ from toposched.kube.runner import Runner
 
 
 @pytest.fixture
-def scheduler(kube: KubeApi) -> Iterator[Runner]:
+def scheduler(cluster: LiveCluster) -> Iterator[Runner]:
+    """The scheduler, as its own service account."""
     chosen = make_scheduler_policy("toposched", {"migration": False, "elastic": False})
-    runner = Runner(KubeScheduler(kube, chosen), interval_s=0.05, watch_timeout_s=5)
+    api = KubeApi.connect(str(cluster.kubeconfig()))
+    runner = Runner(KubeScheduler(api, chosen), interval_s=0.05, watch_timeout_s=5)
     thread = threading.Thread(target=runner.run, daemon=True)
     thread.start()
     yield runner
@@ -32,33 +34,33 @@ def scheduler(kube: KubeApi) -> Iterator[Runner]:
     thread.join(timeout=10)
 
 
-def bound_gpus(emulator: ApiServer, name: str) -> str:
-    pod: Any = emulator.get("pods", name, "default") or {}
+def bound_gpus(cluster: LiveCluster, name: str) -> str:
+    pod: Any = cluster.get("pods", name, NS) or {}
     return str(((pod.get("metadata") or {}).get("annotations") or {}).get(GPUS) or "")
 
 
 def test_the_container_gets_the_gpus_the_scheduler_chose(
     agent: RunningAgent,
     kubelet: FakeKubelet,
-    emulator: ApiServer,
+    cluster: LiveCluster,
     scheduler: Runner,
 ) -> None:
     request = kubelet.registration()
     # A pod that takes GPU 0, so that the scheduler's choice for the next is not the kubelet's.
     first = gpu_pod("first", 1)
     first["spec"]["schedulerName"] = "toposched"
-    emulator.create(first)
-    wait_for(lambda: bound_gpus(emulator, "first"), "first bound", timeout_s=10)
+    cluster.create(first)
+    wait_for(lambda: bound_gpus(cluster, "first"), "first bound", timeout_s=10)
     train = gpu_pod("train", 4)
     train["spec"]["schedulerName"] = "toposched"
-    emulator.create(train)
-    chosen = wait_for(lambda: bound_gpus(emulator, "train"), "train bound", timeout_s=10)
-    assert emulator.get("pods", "train", "default")["spec"]["nodeName"] == NODE
+    cluster.create(train)
+    chosen = wait_for(lambda: bound_gpus(cluster, "train"), "train bound", timeout_s=10)
+    assert cluster.get("pods", "train", NS)["spec"]["nodeName"] == LiveCluster.test_name(NODE)
     gpus = [int(g) for g in chosen.split(",")]
     with kubelet.plugin(request.endpoint) as stub:
         # The kubelet admits `first`, then `train`, each with what it would pick by itself.
-        assert allocate(stub, "7").envs["NVIDIA_VISIBLE_DEVICES"] == bound_gpus(emulator, "first")
-        free = [g for g in range(DGX1.size) if str(g) != bound_gpus(emulator, "first")]
+        assert allocate(stub, "7").envs["NVIDIA_VISIBLE_DEVICES"] == bound_gpus(cluster, "first")
+        free = [g for g in range(DGX1.size) if str(g) != bound_gpus(cluster, "first")]
         assert preferred(stub, free, 4) == gpus
         answer = allocate(stub, *map(str, free[:4]))
     assert answer.envs["NVIDIA_VISIBLE_DEVICES"] == chosen

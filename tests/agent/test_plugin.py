@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from tests.agent.conftest import CONTROL, DGX1, NODE, RunningAgent
+from tests.agent.conftest import CONTROL, DGX1, NODE, NS, RunningAgent
 from tests.agent.fakes import FakeKubelet, HealthNvml
-from tests.kube.emulator import ApiServer
+from tests.kube.live import LiveCluster
 from tests.server import wait_for
 from toposched.agent.plugin import PluginConfig, container_response
 from toposched.agent.podmatch import AllocationBook
@@ -23,7 +23,7 @@ from toposched.placement import ring_bandwidth
 TIMEOUT_S = 5.0
 
 
-def gpu_pod(name: str, *limits: int, ns: str = "default") -> dict[str, Any]:
+def gpu_pod(name: str, *limits: int, ns: str = NS) -> dict[str, Any]:
     containers = [
         {"name": f"c{i}", "image": "cuda", "resources": {"limits": {"nvidia.com/gpu": n}}}
         for i, n in enumerate(limits)
@@ -37,11 +37,11 @@ def gpu_pod(name: str, *limits: int, ns: str = "default") -> dict[str, Any]:
 
 
 def bind(
-    emulator: ApiServer, kube: KubeApi, name: str, *limits: int, gpus: str | None = None
+    cluster: LiveCluster, kube: KubeApi, name: str, *limits: int, gpus: str | None = None
 ) -> None:
     """A pod bound to the node as the scheduler binds it (with `gpus`), or as another does."""
-    emulator.create(gpu_pod(name, *limits))
-    kube.bind("default", name, NODE, {GPUS: gpus} if gpus is not None else {})
+    cluster.create(gpu_pod(name, *limits))
+    cluster.api.bind(NS, name, NODE, {GPUS: gpus} if gpus is not None else {})
 
 
 def allocate(stub: Any, *ids: str) -> Any:
@@ -114,10 +114,10 @@ def test_list_and_watch_sends_the_gpus_then_each_health_change(
 
 
 def test_allocate_gives_the_gpus_the_scheduler_wrote_on_the_pod(
-    agent: RunningAgent, kubelet: FakeKubelet, emulator: ApiServer, kube: KubeApi
+    agent: RunningAgent, kubelet: FakeKubelet, cluster: LiveCluster, kube: KubeApi
 ) -> None:
     request = kubelet.registration()
-    bind(emulator, kube, "train", 2, gpus="4,5")
+    bind(cluster, kube, "train", 2, gpus="4,5")
     with kubelet.plugin(request.endpoint) as stub:
         # The kubelet asks first which devices it should pick: the scheduler's.
         assert preferred(stub, list(range(8)), 2) == [4, 5]
@@ -133,19 +133,19 @@ def test_allocate_gives_the_gpus_the_scheduler_wrote_on_the_pod(
         assert files == ["nvidia0", "nvidia1", *CONTROL]
         assert envs["NVIDIA_VISIBLE_DEVICES"] == "0,1"
         # Recorded on disk, for an agent that restarts while the pod is still Pending ...
-        uid = emulator.get("pods", "train", "default")["metadata"]["uid"]
+        uid = cluster.get("pods", "train", NS)["metadata"]["uid"]
         assert AllocationBook(agent.config.book_file).served(uid) == 1
         # ... and forgotten once the pod is gone from the node.
-        emulator.delete("pods", "train", "default")
+        cluster.delete("pods", "train", NS)
         allocate(stub, "2")
         assert AllocationBook(agent.config.book_file).served(uid) == 0
 
 
 def test_each_container_gets_its_share_of_the_pods_gpus(
-    agent: RunningAgent, kubelet: FakeKubelet, emulator: ApiServer, kube: KubeApi
+    agent: RunningAgent, kubelet: FakeKubelet, cluster: LiveCluster, kube: KubeApi
 ) -> None:
     request = kubelet.registration()
-    bind(emulator, kube, "two-containers", 1, 3, gpus="0,2,3,1")
+    bind(cluster, kube, "two-containers", 1, 3, gpus="0,2,3,1")
     with kubelet.plugin(request.endpoint) as stub:
         first = allocate(stub, "7")
         assert first.envs["NVIDIA_VISIBLE_DEVICES"] == "0"
@@ -155,23 +155,23 @@ def test_each_container_gets_its_share_of_the_pods_gpus(
 
 
 def test_the_oldest_waiting_pod_of_that_size_is_served_and_running_pods_never(
-    agent: RunningAgent, kubelet: FakeKubelet, emulator: ApiServer, kube: KubeApi
+    agent: RunningAgent, kubelet: FakeKubelet, cluster: LiveCluster, kube: KubeApi
 ) -> None:
     request = kubelet.registration()
-    bind(emulator, kube, "running", 2, gpus="0,1")
-    emulator.set_phase("default", "running", "Running")
-    bind(emulator, kube, "four", 4, gpus="4,5,6,7")
-    bind(emulator, kube, "pair", 2, gpus="2,3")
+    bind(cluster, kube, "running", 2, gpus="0,1")
+    cluster.set_phase(NS, "running", "Running")
+    bind(cluster, kube, "four", 4, gpus="4,5,6,7")
+    bind(cluster, kube, "pair", 2, gpus="2,3")
     with kubelet.plugin(request.endpoint) as stub:
         assert allocate(stub, "0", "1").envs["NVIDIA_VISIBLE_DEVICES"] == "2,3"
         assert allocate(stub, "0", "1", "2", "3").envs["NVIDIA_VISIBLE_DEVICES"] == "4,5,6,7"
 
 
 def test_a_pod_without_the_annotation_gets_the_topology_best_set(
-    agent: RunningAgent, kubelet: FakeKubelet, emulator: ApiServer, kube: KubeApi
+    agent: RunningAgent, kubelet: FakeKubelet, cluster: LiveCluster, kube: KubeApi
 ) -> None:
     request = kubelet.registration()
-    bind(emulator, kube, "other-scheduler", 2)
+    bind(cluster, kube, "other-scheduler", 2)
     best_pair = max(ring_bandwidth(DGX1, (a, b)) or 0 for a in range(8) for b in range(a))
     with kubelet.plugin(request.endpoint) as stub:
         pair = preferred(stub, list(range(8)), 2)
@@ -195,16 +195,16 @@ def test_a_pod_without_the_annotation_gets_the_topology_best_set(
 @pytest.mark.parametrize(
     ("gpus", "code", "words"),
     [
-        ("8,9", "INVALID_ARGUMENT", ["default/bad", "GPU 8", "GPUs 0-7"]),
-        ("2,3", "FAILED_PRECONDITION", ["default/bad", "GPU 2", "unhealthy"]),
-        ("1,x", "INVALID_ARGUMENT", ["default/bad", GPUS]),
-        ("1,2,3", "INVALID_ARGUMENT", ["default/bad", "names 3 GPUs", "ask 2"]),
+        ("8,9", "INVALID_ARGUMENT", ["team-a/bad", "GPU 8", "GPUs 0-7"]),
+        ("2,3", "FAILED_PRECONDITION", ["team-a/bad", "GPU 2", "unhealthy"]),
+        ("1,x", "INVALID_ARGUMENT", ["team-a/bad", GPUS]),
+        ("1,2,3", "INVALID_ARGUMENT", ["team-a/bad", "names 3 GPUs", "ask 2"]),
     ],
 )
 def test_an_annotation_the_node_cannot_honour_is_refused_and_nothing_given(
     agent: RunningAgent,
     kubelet: FakeKubelet,
-    emulator: ApiServer,
+    cluster: LiveCluster,
     kube: KubeApi,
     nvml: HealthNvml,
     gpus: str,
@@ -214,20 +214,20 @@ def test_an_annotation_the_node_cannot_honour_is_refused_and_nothing_given(
     request = kubelet.registration()
     nvml.xid(2, 48)  # a double-bit ECC error
     wait_for(lambda: 2 in agent.state.get()[0].unhealthy, "GPU 2 unhealthy", timeout_s=5)
-    bind(emulator, kube, "bad", 2, gpus=gpus)
+    bind(cluster, kube, "bad", 2, gpus=gpus)
     with kubelet.plugin(request.endpoint) as stub, pytest.raises(grpc().RpcError) as raised:
         allocate(stub, "0", "1")
     assert raised.value.code().name == code
     for word in words:
         assert word in raised.value.details()
-    assert agent.plugin.book.served(emulator.get("pods", "bad", "default")["metadata"]["uid"]) == 0
+    assert agent.plugin.book.served(cluster.get("pods", "bad", NS)["metadata"]["uid"]) == 0
 
 
 def test_allocate_fails_closed_when_the_pods_cannot_be_listed(
-    agent: RunningAgent, kubelet: FakeKubelet, emulator: ApiServer
+    agent: RunningAgent, kubelet: FakeKubelet, cluster: LiveCluster
 ) -> None:
     request = kubelet.registration()
-    emulator.stop()
+    cluster.proxy.inject("GET", r"^/api/v1/pods$", times=1000)  # the API server unreachable
     with kubelet.plugin(request.endpoint) as stub, pytest.raises(grpc().RpcError) as raised:
         allocate(stub, "0")
     assert raised.value.code().name == "UNAVAILABLE"

@@ -1,1 +1,1 @@
-"""Tests of the Kubernetes driver, and the API server emulator they run against."""
+"""Tests of the Kubernetes driver, against a real control plane (tests/kube/realcluster.py)."""

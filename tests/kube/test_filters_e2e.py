@@ -1,5 +1,5 @@
-"""The Kubernetes scheduler filters nodes as kube-scheduler does, through the API server
-emulator: for each rule, a pod that must not land on a node and one that must (CPUs and memory
+"""The Kubernetes scheduler filters nodes as kube-scheduler does, against the real API server:
+for each rule, a pod that must not land on a node and one that must (CPUs and memory
 another scheduler's pods leave, ephemeral-storage, an extended resource, taints, nodeSelector,
 required node affinity, cordoned and NotReady nodes, the GPU type of the product label)."""
 
@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.kube.emulator import ApiServer
+from tests.kube.live import LiveCluster
 from tests.kube.test_scheduler_e2e import Cluster, node, pod, podgroup
 from tests.server import wait_for as until
 from toposched.kube import driver
@@ -21,16 +21,20 @@ SETTLE_S = 0.6  # how long a pod that must not be bound is watched staying unbou
 
 
 @pytest.fixture
-def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Cluster]:
+def cluster(
+    apiserver: LiveCluster, kubeconfig: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Cluster]:
     # A gang refused at bind time is kept off that node for a while: short here, so that a
     # test can see it bind once the node has room (whether the core or the bind check said no).
     monkeypatch.setattr(driver, "REFUSED_S", 0.3)
-    with ApiServer() as server:
-        c = Cluster(server, server.kubeconfig(tmp_path / "kubeconfig"))
-        try:
-            yield c
-        finally:
-            c.stop()
+    c = Cluster(apiserver, kubeconfig)
+    yield c
+    c.stop()
+
+
+def real(name: str) -> str:
+    """A test node's name on the cluster, as the scheduler knows it (tests/kube/live.py)."""
+    return LiveCluster.node_name(name)
 
 
 def gpu_node(
@@ -217,7 +221,7 @@ def test_a_taint_added_while_running_keeps_new_pods_off(cluster: Cluster) -> Non
     taint = {"key": "maintenance", "effect": "NoSchedule"}
     cluster.server.patch("nodes", "dgx0", {"spec": {"taints": [taint]}})
     scheduler = cluster.runners[-1][0].scheduler
-    until(lambda: scheduler.told["dgx0"].taints, "the core told of the taint")
+    until(lambda: scheduler.told[real("dgx0")].taints, "the core told of the taint")
     cluster.server.create(asking("after"))
     assert "maintenance" in stays_unbound(cluster, "after")
     assert cluster.bound("before")  # running pods stay
@@ -243,7 +247,7 @@ def test_required_node_affinity_in_notin_and_match_fields(cluster: Cluster) -> N
     expression = {"key": "pool", "operator": "NotIn", "values": ["b"]}
     cluster.server.create(asking("not-b", affinity=affinity({"matchExpressions": [expression]})))
     assert where(cluster, "not-b") == "dgx0"
-    field = {"key": "metadata.name", "operator": "In", "values": ["dgx1"]}
+    field = {"key": "metadata.name", "operator": "In", "values": [real("dgx1")]}
     cluster.server.create(asking("named", affinity=affinity({"matchFields": [field]})))
     assert where(cluster, "named") == "dgx1"
     nowhere = {"key": "pool", "operator": "In", "values": ["c"]}
@@ -265,7 +269,7 @@ def test_a_cordoned_node_takes_no_new_pod(cluster: Cluster) -> None:
     }
     cluster.server.patch("nodes", "dgx0", {"spec": cordon})
     scheduler = cluster.runners[-1][0].scheduler
-    until(lambda: "dgx0" in scheduler.cordoned, "the scheduler sees the cordon")
+    until(lambda: real("dgx0") in scheduler.cordoned, "the scheduler sees the cordon")
     cluster.server.create(asking("waits"))
     stays_unbound(cluster, "waits")
     assert cluster.bound("running")
@@ -311,7 +315,7 @@ def test_the_gpu_type_is_read_from_the_product_label(cluster: Cluster) -> None:
     cluster.server.create(h100)
     stays_unbound(cluster, "wants-h100")
     scheduler = cluster.runners[-1][0].scheduler
-    assert scheduler.told["dgx1"].hardware.gpu_memory == 40 * 2**30
+    assert scheduler.told[real("dgx1")].hardware.gpu_memory == 40 * 2**30
 
 
 def test_a_successor_keeps_a_running_pod_its_node_no_longer_suits(cluster: Cluster) -> None:

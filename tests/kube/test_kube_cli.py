@@ -1,5 +1,5 @@
 """`toposched kube submit | list | get | explain | logs | delete | top node`, as a user types
-them, against the emulator and a running scheduler whose read API sits behind its Service."""
+them, against the real API server and a running scheduler whose read API sits behind its Service."""
 
 from __future__ import annotations
 
@@ -10,32 +10,31 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.conftest import Result, run_cli
-from tests.kube.emulator import ApiServer
+from tests.kube.live import LiveCluster
+from tests.kube.replicas import endpoints, run_as_pod
 from tests.kube.test_scheduler_e2e import Cluster, node, until
-from tests.server import free_port
 from toposched.kube.objects import MODEL
-from toposched.kube.readapi import make_app, serve
 
 
 @pytest.fixture
-def cluster(apiserver: ApiServer, kubeconfig: Path) -> Iterator[Cluster]:
-    """Two DGX-1 nodes and the scheduler, its read API proxied by its Service."""
+def cluster(apiserver: LiveCluster, kubeconfig: Path) -> Iterator[Cluster]:
+    """Two DGX-1 nodes and the scheduler, run as the Deployment's pod: its read API behind
+    the Service of deploy/kubernetes/scheduler.yaml, reached through the API server's proxy."""
     for i in range(2):
         apiserver.create(node(f"dgx{i}"))
     c = Cluster(apiserver, kubeconfig)
-    runner = c.start()
-    port = free_port()
-    serve(make_app(runner), "127.0.0.1", port)
-    service = {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {"name": "toposched-scheduler", "namespace": "toposched-system"},
-        "spec": {"ports": [{"name": "http", "port": 8080}], "selector": {"app": "toposched"}},
-    }
-    apiserver.create(service)
-    apiserver.proxy_service("toposched-system", "toposched-scheduler", f"http://127.0.0.1:{port}")
+    replica = run_as_pod(apiserver, c.start(), 0, "dgx1")
+    until(lambda: endpoints(apiserver) == {replica.ip}, "the scheduler behind its Service")
     yield c
+    replica.stop()
     c.stop()
+
+
+@pytest.fixture
+def user(apiserver: LiveCluster) -> Path:
+    """A user's kubeconfig: `edit` in the job namespaces (team-a by default), the read API's
+    role in toposched-system."""
+    return apiserver.user_kubeconfig
 
 
 def kube(kubeconfig: Path, command: str, *args: str) -> Result:
@@ -50,14 +49,14 @@ def ok(done: Result) -> str:
 
 
 def test_submit_watch_and_delete_a_tensorflow_job(
-    apiserver: ApiServer, cluster: Cluster, kubeconfig: Path, tmp_path: Path
+    apiserver: LiveCluster, cluster: Cluster, user: Path, tmp_path: Path
 ) -> None:
     spec = tmp_path / "job.yaml"
     spec.write_text("name: tf1\nworkers: 2\ngpus: 4\nenv: {NCCL_DEBUG: WARN}\n")
     made = json.loads(
         ok(
             kube(
-                kubeconfig,
+                user,
                 "submit",
                 "-f",
                 str(spec),
@@ -81,27 +80,25 @@ def test_submit_watch_and_delete_a_tensorflow_job(
     jobs = until(
         lambda: [
             j
-            for j in json.loads(ok(kube(kubeconfig, "list", "--json")))["jobs"]
+            for j in json.loads(ok(kube(user, "list", "--json")))["jobs"]
             if j["state"] == "running"
         ],
         "the job running in the scheduler's list",
     )
     assert [j["name"] for j in jobs] == ["team-a/tf1#1"]
-    got = json.loads(ok(kube(kubeconfig, "get", "tf1", "-n", "team-a", "--json")))
+    got = json.loads(ok(kube(user, "get", "tf1", "-n", "team-a", "--json")))
     assert got["name"] == "team-a/tf1#1" and len(got["placement"]) == 2
-    assert "tf1" in ok(kube(kubeconfig, "top node"))
-    assert "running" in ok(kube(kubeconfig, "explain", "tf1", "-n", "team-a"))
+    assert "tf1" in ok(kube(user, "top node"))
+    assert "running" in ok(kube(user, "explain", "tf1", "-n", "team-a"))
     apiserver.set_log("team-a", "tf1-worker-1", "step 1\nstep 2\nstep 3\n")
-    assert ok(kube(kubeconfig, "logs", "tf1", "--worker", "1", "-n", "team-a")) == (
+    assert ok(kube(user, "logs", "tf1", "--worker", "1", "-n", "team-a")) == (
         "step 1\nstep 2\nstep 3\n"
     )
-    assert ok(kube(kubeconfig, "logs", "tf1", "-w", "1", "--tail", "1", "-n", "team-a")) == (
-        "step 3\n"
-    )
-    gone = json.loads(ok(kube(kubeconfig, "delete", "tf1", "-n", "team-a", "--json")))
+    assert ok(kube(user, "logs", "tf1", "-w", "1", "--tail", "1", "-n", "team-a")) == ("step 3\n")
+    gone = json.loads(ok(kube(user, "delete", "tf1", "-n", "team-a", "--json")))
     assert sorted(gone["deleted"]) == sorted(made["objects"])
-    for resource in ("pods", "podgroups", "services"):
-        assert apiserver.objects(resource, "team-a") == []
+    for resource in ("pods", "podgroups", "services"):  # the kubelet ends the bound pods
+        until(lambda r=resource: apiserver.objects(r, "team-a") == [], f"no {resource} left")
 
 
 @pytest.mark.parametrize(
@@ -119,42 +116,42 @@ def test_submit_watch_and_delete_a_tensorflow_job(
     ],
 )
 def test_a_bad_submit_makes_nothing(
-    apiserver: ApiServer, kubeconfig: Path, args: list[str], words: str
+    apiserver: LiveCluster, user: Path, args: list[str], words: str
 ) -> None:
-    done = kube(kubeconfig, "submit", "--image", "img", *args, "--", "python", "train.py")
+    done = kube(user, "submit", "--image", "img", *args, "--", "python", "train.py")
     assert done.code == 2 and words in done.err, done.err
-    assert apiserver.objects("pods", "default") == []
-    assert apiserver.objects("podgroups", "default") == []
+    assert apiserver.objects("pods", "team-a") == []
+    assert apiserver.objects("podgroups", "team-a") == []
 
 
-def test_submit_names_the_model_the_job_trains(apiserver: ApiServer, kubeconfig: Path) -> None:
+def test_submit_names_the_model_the_job_trains(apiserver: LiveCluster, user: Path) -> None:
     args = ("--image", "img", "--name", "m", "--model", "imagenet", "--", "python", "t.py")
-    ok(kube(kubeconfig, "submit", *args))
-    (group,) = apiserver.objects("podgroups", "default")
+    ok(kube(user, "submit", *args))
+    (group,) = apiserver.objects("podgroups", "team-a")
     assert group["metadata"]["annotations"][MODEL] == "imagenet"
 
 
 def test_a_job_file_field_a_cluster_cannot_honour_is_refused(
-    apiserver: ApiServer, kubeconfig: Path, tmp_path: Path
+    apiserver: LiveCluster, user: Path, tmp_path: Path
 ) -> None:
     spec = tmp_path / "job.yaml"
     spec.write_text("name: j\nworkers: 2\nelastic: 1:2\ncommand: python train.py\n")
-    done = kube(kubeconfig, "submit", "-f", str(spec), "--image", "img")
+    done = kube(user, "submit", "-f", str(spec), "--image", "img")
     assert done.code == 2 and "elastic: not available on a cluster yet" in done.err
-    assert apiserver.objects("pods", "default") == []
+    assert apiserver.objects("pods", "team-a") == []
 
 
 def test_reading_a_job_that_does_not_exist_says_so(
-    apiserver: ApiServer, cluster: Cluster, kubeconfig: Path
+    apiserver: LiveCluster, cluster: Cluster, user: Path
 ) -> None:
     for command in ("get", "delete", "logs"):
-        done = kube(kubeconfig, command, "nope")
+        done = kube(user, command, "nope")
         assert done.code == 3, (command, done.err)
         assert "nope" in done.err
 
 
 def test_the_read_api_pages_jobs_as_the_server_does(
-    apiserver: ApiServer, cluster: Cluster, kubeconfig: Path
+    apiserver: LiveCluster, cluster: Cluster, user: Path
 ) -> None:
     """`limit` and `continue` as on the standalone server; `kube list` walks every page."""
     from tests.kube.test_scheduler_e2e import pod
@@ -164,7 +161,7 @@ def test_the_read_api_pages_jobs_as_the_server_does(
     for name in ("a", "b", "c"):
         apiserver.create(pod(name, 1))
     until(lambda: cluster.bound("a", "b", "c"), "three pods bound")
-    read = SchedulerApi(KubeApi.connect(str(kubeconfig)))
+    read = SchedulerApi(KubeApi.connect(str(user)))
     first = read.get("/api/v1/jobs", limit=2)
     assert [j["name"][:8] for j in first["jobs"]] == ["team-a/a", "team-a/b"]
     assert "command" not in first["jobs"][0]  # list rows are slim, as the server's
@@ -172,5 +169,5 @@ def test_the_read_api_pages_jobs_as_the_server_does(
     rest = read.get("/api/v1/jobs", limit=2, **{"continue": token})
     assert [j["name"][:8] for j in rest["jobs"]] == ["team-a/c"]
     assert rest["metadata"]["continue"] is None
-    listed = json.loads(ok(kube(kubeconfig, "list", "--json")))
+    listed = json.loads(ok(kube(user, "list", "--json")))
     assert len(listed["jobs"]) == 3 and listed["metadata"] == {"continue": None}

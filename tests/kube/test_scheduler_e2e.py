@@ -1,12 +1,11 @@
-"""The Kubernetes scheduler end to end, through the API server emulator: gangs bound whole on
-the best-connected GPUs, no deadlock, a successor that finishes a half-bound gang, a watch that
+"""The Kubernetes scheduler end to end, against the real API server: gangs bound whole on the
+best-connected GPUs, no deadlock, a successor that finishes a half-bound gang, a watch that
 recovers from 410 Gone, leader failover, freed GPUs, bad objects refused with an Event, and
 Volcano's PodGroups as the Kubeflow training and MPI operators make them."""
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import threading
 import time
@@ -17,13 +16,12 @@ import pytest
 import yaml
 
 from tests.e2e.conftest import run_cli
-from tests.kube.emulator import ApiServer
-from tests.kube.live import ENV, LiveCluster, cluster_for_tests
+from tests.kube.live import LiveCluster
 from tests.server import free_port
 from tests.server import wait_for as until
 from toposched.core import make_scheduler_policy
 from toposched.kube.annotations import encode_topology
-from toposched.kube.api import KubeApi
+from toposched.kube.api import ApiError, KubeApi
 from toposched.kube.driver import PLAN, KubeScheduler
 from toposched.kube.runner import Lease, Runner
 from toposched.placement.ring import ring_bandwidth
@@ -123,16 +121,16 @@ def member(kind: str, name: str, gpus: Any, group: str) -> dict[str, Any]:
     return volcano_pod(name, gpus, group) if kind == "volcano" else pod(name, gpus, group=group)
 
 
-def node_name(server: ApiServer | LiveCluster, name: str) -> str:
-    """A test node's name as the scheduler knows it: `dgx0` on the emulator; on a real cluster,
-    where the adapter makes it `toposched-e2e-dgx0` (tests/kube/live.py), that name."""
-    return LiveCluster.node_name(name) if isinstance(server, LiveCluster) else name
+def node_name(server: LiveCluster, name: str) -> str:
+    """A test node's name as the scheduler knows it: the adapter makes `dgx0`
+    `toposched-e2e-dgx0` on the cluster (tests/kube/live.py)."""
+    return server.node_name(name)
 
 
 class Cluster:
-    """The emulator (or a real cluster, see tests/kube/live.py) and one running scheduler."""
+    """The API server (tests/kube/live.py) and the schedulers a test starts."""
 
-    def __init__(self, server: ApiServer | LiveCluster, kubeconfig: Path) -> None:
+    def __init__(self, server: LiveCluster, kubeconfig: Path) -> None:
         self.server = server
         self.kubeconfig = kubeconfig
         self.runners: list[tuple[Runner, threading.Thread]] = []
@@ -182,6 +180,11 @@ class Cluster:
                 return {}
             out[name] = (node_name, tuple(int(g) for g in gpus.split(",")))
         return out
+
+    def warnings(self, name: str, reason: str, ns: str = "team-a") -> list[dict[str, Any]]:
+        """The Events of `reason` about the object `name` (a node's are in `default`, with
+        those of the node controllers)."""
+        return [e for e in self.events(name, ns) if e["reason"] == reason]
 
     def events(self, name: str, ns: str = "team-a") -> list[dict[str, Any]]:
         return [
@@ -254,7 +257,7 @@ def test_a_deleted_pod_frees_its_gpus(cluster: Cluster) -> None:
 
 @pytest.mark.parametrize("kind", GANG_KINDS)
 def test_a_successor_finishes_a_half_bound_gang_from_its_plan(
-    apiserver: ApiServer, cluster: Cluster, kind: str
+    apiserver: LiveCluster, cluster: Cluster, kind: str
 ) -> None:
     """As if the scheduler died between two binds: the plan is on the PodGroup (of either
     kind), one pod is bound, the other not. The next scheduler restores the gang and binds the
@@ -280,7 +283,7 @@ def test_a_successor_finishes_a_half_bound_gang_from_its_plan(
     assert not cluster.bound("whole")
 
 
-def test_a_watch_that_is_gone_lists_again(apiserver: ApiServer, cluster: Cluster) -> None:
+def test_a_watch_that_is_gone_lists_again(apiserver: LiveCluster, cluster: Cluster) -> None:
     apiserver.create(node("dgx0"))
     runner = cluster.start()
     apiserver.create(pod("before", 1))
@@ -293,7 +296,7 @@ def test_a_watch_that_is_gone_lists_again(apiserver: ApiServer, cluster: Cluster
 
 
 def test_only_the_leader_binds_and_a_successor_takes_over(
-    apiserver: ApiServer, cluster: Cluster
+    apiserver: LiveCluster, cluster: Cluster
 ) -> None:
     apiserver.create(node("dgx0"))
     first = cluster.start(lease=True, name="first")
@@ -310,7 +313,7 @@ def test_only_the_leader_binds_and_a_successor_takes_over(
 
 
 def test_bad_objects_get_an_event_and_change_nothing_else(
-    apiserver: ApiServer, cluster: Cluster
+    apiserver: LiveCluster, cluster: Cluster
 ) -> None:
     apiserver.create(node("dgx0"))
     apiserver.create(node("broken", annotation="{not json"))
@@ -335,7 +338,7 @@ def test_bad_objects_get_an_event_and_change_nothing_else(
     )
     assert "at most" in huge[0]["message"]
     node_events = until(
-        lambda: cluster.events("broken", ns="default") or cluster.events("broken", ns=""),
+        lambda: cluster.warnings("broken", "UnknownTopology", ns="default"),
         "an Event on the node",
     )
     assert "not JSON" in node_events[0]["message"]
@@ -343,7 +346,7 @@ def test_bad_objects_get_an_event_and_change_nothing_else(
 
 
 def test_a_node_of_unknown_topology_serves_only_jobs_that_accept_it(
-    apiserver: ApiServer, cluster: Cluster
+    apiserver: LiveCluster, cluster: Cluster
 ) -> None:
     """A GPU node with no topology annotation yet (no agent): its allocatable GPUs are counted
     for a pod annotated to accept that; another pod waits, saying why. Once the agent writes the
@@ -357,7 +360,7 @@ def test_a_node_of_unknown_topology_serves_only_jobs_that_accept_it(
     relaxed["metadata"]["annotations"] = {"toposched.io/accept-unknown-topology": "true"}
     apiserver.create(relaxed)
     where = until(lambda: cluster.bound("relaxed"), "the accepting pod bound")
-    plain = node_name(apiserver, "plain")
+    plain = "plain"
     assert where["relaxed"] == (plain, (0, 1))  # counted: the lowest indices
     said = until(
         lambda: [e for e in cluster.events("strict") if e["reason"] == "FailedScheduling"],
@@ -365,7 +368,7 @@ def test_a_node_of_unknown_topology_serves_only_jobs_that_accept_it(
     )
     assert "toposched.io/topology-known=true" in said[-1]["message"]
     node_events = until(
-        lambda: cluster.events(plain, ns="default") or cluster.events(plain, ns=""),
+        lambda: cluster.warnings(plain, "UnknownTopology", ns="default"),
         "an Event on the node",
     )
     assert "no toposched.io/topology annotation" in node_events[0]["message"]
@@ -380,7 +383,7 @@ def test_a_node_of_unknown_topology_serves_only_jobs_that_accept_it(
 
 
 def test_a_failed_bind_stops_the_whole_gang_and_it_binds_again_whole(
-    apiserver: ApiServer, cluster: Cluster
+    apiserver: LiveCluster, cluster: Cluster
 ) -> None:
     """Pods cannot be unbound: when one bind of a gang fails, the pods already bound are
     evicted, and the pods made again (as a job operator would) wait and bind as a whole."""
@@ -410,7 +413,7 @@ def queues(**guaranteed: int) -> dict[str, Any]:
 
 
 def test_a_team_within_its_share_reclaims_borrowed_gpus_by_eviction(
-    apiserver: ApiServer, cluster: Cluster
+    apiserver: LiveCluster, cluster: Cluster
 ) -> None:
     apiserver.create(node("dgx0"))
     apiserver.create(queues(**{"team-a": 8}))
@@ -424,7 +427,7 @@ def test_a_team_within_its_share_reclaims_borrowed_gpus_by_eviction(
 
 
 def test_a_disruption_budget_holds_an_eviction_back_and_says_so(
-    apiserver: ApiServer, cluster: Cluster
+    apiserver: LiveCluster, cluster: Cluster
 ) -> None:
     apiserver.create(node("dgx0"))
     apiserver.create(queues(**{"team-a": 8}))
@@ -455,7 +458,7 @@ def test_a_disruption_budget_holds_an_eviction_back_and_says_so(
     until(lambda: cluster.bound("owner"), "the owner bound once the budget is gone")
 
 
-def _running_then_urgent(apiserver: ApiServer, cluster: Cluster, running: dict[str, Any]) -> None:
+def _running_then_urgent(apiserver: LiveCluster, cluster: Cluster, running: dict[str, Any]) -> None:
     """`running` takes the one node, then a pod of its priority and an `urgent` one ask for
     all its GPUs."""
     apiserver.create(node("dgx0"))
@@ -477,7 +480,7 @@ def _running_then_urgent(apiserver: ApiServer, cluster: Cluster, running: dict[s
 
 
 def test_a_higher_priority_pod_does_not_preempt_work_that_cannot_checkpoint(
-    apiserver: ApiServer, cluster: Cluster
+    apiserver: LiveCluster, cluster: Cluster
 ) -> None:
     """Issue 16: a pod declares no checkpoint contract, so an eviction would lose its work;
     it goes only to give back GPUs its queue borrowed, not for a higher priority."""
@@ -488,7 +491,7 @@ def test_a_higher_priority_pod_does_not_preempt_work_that_cannot_checkpoint(
 
 
 def test_a_higher_priority_pod_preempts_work_that_saves_its_state(
-    apiserver: ApiServer, cluster: Cluster
+    apiserver: LiveCluster, cluster: Cluster
 ) -> None:
     """A pod annotated toposched.io/checkpoint=true saves its state on the eviction's SIGTERM
     (its controller makes it again): a higher priority of its queue may preempt it."""
@@ -502,7 +505,7 @@ def test_a_higher_priority_pod_preempts_work_that_saves_its_state(
 
 
 def test_the_cli_reads_a_cluster_through_the_read_api(
-    apiserver: ApiServer, cluster: Cluster
+    apiserver: LiveCluster, cluster: Cluster
 ) -> None:
     """`toposched top node`, `list` and `explain`, as a user types them, against the scheduler."""
     from toposched.kube.readapi import make_app, serve
@@ -544,7 +547,7 @@ def _get(url: str) -> bool:
 
 
 def test_a_cordoned_node_keeps_its_gang_and_takes_no_new_work(
-    apiserver: ApiServer, cluster: Cluster
+    apiserver: LiveCluster, cluster: Cluster
 ) -> None:
     apiserver.create(node("dgx0"))
     runner = cluster.start()
@@ -562,29 +565,27 @@ def test_a_cordoned_node_keeps_its_gang_and_takes_no_new_work(
     until(lambda: cluster.bound("new"), "new bound once the node is uncordoned")
 
 
-def test_a_pod_in_its_grace_period_keeps_its_gpus(tmp_path: Path) -> None:
-    with ApiServer(graceful_pod_deletion=True) as server:
-        c = Cluster(server, server.kubeconfig(tmp_path / "kubeconfig"))
-        try:
-            server.create(node("dgx0"))
-            c.start()
-            server.create(pod("old", 8))
-            until(lambda: c.bound("old"), "old bound")
-            server.set_phase("team-a", "old", "Running")
-            user = KubeApi.connect(str(tmp_path / "kubeconfig"))
-            user.request("DELETE", "/api/v1/namespaces/team-a/pods/old")  # as kubectl delete
-            assert server.get("pods", "old", "team-a")["metadata"]["deletionTimestamp"]
-            server.create(pod("next", 8))
-            time.sleep(0.4)
-            assert not c.bound("next")
-            server.set_phase("team-a", "old", "Succeeded")  # its containers have exited
-            until(lambda: c.bound("next"), "next bound once old has ended")
-        finally:
-            c.stop()
+def test_a_pod_in_its_grace_period_keeps_its_gpus(apiserver: LiveCluster, cluster: Cluster) -> None:
+    apiserver.create(node("dgx0"))
+    cluster.start()
+    old = pod("old", 8)
+    old["spec"]["terminationGracePeriodSeconds"] = 30
+    apiserver.create(old)
+    until(lambda: cluster.bound("old"), "old bound")
+    apiserver.set_phase("team-a", "old", "Running")
+    apiserver.hold("team-a", "old")  # its containers take their grace period to stop
+    user = KubeApi.connect(str(apiserver.admin_kubeconfig))
+    user.request("DELETE", "/api/v1/namespaces/team-a/pods/old")  # as kubectl delete
+    assert (apiserver.get("pods", "old", "team-a") or {})["metadata"]["deletionTimestamp"]
+    apiserver.create(pod("next", 8))
+    time.sleep(0.4)
+    assert not cluster.bound("next")
+    apiserver.set_phase("team-a", "old", "Succeeded")  # its containers have exited
+    until(lambda: cluster.bound("next"), "next bound once old has ended")
 
 
 def test_a_deleted_worker_stops_its_gang_which_binds_again_whole(
-    apiserver: ApiServer, cluster: Cluster
+    apiserver: LiveCluster, cluster: Cluster
 ) -> None:
     apiserver.create(node("dgx0"))
     cluster.start()
@@ -600,7 +601,7 @@ def test_a_deleted_worker_stops_its_gang_which_binds_again_whole(
 
 
 def test_a_gang_that_lost_a_member_is_not_restored_smaller(
-    apiserver: ApiServer, cluster: Cluster
+    apiserver: LiveCluster, cluster: Cluster
 ) -> None:
     apiserver.create(node("dgx0"))
     apiserver.create(podgroup("g", 2))
@@ -613,7 +614,7 @@ def test_a_gang_that_lost_a_member_is_not_restored_smaller(
 
 
 def test_an_mpi_gang_binds_its_launcher_with_its_workers(
-    apiserver: ApiServer, cluster: Cluster
+    apiserver: LiveCluster, cluster: Cluster
 ) -> None:
     """As the MPI operator makes them: a launcher without GPUs first, then the workers; every
     member counts toward minMember, and the launcher is not bound alone."""
@@ -631,7 +632,7 @@ def test_an_mpi_gang_binds_its_launcher_with_its_workers(
 
 
 def test_a_pod_named_like_a_podgroup_does_not_block_its_gang(
-    apiserver: ApiServer, cluster: Cluster
+    apiserver: LiveCluster, cluster: Cluster
 ) -> None:
     apiserver.create(node("dgx0"))
     cluster.start()
@@ -658,14 +659,14 @@ def gang_on_dgx0(cluster: Cluster, group: dict[str, Any], *pods: dict[str, Any])
         cluster.server.create(obj)
 
 
-def queued(server: ApiServer | LiveCluster, name: str) -> bool:
+def queued(server: LiveCluster, name: str) -> bool:
     """Whether the Volcano PodGroup is Inqueue: what the training operator waits for."""
     group = server.get(VOLCANO_GROUPS, name, "team-a") or {}
     return bool((group.get("status") or {}).get("phase") == "Inqueue")
 
 
 def test_a_kubeflow_job_with_a_volcano_podgroup_binds_whole_on_one_nvlink_ring(
-    apiserver: ApiServer, cluster: Cluster
+    apiserver: LiveCluster, cluster: Cluster
 ) -> None:
     """As the training operator runs a 4-worker job for Volcano: it makes the PodGroup
     (scheduling.volcano.sh), waits until its phase is Inqueue (Volcano's scheduler would set
@@ -689,7 +690,7 @@ def test_a_kubeflow_job_with_a_volcano_podgroup_binds_whole_on_one_nvlink_ring(
 
 
 def test_only_new_volcano_podgroups_are_set_inqueue_and_a_refusal_is_told(
-    apiserver: ApiServer, cluster: Cluster
+    apiserver: LiveCluster, cluster: Cluster
 ) -> None:
     apiserver.create(volcano_podgroup("running", 1))
     apiserver.patch(
@@ -716,7 +717,7 @@ def test_only_new_volcano_podgroups_are_set_inqueue_and_a_refusal_is_told(
 
 
 def test_podgroups_of_two_kinds_with_one_name_are_two_gangs(
-    apiserver: ApiServer, cluster: Cluster
+    apiserver: LiveCluster, cluster: Cluster
 ) -> None:
     """A scheduler-plugins PodGroup and a Volcano PodGroup both named `train`: merged, their
     pods would ask different GPU counts (an InvalidGang) and bind nowhere."""
@@ -744,61 +745,59 @@ def test_podgroups_of_two_kinds_with_one_name_are_two_gangs(
     }
 
 
-def test_a_cluster_with_only_volcanos_crd_binds_an_mpi_job(tmp_path: Path) -> None:
+def test_a_cluster_with_only_volcanos_crd_binds_an_mpi_job(
+    apiserver: LiveCluster, cluster: Cluster
+) -> None:
     """No scheduler-plugins CRD: its list answers 404, the scheduler goes on without it, and
     an MPI job made for Volcano (a launcher without GPUs and two workers) binds whole. A pod
     that names a scheduler-plugins PodGroup there waits, and says so."""
-    with ApiServer(crds=(VOLCANO_GROUPS,)) as server:
-        c = Cluster(server, server.kubeconfig(tmp_path / "kubeconfig"))
-        try:
-            with pytest.raises(KeyError, match=r"serves no scheduling\.x-k8s\.io"):
-                server.create(podgroup("other", 1))
-            server.create(node("dgx0"))
-            runner = c.start()
-            server.create(volcano_podgroup("mpi", 3))
-            server.create(volcano_pod("mpi-launcher", 0, "mpi"))
-            for i in range(2):
-                server.create(volcano_pod(f"mpi-worker-{i}", 4, "mpi", index=i))
-            server.create(pod("orphan", 1, group="other"))
-            where = until(lambda: c.bound("mpi-worker-0", "mpi-worker-1"), "the workers bound")
-            assert gpus_of(where) == list(range(8))
-            launcher = until(lambda: c.pod("mpi-launcher")["spec"].get("nodeName"), "launcher")
-            assert launcher == "dgx0"
-            waiting = until(lambda: c.events("orphan"), "the orphan says why it waits")
-            assert waiting[0]["reason"] == "WaitingForPodGroup"
-            assert "no PodGroup team-a/other yet" in waiting[0]["message"]
-            assert not c.bound("orphan")
-            assert ("GET", "/apis/scheduling.x-k8s.io/v1alpha1/podgroups") in server.requests
-            assert sorted(w.kind for w in runner.watchers) == [
-                "configmaps",
-                "nodes",
-                "others",
-                "pods",
-                "volcano-podgroups",
-            ]
-        finally:
-            c.stop()
+    with apiserver.without_crd("podgroups.scheduling.x-k8s.io"):
+        with pytest.raises(ApiError, match="404"):
+            apiserver.create(podgroup("other", 1))
+        apiserver.create(node("dgx0"))
+        runner = cluster.start()
+        apiserver.create(volcano_podgroup("mpi", 3))
+        apiserver.create(volcano_pod("mpi-launcher", 0, "mpi"))
+        for i in range(2):
+            apiserver.create(volcano_pod(f"mpi-worker-{i}", 4, "mpi", index=i))
+        apiserver.create(pod("orphan", 1, group="other"))
+        where = until(lambda: cluster.bound("mpi-worker-0", "mpi-worker-1"), "the workers bound")
+        assert gpus_of(where) == list(range(8))
+        launcher = until(lambda: cluster.pod("mpi-launcher")["spec"].get("nodeName"), "launcher")
+        assert launcher == "dgx0"
+        waiting = until(lambda: cluster.events("orphan"), "the orphan says why it waits")
+        assert waiting[0]["reason"] == "WaitingForPodGroup"
+        assert "no PodGroup team-a/other yet" in waiting[0]["message"]
+        assert not cluster.bound("orphan")
+        assert ("GET", "/apis/scheduling.x-k8s.io/v1alpha1/podgroups") in apiserver.requests
+        assert sorted(w.kind for w in runner.watchers) == [
+            "configmaps",
+            "nodes",
+            "others",
+            "pods",
+            "volcano-podgroups",
+        ]
+        cluster.stop()
 
 
-def test_a_cluster_without_volcanos_crd_leaves_volcano_pods_waiting(tmp_path: Path) -> None:
-    with ApiServer(crds=("podgroups.scheduling.x-k8s.io",)) as server:
-        c = Cluster(server, server.kubeconfig(tmp_path / "kubeconfig"))
-        try:
-            server.create(node("dgx0"))
-            c.start()
-            server.create(volcano_pod("vc-0", 1, "job"))
-            server.create(podgroup("g", 1))
-            server.create(pod("g-0", 1, group="g"))
-            until(lambda: c.bound("g-0"), "the scheduler-plugins gang bound")
-            waiting = until(lambda: c.events("vc-0"), "the Volcano pod says why it waits")
-            assert "no Volcano PodGroup team-a/job yet" in waiting[0]["message"]
-            assert not c.bound("vc-0")
-        finally:
-            c.stop()
+def test_a_cluster_without_volcanos_crd_leaves_volcano_pods_waiting(
+    apiserver: LiveCluster, cluster: Cluster
+) -> None:
+    with apiserver.without_crd(VOLCANO_GROUPS):
+        apiserver.create(node("dgx0"))
+        cluster.start()
+        apiserver.create(volcano_pod("vc-0", 1, "job"))
+        apiserver.create(podgroup("g", 1))
+        apiserver.create(pod("g-0", 1, group="g"))
+        until(lambda: cluster.bound("g-0"), "the scheduler-plugins gang bound")
+        waiting = until(lambda: cluster.events("vc-0"), "the Volcano pod says why it waits")
+        assert "no Volcano PodGroup team-a/job yet" in waiting[0]["message"]
+        assert not cluster.bound("vc-0")
+        cluster.stop()
 
 
 def test_a_volcano_gang_binds_nothing_until_its_last_pod_exists(
-    apiserver: ApiServer, cluster: Cluster
+    apiserver: LiveCluster, cluster: Cluster
 ) -> None:
     """Three of four pods: nothing is bound and nothing held (a pod that wants the whole node
     takes it); the fourth arrives and the gang binds whole once the node is free."""
@@ -823,7 +822,7 @@ def test_a_volcano_gang_binds_nothing_until_its_last_pod_exists(
 
 
 def test_a_volcano_podgroup_with_a_bad_min_member_gets_a_warning_and_binds_nothing(
-    apiserver: ApiServer, cluster: Cluster
+    apiserver: LiveCluster, cluster: Cluster
 ) -> None:
     pods = (volcano_pod(f"bad-{i}", 4, "bad", index=i) for i in range(2))
     gang_on_dgx0(cluster, volcano_podgroup("bad", 0), *pods)
@@ -855,7 +854,9 @@ def docs_blocks(section: str) -> list[list[dict[str, Any]]]:
     return [list(yaml.safe_load_all(b)) for b in re.findall(r"```yaml\n(.*?)```", body, re.S)]
 
 
-def test_the_docs_kubeflow_example_binds_as_written(apiserver: ApiServer, cluster: Cluster) -> None:
+def test_the_docs_kubeflow_example_binds_as_written(
+    apiserver: LiveCluster, cluster: Cluster
+) -> None:
     """docs/kubernetes.md's Kubeflow example: the PyTorchJob, and what the training operator
     makes of it, applied as the operator would (the pods once the PodGroup is Inqueue)."""
     job, made = docs_blocks("Kubeflow / MPI operator")
@@ -877,82 +878,51 @@ def test_the_docs_kubeflow_example_binds_as_written(apiserver: ApiServer, cluste
     assert ring_bandwidth(DGX1, gpus_of(where)) == 25.0
 
 
-def test_live_mode_is_skipped_without_a_kubeconfig(
-    apiserver: ApiServer | LiveCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Without TOPOSCHED_KUBECONFIG the fixture is the emulator; with it, a LiveCluster (here
-    pointed at an emulator, the only cluster there is)."""
-    if os.environ.get(ENV):
-        assert isinstance(apiserver, LiveCluster)
-    else:
-        assert isinstance(apiserver, ApiServer)
-    monkeypatch.delenv(ENV, raising=False)
-    with cluster_for_tests() as chosen:
-        assert isinstance(chosen, ApiServer) and chosen.url.startswith("http://127.0.0.1:")
-    with ApiServer() as server:
-        monkeypatch.setenv(ENV, str(server.kubeconfig(tmp_path / "kubeconfig")))
-        with cluster_for_tests() as chosen:
-            assert isinstance(chosen, LiveCluster)
-            assert chosen.kubeconfig(tmp_path / "ignored") == tmp_path / "kubeconfig"
-            assert not (tmp_path / "ignored").exists()
-
-
-def test_live_adapter_speaks_the_same_api(tmp_path: Path) -> None:
-    """The adapter, pointed at the emulator: create/get/objects/patch/delete round trips, the
-    fake nodes' names, the emulator-only hooks skipping, and everything it made deleted."""
-    with ApiServer() as server:
-        live = LiveCluster(server.kubeconfig(tmp_path / "kubeconfig"))
-        assert {"team-a", "team-b", "toposched-system"} <= {
-            n["metadata"]["name"] for n in server.objects("namespaces")
-        }
-        made = live.create(node("dgx0"))
-        assert made["metadata"]["name"] == "dgx0"
-        assert server.get("nodes", "toposched-e2e-dgx0") and not server.get("nodes", "dgx0")
-        assert [n["metadata"]["name"] for n in live.objects("nodes")] == ["dgx0"]
-        live.create(podgroup("g", 2))
-        bound = pod("g-0", 4, group="g")
-        bound["spec"]["nodeName"] = "dgx0"
-        live.create(bound)
-        live.create(pod("other", 1, ns="team-b"))
-        stored = server.get("pods", "g-0", "team-a")
-        assert stored is not None and stored["spec"]["nodeName"] == "toposched-e2e-dgx0"
-        got = live.get("pods", "g-0", "team-a")
-        assert got is not None and got["spec"]["nodeName"] == "dgx0"
-        assert live.get("pods", "missing", "team-a") is None
-        assert [p["metadata"]["name"] for p in live.objects("pods", "team-a")] == ["g-0"]
-        everywhere = live.objects("pods")
-        assert [(p["metadata"]["namespace"], p["metadata"]["name"]) for p in everywhere] == [
-            ("team-a", "g-0"),
-            ("team-b", "other"),
-        ]
-        with pytest.raises(Exception, match="must be an integer"):
-            live.create(pod("half", "500m"))
-        live.patch("nodes", "dgx0", {"spec": {"unschedulable": True}})
-        assert server.get("nodes", "toposched-e2e-dgx0")["spec"]["unschedulable"] is True
-        patched = live.patch("podgroups", "g", {"metadata": {"labels": {"x": "y"}}}, "team-a")
-        assert patched["metadata"]["labels"] == {"x": "y"}
-        planned = volcano_podgroup("g", 2)  # Volcano's, beside scheduler-plugins' `g`
-        planned["metadata"]["annotations"] = {PLAN: json.dumps({"pods": {"g-0": ["dgx0", [0]]}})}
-        live.create(planned)
-        stored_plan = server.get(VOLCANO_GROUPS, "g", "team-a")["metadata"]["annotations"][PLAN]
-        assert json.loads(stored_plan)["pods"]["g-0"][0] == "toposched-e2e-dgx0"
-        got_plan = (live.get(VOLCANO_GROUPS, "g", "team-a") or {})["metadata"]["annotations"]
-        assert json.loads(got_plan[PLAN])["pods"]["g-0"][0] == "dgx0"
-        live.patch(VOLCANO_GROUPS, "g", {"spec": {"minMember": 3}}, "team-a")
-        assert server.get(VOLCANO_GROUPS, "g", "team-a")["spec"]["minMember"] == 3
-        assert server.get("podgroups", "g", "team-a")["spec"]["minMember"] == 2
-        deleted = live.delete("pods", "other", namespace="team-b")
-        assert deleted is not None and server.get("pods", "other", "team-b") is None
-        assert live.delete("pods", "other", namespace="team-b") is None
-        for hook in (
-            lambda: live.requests,
-            lambda: live.set_phase("team-a", "g-0", "Running"),
-            lambda: live.inject_error("POST", "/binding$", 409),
-            live.compact,
-            live.drop_watches,
-        ):
-            with pytest.raises(pytest.skip.Exception, match="needs the emulator"):
-                hook()
-        live.close()
-        assert not server.objects("pods") and not server.objects("podgroups")
-        assert not server.objects(VOLCANO_GROUPS) and not server.objects("nodes")
+def test_the_adapter_speaks_to_the_real_server(apiserver: LiveCluster) -> None:
+    """The adapter: create/get/objects/patch/delete round trips, the fake nodes' names as
+    stored and as the tests read them, and the hooks that need the session's control plane
+    skipping without it."""
+    made = apiserver.create(node("dgx0"))
+    assert made["metadata"]["name"] == "dgx0"
+    raw = apiserver.api.request("GET", "/api/v1/nodes/toposched-e2e-dgx0")
+    assert raw["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"] > 0  # its kubelet's
+    assert [n["metadata"]["name"] for n in apiserver.objects("nodes")] == ["dgx0"]
+    apiserver.create(podgroup("g", 2))
+    bound = pod("g-0", 4, group="g")
+    bound["spec"]["nodeName"] = "dgx0"
+    apiserver.create(bound)
+    apiserver.create(pod("other", 1, ns="team-b"))
+    stored = apiserver.api.request("GET", "/api/v1/namespaces/team-a/pods/g-0")
+    assert stored["spec"]["nodeName"] == "toposched-e2e-dgx0"
+    got = apiserver.get("pods", "g-0", "team-a")
+    assert got is not None and got["spec"]["nodeName"] == "dgx0"
+    assert apiserver.get("pods", "missing", "team-a") is None
+    assert [p["metadata"]["name"] for p in apiserver.objects("pods", "team-a")] == ["g-0"]
+    with pytest.raises(ApiError, match="must be an integer"):
+        apiserver.create(pod("half", "500m"))
+    apiserver.patch("nodes", "dgx0", {"spec": {"unschedulable": True}})
+    assert (apiserver.get("nodes", "dgx0") or {})["spec"]["unschedulable"] is True
+    planned = volcano_podgroup("g", 2)  # Volcano's, beside scheduler-plugins' `g`
+    planned["metadata"]["annotations"] = {PLAN: json.dumps({"pods": {"g-0": ["dgx0", [0]]}})}
+    apiserver.create(planned)
+    path = "/apis/scheduling.volcano.sh/v1beta1/namespaces/team-a/podgroups/g"
+    stored_plan = apiserver.api.request("GET", path)["metadata"]["annotations"][PLAN]
+    assert json.loads(stored_plan)["pods"]["g-0"][0] == "toposched-e2e-dgx0"
+    got_plan = (apiserver.get(VOLCANO_GROUPS, "g", "team-a") or {})["metadata"]["annotations"]
+    assert json.loads(got_plan[PLAN])["pods"]["g-0"][0] == "dgx0"
+    deleted = apiserver.delete("pods", "other", namespace="team-b")
+    assert deleted is not None and apiserver.get("pods", "other", "team-b") is None
+    assert apiserver.delete("pods", "other", namespace="team-b") is None
+    bare = LiveCluster(apiserver.api, apiserver.kubeconfig())
+    for hook in (
+        lambda: bare.requests,
+        lambda: bare.set_phase("team-a", "g-0", "Running"),
+        lambda: bare.inject_error("POST", "/binding$", 409),
+        bare.compact,
+        bare.drop_watches,
+    ):
+        with pytest.raises(pytest.skip.Exception, match="needs"):
+            hook()
+    apiserver.close()
+    assert not apiserver.objects("pods") and not apiserver.objects("podgroups")
+    assert not apiserver.objects(VOLCANO_GROUPS) and not apiserver.objects("nodes")

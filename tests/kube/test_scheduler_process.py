@@ -1,5 +1,5 @@
 """The Kubernetes scheduler as a real process (`python -m toposched kube scheduler`) against the
-API server emulator, killed with SIGKILL where it hurts most: between two binds of one gang, and
+real API server, killed with SIGKILL where it hurts most: between two binds of one gang, and
 while it leads. What must hold: the gang ends bound whole as its plan says, no GPU is given to
 two live pods, and a second replica takes over the lease and goes on binding."""
 
@@ -16,14 +16,14 @@ import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.kube.emulator import ApiServer
+from tests.kube.live import LiveCluster
 from tests.kube.test_scheduler_e2e import GROUP_RESOURCES, gang_group, member, node, pod
 from tests.server import free_port
 from tests.server import wait_for as until
+from toposched.kube.api import KubeApi
 from toposched.kube.driver import PLAN
 
 LEASE_NAMESPACE = "toposched-system"
@@ -82,7 +82,7 @@ def start(kubeconfig: Path, tmp_path: Path) -> Iterator[Callable[..., Scheduler]
             s.kill()
 
 
-def where(api: ApiServer, name: str, ns: str = "team-a") -> tuple[str, tuple[int, ...]] | None:
+def where(api: LiveCluster, name: str, ns: str = "team-a") -> tuple[str, tuple[int, ...]] | None:
     """(node, GPUs) of a bound pod, None while it is not bound."""
     found = api.get("pods", name, ns)
     if not found or not found["spec"].get("nodeName"):
@@ -91,7 +91,7 @@ def where(api: ApiServer, name: str, ns: str = "team-a") -> tuple[str, tuple[int
     return found["spec"]["nodeName"], tuple(int(g) for g in text.split(",") if g)
 
 
-def assert_no_gpu_booked_twice(api: ApiServer) -> dict[str, dict[int, str]]:
+def assert_no_gpu_booked_twice(api: LiveCluster) -> dict[str, dict[int, str]]:
     """Every bound, live pod's GPUs, per node: no GPU twice, none beyond the node's 8."""
     owners: dict[str, dict[int, str]] = {}
     for p in api.objects("pods"):
@@ -109,7 +109,7 @@ def assert_no_gpu_booked_twice(api: ApiServer) -> dict[str, dict[int, str]]:
     return owners
 
 
-def bindings(api: ApiServer, name: str) -> int:
+def bindings(api: LiveCluster, name: str) -> int:
     return sum(1 for m, path in api.requests if m == "POST" and path.endswith(f"/{name}/binding"))
 
 
@@ -122,7 +122,7 @@ def bindings(api: ApiServer, name: str) -> int:
     ],
 )
 def test_a_scheduler_killed_between_two_binds_is_followed_by_one_that_binds_the_rest(
-    apiserver: ApiServer, start: Callable[..., Scheduler], dying_bind: str, kind: str
+    apiserver: LiveCluster, start: Callable[..., Scheduler], dying_bind: str, kind: str
 ) -> None:
     """The first scheduler writes the plan on the gang's PodGroup (scheduler-plugins' or
     Volcano's), binds g-0, and hangs in the bind of g-1 (the API server is slow to answer it);
@@ -171,13 +171,13 @@ def test_a_scheduler_killed_between_two_binds_is_followed_by_one_that_binds_the_
     assert bindings(apiserver, "g-1") == (1 if dying_bind == "lands-before-the-successor" else 2)
 
 
-def lease_holder(api: ApiServer) -> str:
+def lease_holder(api: LiveCluster) -> str:
     lease = api.get("leases", LEASE, LEASE_NAMESPACE) or {}
     return str((lease.get("spec") or {}).get("holderIdentity") or "")
 
 
 def test_a_second_process_takes_the_lease_of_a_killed_leader_and_binds(
-    apiserver: ApiServer, start: Callable[..., Scheduler]
+    apiserver: LiveCluster, start: Callable[..., Scheduler]
 ) -> None:
     apiserver.create(node("dgx0"))
     args = ("--leader-elect", "--lease-namespace", LEASE_NAMESPACE)
@@ -207,29 +207,27 @@ def test_a_second_process_takes_the_lease_of_a_killed_leader_and_binds(
     assert replicas[follower].proc.poll() is None, replicas[follower].output()
 
 
-def test_a_delayed_request_holds_up_only_itself(apiserver: ApiServer) -> None:
-    """inject_delay: the delayed request waits; the others (and the Python side) go on."""
-
-    def get(path: str) -> dict[str, Any]:
-        with urllib.request.urlopen(apiserver.url + path, timeout=10) as answer:
-            return dict(json.loads(answer.read()))
-
-    apiserver.inject_delay("get", r"/namespaces/default$", 5.0)
+def test_a_delayed_request_holds_up_only_itself(apiserver: LiveCluster) -> None:
+    """The proxy's delay: the delayed request waits; the others go on, and it is passed on
+    when the delays are cleared."""
+    apiserver.create(node("slow"))
+    api = KubeApi.connect(str(apiserver.kubeconfig()))
+    apiserver.inject_delay("get", r"/nodes/toposched-e2e-slow$", 5.0)
     done: list[float] = []
     began = time.monotonic()
 
     def slow() -> None:
-        get("/api/v1/namespaces/default")
+        api.request("GET", "/api/v1/nodes/toposched-e2e-slow")
         done.append(time.monotonic() - began)
 
     thread = threading.Thread(target=slow)
     thread.start()
-    until(lambda: ("GET", "/api/v1/namespaces/default") in apiserver.requests, "the slow GET")
-    assert get("/api/v1/namespaces/kube-system")["metadata"]["name"] == "kube-system"
+    until(lambda: ("GET", "/api/v1/nodes/toposched-e2e-slow") in apiserver.requests, "the GET")
+    assert api.list("/api/v1/nodes")[0]
     apiserver.create(node("dgx0"))
     assert not done
     assert apiserver.clear_delays() == 1
     thread.join(5)
     assert done and done[0] < 4.0
-    get("/api/v1/namespaces/default")  # times=1: the next one is not delayed
+    api.request("GET", "/api/v1/nodes/toposched-e2e-slow")  # times=1: the next one is not held
     assert time.monotonic() - began < 4.0

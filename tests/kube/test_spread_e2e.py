@@ -1,5 +1,5 @@
 """A gang annotated with its model goes where the performance model predicts it runs fastest
-(`spread_by_model`), through the API server emulator: on g4dn nodes with 50 Gb/s networking,
+(`spread_by_model`), against the real API server: on g4dn nodes with 50 Gb/s networking,
 spread over more nodes than it needs, as measured there; packed without the option."""
 
 from __future__ import annotations

@@ -4,13 +4,12 @@ valid against the Kubernetes OpenAPI schemas, made whole or not at all, and dele
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
 import pytest
 
-from tests.kube.emulator import ApiServer
+from tests.kube.live import LiveCluster
 from tests.kube.test_manifests import K8S_VERSION, custom_errors
 from tests.kube.test_scheduler_e2e import Cluster, node, until
 from toposched.common.frameworks import Kind
@@ -156,16 +155,16 @@ def test_the_model_a_job_trains_is_its_podgroups_annotation() -> None:
     ],
 )
 def test_a_bad_job_is_refused_naming_the_field_and_nothing_is_made(
-    apiserver: ApiServer, kubeconfig: Path, fields: dict[str, Any], words: str
+    apiserver: LiveCluster, fields: dict[str, Any], words: str
 ) -> None:
-    api = KubeApi.connect(str(kubeconfig))
+    api = KubeApi.connect(str(apiserver.user_kubeconfig))
     with pytest.raises(SubmitError, match=words.replace("(", r"\(").replace(")", r"\)")):
         create(api, job(**fields))
     assert not apiserver.objects("pods", "team-a") and not apiserver.objects("podgroups", "team-a")
 
 
-def test_a_refused_object_takes_back_the_ones_made(apiserver: ApiServer, kubeconfig: Path) -> None:
-    api = KubeApi.connect(str(kubeconfig))
+def test_a_refused_object_takes_back_the_ones_made(apiserver: LiveCluster) -> None:
+    api = KubeApi.connect(str(apiserver.user_kubeconfig))
     apiserver.inject_error("POST", r"/namespaces/team-a/pods$", 403, "Forbidden", "quota", times=1)
     with pytest.raises(ApiError, match="403 Forbidden"):
         create(api, job())
@@ -174,12 +173,12 @@ def test_a_refused_object_takes_back_the_ones_made(apiserver: ApiServer, kubecon
 
 
 def test_submitted_workers_bind_as_one_gang_and_delete_removes_every_object(
-    apiserver: ApiServer, cluster: Cluster, kubeconfig: Path
+    apiserver: LiveCluster, cluster: Cluster
 ) -> None:
     for i in range(2):
         apiserver.create(node(f"dgx{i}"))
     cluster.start()
-    api = KubeApi.connect(str(kubeconfig))
+    api = KubeApi.connect(str(apiserver.user_kubeconfig))
     made = create(api, job(Kind.TENSORFLOW, workers=4, gpus=2, ps=1))
     assert made[:2] == ["PodGroup/train", "Service/train"] and len(made) == 7
     workers = [f"train-worker-{i}" for i in range(4)]
@@ -187,6 +186,6 @@ def test_submitted_workers_bind_as_one_gang_and_delete_removes_every_object(
     assert len({n for n, _ in where.values()}) == 1  # 8 GPUs: the fewest nodes, one
     gone = delete(api, "team-a", "train")
     assert sorted(gone) == sorted(made), (gone, made)
-    for resource in ("pods", "podgroups", "services"):
-        assert apiserver.objects(resource, "team-a") == []
+    for resource in ("pods", "podgroups", "services"):  # the kubelet ends the bound pods
+        until(lambda r=resource: apiserver.objects(r, "team-a") == [], f"no {resource} left")
     assert delete(api, "team-a", "train") == []

@@ -178,6 +178,7 @@ class ControlPlane:
                 f"--tls-private-key-file={p / 'apiserver.key'}",
                 f"--kubelet-client-certificate={p / 'apiserver-kubelet.crt'}",
                 f"--kubelet-client-key={p / 'apiserver-kubelet.key'}",
+                f"--kubelet-certificate-authority={p / 'ca.crt'}",
                 "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
                 f"--service-account-key-file={p / 'sa.pub'}",
                 f"--service-account-signing-key-file={p / 'sa.key'}",
@@ -267,13 +268,16 @@ class ControlPlane:
 
     # ------------------------------------------------------------------ stopping
 
-    def stop(self) -> None:
+    def stop(self, grace_s: float = 5.0) -> None:
+        """SIGTERM to every component, the last started first; SIGKILL to those still running
+        after `grace_s` (the API server waits for its watches to drain otherwise)."""
         for process in reversed(list(self.processes.values())):
             if process.poll() is None:
                 process.terminate()
+        deadline = time.monotonic() + grace_s
         for process in self.processes.values():
             try:
-                process.wait(timeout=15)
+                process.wait(timeout=max(deadline - time.monotonic(), 0.1))
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
@@ -344,7 +348,12 @@ class ControlPlane:
         return str(answer["status"]["token"])
 
     def service_account_kubeconfig(
-        self, path: Path, namespace: str, service_account: str, server: str = ""
+        self,
+        path: Path,
+        namespace: str,
+        service_account: str,
+        server: str = "",
+        context_namespace: str = "default",
     ) -> Path:
         """A kubeconfig that acts as the service account (as a pod of it would), against
         `server` (default: the API server itself; a plain-http one takes no CA)."""
@@ -355,6 +364,7 @@ class ControlPlane:
             ca=(self.pki / "ca.crt").read_bytes() if server.startswith("https") else None,
             user={"token": self.token(namespace, service_account)},
             name=f"{namespace}-{service_account}",
+            namespace=context_namespace,
         )
         return path
 

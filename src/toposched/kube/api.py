@@ -5,7 +5,7 @@ TLS, tokens); requests and answers stay plain JSON, as the API serves them. Two 
 typed models cost more than the scheduler's own work on a large cluster, and some API answers
 are not what the client's models expect. The known one: `pods/binding` answers 201 with a
 `Status`, not a `Binding`, and the generated `create_namespaced_pod_binding` fails to read it
-(tests/kube/test_emulator.py shows both).
+(tests/kube/test_api.py shows both, against the real API server).
 """
 
 from __future__ import annotations

@@ -205,12 +205,13 @@ def _job_out(view: JobView) -> JobOut:
     return JobOut(**_summary(view), command=[], history=history)
 
 
-def serve(app: FastAPI, host: str, port: int) -> threading.Thread:
-    """Serve `app` with uvicorn in a daemon thread."""
+def serve(app: FastAPI, host: str, port: int) -> Any:
+    """Serve `app` with uvicorn in a daemon thread; the uvicorn server (`should_exit = True`
+    stops it)."""
     import uvicorn
 
     config = uvicorn.Config(app, host=host, port=port, log_level="warning")
     server = uvicorn.Server(config)  # outside the main thread it leaves signals alone
     thread = threading.Thread(target=server.run, name="http", daemon=True)
     thread.start()
-    return thread
+    return server
