@@ -212,3 +212,42 @@ def test_credentials_are_reloaded_at_most_once_a_second(monkeypatch: pytest.Monk
     none.refresh_api_key_hook = None
     kube_api._throttle_refresh(none)  # no hook (a token that never expires): nothing to wrap
     assert none.refresh_api_key_hook is None
+
+
+HTML_502 = b"<html><head><title>502 Bad Gateway</title></head><body>nginx</body></html>"
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "content_type", "said"),
+    [
+        (502, HTML_502, "text/html", "502 Bad Gateway"),
+        (404, b"404 page not found\n", "text/plain", "404 page not found"),
+        (503, b"", "text/plain", "Service Unavailable"),
+    ],
+)
+def test_an_error_that_is_not_json_is_an_api_error(
+    apiserver: LiveCluster, status: int, body: bytes, content_type: str, said: str
+) -> None:
+    """A load balancer's HTML page, the API server's own text 404 (a group it does not
+    serve), an empty answer: each an ApiError with the status and what the body says, never a
+    JSONDecodeError. A 2xx answer that is not JSON is one too."""
+    api = KubeApi.connect(str(apiserver.kubeconfig()))
+    for call in (
+        lambda: api.request("GET", "/api/v1/nodes"),
+        lambda: api.list("/api/v1/nodes"),
+        lambda: list(api.watch("/api/v1/nodes", "0", timeout_s=1)),
+        lambda: list(api.text("/api/v1/nodes")),
+    ):
+        apiserver.proxy.inject(
+            "GET", r"^/api/v1/nodes$", status=status, body=body, content_type=content_type
+        )
+        with pytest.raises(ApiError) as raised:
+            call()
+        assert raised.value.status == status
+        assert said in str(raised.value)
+    apiserver.proxy.inject(
+        "GET", r"^/api/v1/nodes$", status=200, body=HTML_502, content_type="text/html"
+    )
+    with pytest.raises(ApiError, match="not JSON") as raised:
+        api.request("GET", "/api/v1/nodes")
+    assert raised.value.status == 200

@@ -11,6 +11,7 @@ are not what the client's models expect. The known one: `pods/binding` answers 2
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -22,14 +23,19 @@ REFRESH_EVERY_S = 1.0
 
 
 class ApiError(RuntimeError):
-    """The API server answered with an error: `status` is the HTTP code, `reason` the
-    Status reason (Conflict, NotFound, Expired, TooManyRequests ...)."""
+    """The API server answered with an error: `status` is the HTTP code (0: no answer at
+    all), `reason` the Status reason (Conflict, NotFound, Expired, TooManyRequests ...) or,
+    for an answer that is no Status (a load balancer's page), the HTTP reason phrase;
+    `retry_after` the seconds the server asked to wait before trying again, if it did."""
 
-    def __init__(self, status: int, reason: str, message: str) -> None:
+    def __init__(
+        self, status: int, reason: str, message: str, retry_after: float | None = None
+    ) -> None:
         super().__init__(f"{status} {reason}: {message}")
         self.status = status
         self.reason = reason
         self.message = message
+        self.retry_after = retry_after
 
 
 class Gone(ApiError):
@@ -136,10 +142,7 @@ class KubeApi:
             data = resp.read()
         except Exception as err:  # the connection, a timeout: no answer at all
             raise ApiError(0, "Unreachable", f"{method} {path}: {err}") from err
-        answer = json.loads(data) if data else {}
-        if resp.status >= 400:
-            raise _error(resp.status, answer)
-        return answer if isinstance(answer, dict) else {}
+        return _decode(resp, data)
 
     def text(self, path: str, query: Mapping[str, Any] | None = None) -> Iterator[bytes]:
         """A plain-text answer (a pod's log), in chunks as they come: with `follow` the API
@@ -149,8 +152,7 @@ class KubeApi:
         except Exception as err:
             raise ApiError(0, "Unreachable", f"GET {path}: {err}") from err
         if resp.status >= 400:
-            data = resp.read()
-            raise _error(resp.status, json.loads(data) if data.startswith(b"{") else {})
+            _decode(resp, resp.read())
         yield from resp.response.stream(4096, decode_content=True)
 
     # ------------------------------------------------------------------ list and watch
@@ -182,8 +184,7 @@ class KubeApi:
         }
         resp = self._send("GET", path, args, timeout=(10.0, timeout_s + 30.0))
         if resp.status >= 400:
-            data = resp.read()
-            raise _error(resp.status, json.loads(data) if data else {})
+            _decode(resp, resp.read())
         buffer = b""
         # A chunk may hold many events (a server writes a burst at once) or part of one: each
         # complete line is an event, the rest waits for the next chunk.
@@ -195,11 +196,17 @@ class KubeApi:
             for line in lines:
                 if not line.strip():
                     continue
-                event = json.loads(line)
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    raise ApiError(
+                        resp.status,
+                        "InvalidAnswer",
+                        f"a watch event that is not JSON: {_excerpt(line)}",
+                    ) from None
                 if event.get("type") == "ERROR":
-                    raise _error(
-                        int((event.get("object") or {}).get("code") or 500), event["object"]
-                    )
+                    status = event.get("object") or {}
+                    raise _error(int(status.get("code") or 500), status)
                 yield event
         resp.response.release_conn()
 
@@ -316,9 +323,56 @@ def _throttle_refresh(configuration: Any) -> None:
     configuration.refresh_api_key_hook = refresh
 
 
-def _error(status: int, answer: Any) -> ApiError:
+def _decode(resp: Any, data: bytes) -> JSON:
+    """The JSON object an answer holds; ApiError for an error answer (whatever its body:
+    a Status, a proxy's HTML page, the server's own text 404, nothing) and for a success
+    that is not a JSON object."""
+    try:
+        answer = json.loads(data) if data else {}
+    except ValueError:
+        answer = None
+    status = int(resp.status)
+    if status >= 400:
+        headers = getattr(resp, "headers", None) or {}
+        raise _error(
+            status, answer, data, str(getattr(resp, "reason", "") or ""), headers.get("Retry-After")
+        )
+    if not isinstance(answer, dict):
+        raise ApiError(status, "InvalidAnswer", f"the answer is not JSON: {_excerpt(data)}")
+    return answer
+
+
+def _error(
+    status: int,
+    answer: Any,
+    data: bytes = b"",
+    phrase: str = "",
+    retry_after: str | None = None,
+) -> ApiError:
+    """The ApiError of an error answer: a Status says its reason and message; any other body
+    is told as it reads, behind the HTTP reason phrase."""
     body = answer if isinstance(answer, dict) else {}
-    reason = str(body.get("reason") or "")
-    message = str(body.get("message") or "")
+    reason = str(body.get("reason") or "") or phrase
+    message = str(body.get("message") or "") or _excerpt(data) or phrase
+    wait = _seconds(retry_after)
+    details = body.get("details") or {}
+    if wait is None and isinstance(details, dict):
+        wait = _seconds(details.get("retryAfterSeconds"))
     kind = Gone if status == 410 else ApiError
-    return kind(status, reason, message)
+    return kind(status, reason, message, wait)
+
+
+def _excerpt(data: bytes, limit: int = 200) -> str:
+    """What a body that is not JSON says, in one line: an HTML page's text without its tags."""
+    text = data.decode("utf-8", "replace")
+    text = re.sub(r"<[^>]*>", " ", text)
+    text = " ".join(text.split())
+    return text[:limit] + ("..." if len(text) > limit else "")
+
+
+def _seconds(value: Any) -> float | None:
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        return None
+    return seconds if seconds >= 0 else None
