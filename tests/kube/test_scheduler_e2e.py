@@ -693,10 +693,9 @@ def test_only_new_volcano_podgroups_are_set_inqueue_and_a_refusal_is_told(
     apiserver: LiveCluster, cluster: Cluster
 ) -> None:
     apiserver.create(volcano_podgroup("running", 1))
-    apiserver.patch(
-        VOLCANO_GROUPS, "running", {"status": {"phase": "Running"}}, "team-a", subresource="status"
-    )
-    apiserver.inject_error("PATCH", r"/podgroups/denied/status$", 403, "Forbidden", "no access")
+    # Volcano's CRD has no status subresource: the status is written on the object.
+    apiserver.patch(VOLCANO_GROUPS, "running", {"status": {"phase": "Running"}}, "team-a")
+    apiserver.inject_error("PATCH", r"/podgroups/denied$", 403, "Forbidden", "no access")
     apiserver.create(volcano_podgroup("denied", 1))
     cluster.start()
     told = until(
@@ -706,9 +705,9 @@ def test_only_new_volcano_podgroups_are_set_inqueue_and_a_refusal_is_told(
     assert "could not set status.phase Inqueue: 403 Forbidden: no access" in told[0]["message"]
     apiserver.create(volcano_podgroup("new", 1))
     until(lambda: queued(apiserver, "new"), "a new PodGroup Inqueue")
-    patched = {p for m, p in apiserver.requests if m == "PATCH" and p.endswith("/status")}
+    patched = {p for m, p in apiserver.requests if m == "PATCH" and "/podgroups/" in p}
     assert patched == {
-        f"/apis/scheduling.volcano.sh/v1beta1/namespaces/team-a/podgroups/{name}/status"
+        f"/apis/scheduling.volcano.sh/v1beta1/namespaces/team-a/podgroups/{name}"
         for name in ("denied", "new")
     }
     assert (apiserver.get(VOLCANO_GROUPS, "running", "team-a") or {})["status"] == {

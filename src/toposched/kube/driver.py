@@ -167,6 +167,8 @@ class KubeScheduler(Driver):
         self.pods: dict[Key, tuple[Obj, Pod]] = {}
         self.groups: dict[Key, Obj] = {}  # PodGroups of every kind, by their gangs' keys
         self.unqueued: set[Key] = set()  # PodGroups whose operator waits for a queued phase
+        # Whether each kind's CRD has a status subresource (where its phase is written).
+        self.status_paths: dict[GangKind, bool] = {}
         self.gangs: dict[str, Gang] = {}
         self.by_key: dict[Key, str] = {}
         self.known: dict[str, NodeGpus] = {}  # nodes in the core, with what it was told
@@ -266,7 +268,19 @@ class KubeScheduler(Driver):
             if err.status != 404:
                 raise
             return [], ""
+        if kind.queued_phase:
+            self.status_paths[kind] = self._has_status(kind)
         return list(groups), version
+
+    def _has_status(self, kind: GangKind) -> bool:
+        """Whether the cluster serves `podgroups/status` for `kind` (API discovery): Volcano's
+        CRD declares no status subresource, so its status is written on the object itself."""
+        try:
+            served = self.api.request("GET", kind.prefix).get("resources") or []
+        except ApiError as err:
+            log.warning("discovery of %s: %s; writing status on the object", kind.prefix, err)
+            return False
+        return any(r.get("name") == "podgroups/status" for r in served if isinstance(r, dict))
 
     def observe(self, kind: str, event_type: str, obj: Obj) -> None:
         """One watch event (or a listed object) into the copies."""
@@ -414,10 +428,13 @@ class KubeScheduler(Driver):
             if group is None or kind is None:
                 continue  # deleted meanwhile
             self._fenced()
+            path = f"{kind.prefix}/namespaces/{key[0]}/podgroups/{name_of(key)}"
+            if self.status_paths.get(kind, False):
+                path += "/status"
             try:
                 self.api.request(
                     "PATCH",
-                    f"{kind.prefix}/namespaces/{key[0]}/podgroups/{name_of(key)}/status",
+                    path,
                     body={"status": {"phase": kind.queued_phase}},
                     content_type="application/merge-patch+json",
                 )
