@@ -444,6 +444,18 @@ def test_probes_and_service_reach_the_http_port() -> None:
     ]
 
 
+def test_the_cli_reads_through_the_services_port_by_its_name() -> None:
+    """`toposched kube list` asks the service proxy for `toposched-scheduler:<port name>`; the
+    real proxy matches the name (503 "no endpoints available" otherwise), and so must the
+    read API's role in user-rbac.yaml."""
+    from toposched.kube.reads import SchedulerApi
+
+    svc = one("Service", "toposched-scheduler", file="scheduler.yaml")
+    assert [p["name"] for p in svc["spec"]["ports"]] == [SchedulerApi.port]
+    role = one("ClusterRole", "toposched-read-api", file="user-rbac.yaml")
+    assert role["rules"][0]["resourceNames"] == [f"toposched-scheduler:{SchedulerApi.port}"]
+
+
 def test_container_is_locked_down_and_bounded() -> None:
     pod = deployment()["spec"]["template"]["spec"]
     c = container()
