@@ -27,7 +27,12 @@ EXIT_NOT_FOUND = 3
 KUBECONFIG = typer.Option(
     None, "--kubeconfig", help="A kubeconfig file (default: $KUBECONFIG, then ~/.kube/config)."
 )
-NAMESPACE = typer.Option("default", "--namespace", "-n", help="The job's namespace.")
+NAMESPACE = typer.Option(
+    None,
+    "--namespace",
+    "-n",
+    help="The job's namespace (default: the kubeconfig context's, as kubectl, else default).",
+)
 SCHEDULER_NS = typer.Option(
     "toposched-system", "--scheduler-namespace", help="Where the scheduler's Service is."
 )
@@ -53,6 +58,17 @@ def cluster(kubeconfig: Path | None) -> Iterator[Any]:
         fail(str(err), EXIT_NOT_FOUND)
     except ApiError as err:
         fail(f"the cluster answered {err}", EXIT_NOT_FOUND if err.status == 404 else EXIT_CLUSTER)
+
+
+def job_namespace(namespace: str | None, kubeconfig: Path | None) -> str:
+    """The namespace given, else the one the kubeconfig's current context names."""
+    if namespace:
+        return namespace
+    from toposched.kube.api import KubeApi
+
+    return KubeApi.context_namespace(
+        str(kubeconfig) if kubeconfig else os.environ.get("KUBECONFIG")
+    )
 
 
 @contextmanager
@@ -93,7 +109,7 @@ def submit(
         "--model",
         help="What it trains, by the performance catalog's name (placement by the model).",
     ),
-    namespace: str = NAMESPACE,
+    namespace: str | None = NAMESPACE,
     kubeconfig: Path | None = KUBECONFIG,
     as_json: bool = JSON,
 ) -> None:
@@ -101,6 +117,7 @@ def submit(
 
     Example: toposched kube submit tfjob --image IMG --workers 4 --gpus 2 --ps 1 --
     python train.py"""
+    namespace = job_namespace(namespace, kubeconfig)
     from toposched.kube.submit import KubeJob, SubmitError, create
 
     word, command = kind_and_command(words or [], ctx.meta.get(AFTER_DASHES), KUBE_SUBMIT_USAGE)
@@ -199,12 +216,13 @@ def list_jobs(
 
 def get(
     name: str = typer.Argument(..., help="Job name (its PodGroup's, or namespace/name#N)."),
-    namespace: str = NAMESPACE,
+    namespace: str | None = NAMESPACE,
     scheduler_namespace: str = SCHEDULER_NS,
     kubeconfig: Path | None = KUBECONFIG,
     as_json: bool = JSON,
 ) -> None:
     """Show a job: state and why, placement (worker, node, GPUs), history."""
+    namespace = job_namespace(namespace, kubeconfig)
     from toposched.cli.jobs_cmd import print_job
 
     with scheduler(kubeconfig, scheduler_namespace) as read:
@@ -217,12 +235,13 @@ def get(
 
 def explain(
     name: str = typer.Argument(..., help="Job name."),
-    namespace: str = NAMESPACE,
+    namespace: str | None = NAMESPACE,
     scheduler_namespace: str = SCHEDULER_NS,
     kubeconfig: Path | None = KUBECONFIG,
     as_json: bool = JSON,
 ) -> None:
     """Why a job waits, or why it runs where it runs."""
+    namespace = job_namespace(namespace, kubeconfig)
     with scheduler(kubeconfig, scheduler_namespace) as read:
         answer = read.explain(namespace, name)
     if as_json:
@@ -237,10 +256,11 @@ def logs(
     role: str = typer.Option("worker", "--role", help="worker, ps or launcher."),
     follow: bool = typer.Option(False, "--follow", "-f", help="Until the container ends."),
     tail: int | None = typer.Option(None, "--tail", min=0, help="Only the last N lines."),
-    namespace: str = NAMESPACE,
+    namespace: str | None = NAMESPACE,
     kubeconfig: Path | None = KUBECONFIG,
 ) -> None:
     """Print one member's output, through the API server (`pods/log`)."""
+    namespace = job_namespace(namespace, kubeconfig)
     from toposched.kube.reads import pod_log
 
     with cluster(kubeconfig) as api:
@@ -254,11 +274,12 @@ def logs(
 
 def delete(
     name: str = typer.Argument(..., help="Job name."),
-    namespace: str = NAMESPACE,
+    namespace: str | None = NAMESPACE,
     kubeconfig: Path | None = KUBECONFIG,
     as_json: bool = JSON,
 ) -> None:
     """Delete every object of the job (pods, Service, hostfile, PodGroup)."""
+    namespace = job_namespace(namespace, kubeconfig)
     from toposched.kube.reads import NotFound
     from toposched.kube.submit import delete as delete_job
 

@@ -64,6 +64,18 @@ class KubeApi:
         _throttle_refresh(api_client.configuration)
         return cls(api_client)
 
+    @staticmethod
+    def context_namespace(kubeconfig: str | None = None) -> str:
+        """The namespace a command means when it names none, as kubectl takes it: the current
+        context's in the kubeconfig, else `default`."""
+        from kubernetes import config  # the `kube` extra
+
+        try:
+            _, current = config.list_kube_config_contexts(config_file=kubeconfig)  # type: ignore[no-untyped-call]
+        except Exception:  # no kubeconfig, or one without contexts: connect() says why
+            return "default"
+        return str(((current or {}).get("context") or {}).get("namespace") or "default")
+
     # ------------------------------------------------------------------ plumbing
 
     def _send(
