@@ -925,3 +925,43 @@ def test_the_adapter_speaks_to_the_real_server(apiserver: LiveCluster) -> None:
     apiserver.close()
     assert not apiserver.objects("pods") and not apiserver.objects("podgroups")
     assert not apiserver.objects(VOLCANO_GROUPS) and not apiserver.objects("nodes")
+
+
+KUEUE_GATE = {"name": "kueue.x-k8s.io/admission"}
+
+
+def test_gated_pods_wait_for_their_gates_and_their_gang_binds_whole_once_they_are_lifted(
+    apiserver: LiveCluster, cluster: Cluster
+) -> None:
+    """Kueue gates the pods of a job it has not admitted yet (spec.schedulingGates), and the
+    API server refuses to bind a gated pod: the gang is not bound, holds no GPU, is not
+    failed or evicted, and binds whole once its gates are lifted."""
+    apiserver.create(node("dgx0"))
+    cluster.start()
+    apiserver.create(podgroup("g", 2))
+    for i in range(2):
+        gated = pod(f"g-{i}", 4, group="g")
+        gated["spec"]["schedulingGates"] = [KUEUE_GATE]
+        apiserver.create(gated)
+    apiserver.create(pod("free", 8))  # the whole node, while the gang is gated
+    until(lambda: cluster.bound("free"), "the pod without gates bound")
+    apiserver.delete("pods", "free", "team-a")
+    time.sleep(1.0)
+    binds = [p for m, p in apiserver.requests if m == "POST" and "/pods/g-" in p]
+    assert binds == [], binds
+    assert cluster.pod("g-0") and cluster.pod("g-1") and not cluster.bound("g-0")
+    said = [c for c in cluster.pod("g-0")["status"]["conditions"] if c["type"] == "PodScheduled"]
+    assert said[0]["reason"] == "SchedulingGated"  # the API server's own word, left as it is
+    apiserver.patch("pods", "g-0", {"spec": {"schedulingGates": []}}, "team-a")
+    time.sleep(0.5)
+    assert not cluster.bound("g-0")  # half the gang lifted: still nothing bound
+    told = until(
+        lambda: [e for e in cluster.events("g-0") if e["reason"] == "WaitingForPods"],
+        "the gang says it waits for its gated pod",
+    )
+    assert (
+        "1 of 2 pods" in told[-1]["message"] and "kueue.x-k8s.io/admission" in told[-1]["message"]
+    )
+    apiserver.patch("pods", "g-1", {"spec": {"schedulingGates": []}}, "team-a")
+    where = until(lambda: cluster.bound("g-0", "g-1"), "the gang bound whole")
+    assert gpus_of(where) == list(range(8))

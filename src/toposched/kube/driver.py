@@ -191,6 +191,7 @@ class KubeScheduler(Driver):
         self.warned: dict[tuple[str, str, str], str] = {}  # the last warning per object
         self.rejected: dict[Key, str] = {}  # pods refused (bad objects), by key
         self.evicting: dict[str, set[Key]] = {}  # pods still to evict, per stopping job
+        self._gated: dict[Key, list[Pod]] = {}  # unbound pods with scheduling gates, by gang
         # Whether writes may go out now (a leader checks that its lease still holds).
         self.fence: Callable[[], bool] = lambda: True
         self._serial = 0
@@ -571,12 +572,15 @@ class KubeScheduler(Driver):
                 self._forget(job)
 
     def _sync_waiting(self) -> None:
-        """Submit gangs whose pods all exist; cancel waiting gangs whose pods went away."""
+        """Submit gangs whose pods all exist and may be scheduled (no scheduling gate left);
+        cancel waiting gangs whose pods went away."""
         now = self.clock()
         waiting: dict[Key, list[Pod]] = {}
+        self._gated = {}
         for _, pod in self.pods.values():
             if pod.node is None and not pod.done and not pod.deleting:
-                waiting.setdefault(gang_key(pod), []).append(pod)
+                into = self._gated if pod.gates else waiting
+                into.setdefault(gang_key(pod), []).append(pod)
         for job, gang in list(self.gangs.items()):
             if self.view.state(job) is not JobState.PENDING:
                 continue
@@ -612,9 +616,12 @@ class KubeScheduler(Driver):
         # Every member counts toward minMember, as coscheduling counts them: an MPI job's
         # launcher (no GPU) and its workers are one gang, bound together.
         if len(pods) < need:
-            self._warn_pods(
-                pods, "WaitingForPods", f"gang {shown(key)}: {len(pods)} of {need} pods"
-            )
+            gated = self._gated.get(key, [])
+            why = f"gang {shown(key)}: {len(pods)} of {need} pods"
+            if gated:
+                gates = sorted({g for p in gated for g in p.gates})
+                why += f" ({len(gated)} more gated by {', '.join(gates)})"
+            self._warn_pods(pods, "WaitingForPods", why)
             return
         if not gpu_pods:
             self._bind_without_gpus(pods)

@@ -305,6 +305,8 @@ class Pod:
     tolerations: tuple[Toleration, ...] = ()
     gpu_type: str = ""
     model: str = ""  # its MODEL annotation
+    # Its spec.schedulingGates (Kueue's, say): no scheduler may bind it until they are lifted.
+    gates: tuple[str, ...] = ()
 
     @property
     def key(self) -> tuple[str, str]:
@@ -373,6 +375,7 @@ def pod_from(obj: Obj) -> Pod:
         bound_gpus=bound_gpus,
         phase=(obj.get("status") or {}).get("phase") or "Pending",
         deleting=bool(m.get("deletionTimestamp")),
+        gates=tuple(str(g.get("name")) for g in spec.get("schedulingGates") or []),
         locality=annotations.get(LOCALITY),
         labels=labels,
         accept_unknown=annotations.get(ACCEPT_UNKNOWN) or "false",
