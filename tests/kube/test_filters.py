@@ -79,6 +79,20 @@ def test_effective_requests_take_init_containers_sidecars_and_overhead() -> None
     assert pod_requests(spec) == {"cpu": 4250, "memory": 5 * 2**30}
 
 
+def test_pod_level_requests_replace_the_containers_for_cpus_and_memory() -> None:
+    """Pod-level resources (beta since 1.34): their CPU, memory and huge pages replace what
+    the containers add up to; other resources and the overhead are the containers' and added."""
+    spec = {
+        "containers": [container("1", "1Gi"), container("2")],
+        "resources": {"requests": {"cpu": "6"}, "limits": {"memory": "4Gi", "cpu": "8"}},
+        "overhead": {"cpu": "250m"},
+    }
+    assert pod_requests(spec) == {"cpu": 6250, "memory": 4 * 2**30}
+    fpga = {"containers": [{"name": "c", "resources": {"limits": {"example.com/fpga": "2"}}}]}
+    fpga["resources"] = {"requests": {"hugepages-2Mi": "1Gi", "example.com/fpga": "5"}}
+    assert pod_requests(fpga) == {"example.com/fpga": 2, "hugepages-2Mi": 2**30}
+
+
 def test_requests_default_to_limits() -> None:
     spec = {"containers": [{"name": "c", "resources": {"limits": {"example.com/fpga": "2"}}}]}
     assert pod_requests(spec) == {"example.com/fpga": 2}

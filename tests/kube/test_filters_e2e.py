@@ -130,6 +130,23 @@ def test_cpus_another_schedulers_pod_takes_are_not_given_again(cluster: Cluster)
     assert where(cluster, "too-big") == "dgx0"
 
 
+def test_pod_level_resources_count_for_the_whole_pod(cluster: Cluster) -> None:
+    """Pod-level `spec.resources` (beta and on by default since 1.34): the pod asks what they
+    say for CPUs and memory, whatever its containers ask, as kube-scheduler counts it."""
+    cluster.server.create(gpu_node("dgx0", {"cpu": "8", "memory": "64Gi"}))
+    cluster.start()
+    first = asking("first")
+    first["spec"]["resources"] = {"requests": {"cpu": "6", "memory": "8Gi"}}
+    cluster.server.create(first)
+    assert where(cluster, "first") == "dgx0"
+    second = asking("second", requests={"cpu": "1"})  # a container asks 1 CPU, the pod 4
+    second["spec"]["resources"] = {"requests": {"cpu": "4"}}
+    cluster.server.create(second)
+    assert "with 4 CPUs each" in stays_unbound(cluster, "second")
+    cluster.server.delete("pods", "first", namespace="team-a")
+    assert where(cluster, "second") == "dgx0"
+
+
 def test_memory_another_schedulers_pod_takes_is_not_given_again(cluster: Cluster) -> None:
     cluster.server.create(gpu_node("dgx0", {"cpu": "64", "memory": "64Gi"}))
     cluster.start()

@@ -396,7 +396,9 @@ def pod_requests(spec: Mapping[str, Any]) -> dict[str, int]:
     containers and sidecars (init containers that restart Always), or the most one init
     container needs beside the sidecars started before it, whichever is larger, plus the pod's
     overhead. Requests a container leaves out default to its limits (the API server does that
-    on create; a pod read from elsewhere may lack it)."""
+    on create; a pod read from elsewhere may lack it). Pod-level resources (`spec.resources`,
+    beta and on by default since Kubernetes 1.34) replace the containers' sum for the resources
+    they may set (CPUs, memory, huge pages); the overhead is added to them as well."""
     total: dict[str, int] = {}
     sidecars: dict[str, int] = {}
     init: dict[str, int] = {}
@@ -412,14 +414,22 @@ def pod_requests(spec: Mapping[str, Any]) -> dict[str, int]:
             _add(asks, sidecars)
         _most(init, asks)
     _most(total, init)
+    pod_level = _requested(spec.get("resources") or {}, "spec.resources")
+    for resource, amount in pod_level.items():
+        if resource in ("cpu", "memory") or resource.startswith("hugepages-"):
+            total[resource] = amount
     _add(total, _amounts(spec.get("overhead") or {}, "overhead"))
     return {k: v for k, v in total.items() if v}
 
 
 def container_requests(container: Mapping[str, Any]) -> dict[str, int]:
-    resources = container.get("resources") or {}
+    return _requested(container.get("resources") or {}, f"container {container.get('name')!r}")
+
+
+def _requested(resources: Mapping[str, Any], where: str) -> dict[str, int]:
+    """What `resources` (requests and limits) ask: a request left out defaults to its limit."""
     listed = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
-    return _amounts(listed, f"container {container.get('name')!r}")
+    return _amounts(listed, where)
 
 
 def _amounts(listed: Mapping[str, Any], where: str) -> dict[str, int]:
