@@ -57,6 +57,7 @@ class Fault:
     status: int = 0  # the answer's status; 0: none at all (the connection is closed)
     body: bytes = b""
     content_type: str = "application/json"
+    headers: dict[str, str] = field(default_factory=dict)  # more headers of the answer
     delay_s: float = 0.0  # hold the request this long, then pass it on
     after: bool = False  # pass the request on, then close the connection unanswered
 
@@ -233,7 +234,7 @@ class FaultProxy:
                         with contextlib.suppress(OSError):
                             self.connection.shutdown(socket.SHUT_RDWR)
                         return
-                    self._answer(fault.status, fault.body, fault.content_type)
+                    self._answer(fault.status, fault.body, fault.content_type, fault.headers)
                     return
                 self._pass(
                     method,
@@ -242,9 +243,13 @@ class FaultProxy:
                     "watch=" in query and re.search(r"(^|&)watch=(true|1)", query) is not None,
                 )
 
-            def _answer(self, status: int, body: bytes, content_type: str) -> None:
+            def _answer(
+                self, status: int, body: bytes, content_type: str, headers: dict[str, str]
+            ) -> None:
                 self.send_response(status)
                 self.send_header("Content-Type", content_type)
+                for key, value in headers.items():
+                    self.send_header(key, value)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)

@@ -17,6 +17,7 @@ import yaml
 
 from tests.e2e.conftest import run_cli
 from tests.kube.live import LiveCluster
+from tests.kube.proxy import status_body
 from tests.server import free_port
 from tests.server import wait_for as until
 from toposched.core import make_scheduler_policy
@@ -965,3 +966,69 @@ def test_gated_pods_wait_for_their_gates_and_their_gang_binds_whole_once_they_ar
     apiserver.patch("pods", "g-1", {"spec": {"schedulingGates": []}}, "team-a")
     where = until(lambda: cluster.bound("g-0", "g-1"), "the gang bound whole")
     assert gpus_of(where) == list(range(8))
+
+
+@pytest.mark.parametrize(
+    ("fault", "sent"),
+    [
+        ({"status": 429, "reason": "TooManyRequests", "retry_after": "1"}, 3),  # APF's answer
+        ({"status": 500, "reason": "InternalError"}, 3),
+        ({"status": 503, "reason": "ServiceUnavailable"}, 3),
+        ({"status": 0}, 3),  # the connection cut before the server saw it
+        ({"after": True}, 2),  # the server bound it, its answer lost: the retry is a 409
+    ],
+    ids=["429", "500", "503", "no-answer", "answer-lost"],
+)
+def test_a_throttled_or_failed_bind_is_tried_again_and_the_gang_binds_whole(
+    apiserver: LiveCluster, cluster: Cluster, fault: dict[str, Any], sent: int
+) -> None:
+    """API Priority and Fairness answers 429 with Retry-After under load; a server or a load
+    balancer answers 5xx; a connection breaks. One such answer must not fail a gang: the bind
+    is tried again (after the wait the server asks for), and a retry that finds the pod bound
+    as planned counts it bound. Nothing is evicted."""
+    apiserver.create(node("dgx0"))
+    cluster.start()
+    status = fault.get("status", 0)
+    headers = {"Retry-After": fault["retry_after"]} if "retry_after" in fault else {}
+    body = status_body(status, fault.get("reason", ""), "injected") if status else b""
+    times = 1 if fault.get("after") else 2
+    apiserver.proxy.inject(
+        "POST",
+        r"/pods/g-1/binding$",
+        times=times,
+        status=status,
+        body=body,
+        headers=headers,
+        after=bool(fault.get("after")),
+    )
+    apiserver.create(podgroup("g", 2))
+    for i in range(2):
+        apiserver.create(pod(f"g-{i}", 4, group="g"))
+    where = until(lambda: cluster.bound("g-0", "g-1"), "the gang bound whole")
+    assert gpus_of(where) == list(range(8))
+    time.sleep(0.5)
+    posts = [p for m, p in apiserver.requests if m == "POST"]
+    assert posts.count("/api/v1/namespaces/team-a/pods/g-1/binding") == sent
+    assert not [p for p in posts if p.endswith("/eviction")]
+    assert cluster.bound("g-0", "g-1") == where
+
+
+def test_a_throttled_write_of_the_plan_is_tried_again(
+    apiserver: LiveCluster, cluster: Cluster
+) -> None:
+    """The plan goes on the PodGroup before the binds; a 429 there fails no gang either: the
+    gang's first job runs, never failed and submitted again."""
+    apiserver.create(node("dgx0"))
+    runner = cluster.start()
+    throttled = status_body(429, "TooManyRequests", "Too many requests, please try again later.")
+    apiserver.proxy.inject(
+        "PATCH", r"/podgroups/g$", times=2, status=429, body=throttled, headers={"Retry-After": "1"}
+    )
+    apiserver.create(podgroup("g", 2))
+    for i in range(2):
+        apiserver.create(pod(f"g-{i}", 4, group="g"))
+    until(lambda: cluster.bound("g-0", "g-1"), "the gang bound whole")
+    patches = [p for m, p in apiserver.requests if m == "PATCH" and p.endswith("/podgroups/g")]
+    assert len(patches) == 3
+    with runner.lock:
+        assert [gang.job for gang in runner.scheduler.gangs.values()] == ["team-a/g#1"]

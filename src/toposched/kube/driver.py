@@ -102,6 +102,11 @@ REASON_EVERY_S = 10.0  # how often a waiting gang's pods may be told a new reaso
 BIND_CONNECTIONS = 8  # binds sent at once
 # How long a gang whose pods were found not to fit a node at bind time is kept off that node.
 REFUSED_S = 60.0
+# Answers to a write that say nothing about the object (throttled by API Priority and
+# Fairness, a server or load balancer error, no answer at all): the write is tried again.
+RETRIED = frozenset({0, 429, 500, 502, 503, 504})
+RETRY_WAITS = (0.2, 0.5, 1.0, 2.0, 4.0)  # seconds before each new try, when not told
+MOST_WAIT_S = 10.0  # the longest Retry-After honoured
 Bind = tuple[str, tuple[str, str], str, dict[str, str]]  # (what, pod, node, annotations)
 Key = tuple[str, str]
 
@@ -194,6 +199,8 @@ class KubeScheduler(Driver):
         self._gated: dict[Key, list[Pod]] = {}  # unbound pods with scheduling gates, by gang
         # Whether writes may go out now (a leader checks that its lease still holds).
         self.fence: Callable[[], bool] = lambda: True
+        self.retry_waits = RETRY_WAITS
+        self.sleep: Callable[[float], None] = time.sleep
         self._serial = 0
         self._gathered: list[Event] = []  # jobs' events for the core's next batch
         self._binds: list[tuple[Gang, list[Bind], float]] = []
@@ -735,12 +742,12 @@ class KubeScheduler(Driver):
             body = {
                 "metadata": {"annotations": {PLAN: json.dumps({"job": gang.job, "pods": plan})}}
             }
+            path = f"{kind.prefix}/namespaces/{gang.key[0]}/podgroups/{name_of(gang.key)}"
             try:
-                self.api.request(
-                    "PATCH",
-                    f"{kind.prefix}/namespaces/{gang.key[0]}/podgroups/{name_of(gang.key)}",
-                    body=body,
-                    content_type="application/merge-patch+json",
+                self._write(
+                    lambda: self.api.request(
+                        "PATCH", path, body=body, content_type="application/merge-patch+json"
+                    )
                 )
             except ApiError as err:
                 self.post(WorkerFailed(now, gang.job, 0, f"could not record its plan: {err}"))
@@ -871,13 +878,32 @@ class KubeScheduler(Driver):
             raise errors[min(errors)]
         return answers
 
+    def _write(self, call: Callable[[], object]) -> None:
+        """Make a write (`call`) while the lease holds, tried again after an answer that says
+        nothing about the object (RETRIED: 429 from API Priority and Fairness, a 5xx, no
+        answer at all), after the wait the server asks for or a growing one (`retry_waits`).
+        The last ApiError is raised."""
+        waits = iter(self.retry_waits)
+        while True:
+            self._fenced()
+            try:
+                call()
+                return
+            except ApiError as err:
+                wait = next(waits, None) if err.status in RETRIED else None
+                if wait is None:
+                    raise
+                log.info("%s; again in %.1f s", err, _wait(err, wait))
+                self.sleep(_wait(err, wait))
+
     def _bind_one(self, gang: Gang, key: Key, node: str, annotations: dict[str, str]) -> str:
-        """Bind one pod of `gang`; returns why it failed, or "" once it is bound as asked. A
-        409 may be our own bind, sent by a predecessor that died with it in flight: the pod
-        is read back, and counts as bound if it is where the plan put it."""
-        self._fenced()
+        """Bind one pod of `gang` (`_write`: tried again where that helps); returns why it
+        failed, or "" once it is bound as asked. A 409 may be our own bind, carried out though
+        its answer was lost (or sent by a predecessor that died with it in flight): the pod is
+        read back, and counts as bound if it is where the plan put it."""
+        uid = gang.uids.get(key, "")
         try:
-            self.api.bind(key[0], key[1], node, annotations, uid=gang.uids.get(key, ""))
+            self._write(lambda: self.api.bind(key[0], key[1], node, annotations, uid=uid))
         except ApiError as err:
             if err.status == 409 and self._bound_as(key, node, annotations):
                 gang.bound.add(key)
@@ -1169,6 +1195,14 @@ def _created(s: KubeScheduler, pods: list[Pod]) -> tuple[str, str]:
         str(((s.pods[p.key][0].get("metadata") or {}).get("creationTimestamp")) or "") for p in pods
     ]
     return (min(stamps), pods[0].name)
+
+
+def _wait(err: ApiError, default: float) -> float:
+    """How long to wait before trying again: what the server asked (at most MOST_WAIT_S),
+    else `default`."""
+    if err.retry_after is not None:
+        return min(err.retry_after, MOST_WAIT_S)
+    return default
 
 
 def _shown(resource: str, amount: int) -> str:
