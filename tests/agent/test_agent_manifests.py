@@ -18,7 +18,7 @@ from toposched.cli.main import app
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes" / "node-agent"
 KUSTOMIZATION = "kustomization.yaml"
 OPTIONAL = "own-node-policy.yaml"  # needs Kubernetes 1.30+: not in the kustomization
-NAMESPACE = "toposched-system"
+NAMESPACE = "toposched-node"
 SERVICE_ACCOUNT = "toposched-node-agent"
 
 Doc = dict[str, Any]
@@ -66,10 +66,18 @@ def test_document_is_valid(name: str, doc: Doc) -> None:
         pytest.fail(
             f"{name} {doc['kind']}: invalid for Kubernetes {e.version}: {path}: {e.message}"
         )
-    cluster_scoped = doc["kind"].startswith(("Cluster", "ValidatingAdmission"))
+    cluster_scoped = doc["kind"].startswith(("Cluster", "ValidatingAdmission", "Namespace"))
     assert ("namespace" in doc["metadata"]) != cluster_scoped, name
     if not cluster_scoped:
         assert doc["metadata"]["namespace"] == NAMESPACE
+
+
+def test_the_agent_has_a_namespace_of_its_own_that_admits_it() -> None:
+    """Host paths and root: only Pod Security's `privileged` level admits the agent, so its
+    namespace is not the scheduler's (held to `restricted`)."""
+    (ns,) = [d for _, d in all_docs() if d["kind"] == "Namespace"]
+    assert ns["metadata"]["name"] == NAMESPACE != "toposched-system"
+    assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
 
 
 def test_kustomization_lists_the_install() -> None:

@@ -34,13 +34,14 @@ USER = ("default", "toposched-tests-user")
 # to no 127.0.0.0/8 address and an EndpointSlice may hold none.
 POD_IPS = tuple(f"198.51.100.{i}" for i in range(10, 14))
 SCHEDULER = ("toposched-system", "toposched-scheduler")
-NODE_AGENT = ("toposched-system", "toposched-node-agent")
+NODE_AGENT = ("toposched-node", "toposched-node-agent")
 # What the session installs from deploy/ (the workloads themselves are tested on their own).
 INSTALLED = (
     DEPLOY / "namespace.yaml",
     DEPLOY / "podgroup-crd.yaml",
     DEPLOY / "rbac.yaml",
     DEPLOY / "user-rbac.yaml",
+    DEPLOY / "node-agent" / "namespace.yaml",
     DEPLOY / "node-agent" / "rbac.yaml",
     VOLCANO_CRD,
 )
