@@ -11,7 +11,7 @@ import pytest
 
 from tests.e2e.conftest import Result, run_cli
 from tests.kube.live import LiveCluster
-from tests.kube.replicas import endpoints, run_as_pod
+from tests.kube.replicas import NAMESPACE, endpoints, run_as_pod
 from tests.kube.test_scheduler_e2e import Cluster, node, until
 from toposched.kube.objects import MODEL
 
@@ -23,11 +23,13 @@ def cluster(apiserver: LiveCluster, kubeconfig: Path) -> Iterator[Cluster]:
     for i in range(2):
         apiserver.create(node(f"dgx{i}"))
     c = Cluster(apiserver, kubeconfig)
-    replica = run_as_pod(apiserver, c.start(), 0, "dgx1")
-    until(lambda: endpoints(apiserver) == {replica.ip}, "the scheduler behind its Service")
-    yield c
-    replica.stop()
-    c.stop()
+    replica = run_as_pod(apiserver, c.start(pod=(NAMESPACE, "toposched-scheduler-0")), 0, "dgx1")
+    try:
+        until(lambda: endpoints(apiserver) == {replica.ip}, "the scheduler behind its Service")
+        yield c
+    finally:
+        replica.stop()
+        c.stop()
 
 
 @pytest.fixture

@@ -63,6 +63,7 @@ CLUSTER_GRANTS: dict[tuple[str, str], set[str]] = {
 NAMESPACED_GRANTS: dict[tuple[str, str], set[str]] = {
     ("coordination.k8s.io", "leases"): {"get", "create", "update"},
     ("", "configmaps"): {"get", "list", "watch"},
+    ("", "pods"): {"patch"},  # the leader's label on its own pod (scheduler.yaml's Service)
 }
 
 
@@ -316,7 +317,7 @@ def test_volcanos_crd_is_not_shipped() -> None:
     assert names == {"podgroups.scheduling.x-k8s.io"}
 
 
-def test_namespaced_role_grants_exactly_leases_and_configmaps() -> None:
+def test_namespaced_role_grants_exactly_leases_configmaps_and_its_pods_labels() -> None:
     role = one("Role", SERVICE_ACCOUNT)
     assert role["metadata"]["namespace"] == NAMESPACE
     assert grants(role) == NAMESPACED_GRANTS
@@ -326,11 +327,16 @@ def test_namespaced_role_grants_exactly_leases_and_configmaps() -> None:
             assert rule.get("resourceNames") == [LEASE], rule
 
 
-def test_pods_can_be_read_bound_and_evicted_but_never_written_or_deleted() -> None:
+def test_pods_can_be_read_bound_and_evicted_but_never_made_or_deleted() -> None:
+    """Across the cluster, pods are only read (and bound and evicted, by their subresources);
+    in the scheduler's own namespace they may be patched too: the leader's label."""
     for role in roles():
         for (group, resource), verbs in grants(role).items():
             if (group, resource) == ("", "pods"):
-                assert verbs <= {"get", "list", "watch"}, f"{role['kind']} may {verbs} pods"
+                allowed = {"get", "list", "watch"} | (
+                    {"patch"} if role["kind"] == "Role" else set()
+                )
+                assert verbs <= allowed, f"{role['kind']} may {verbs} pods"
 
 
 def test_leases_and_configmaps_only_in_the_namespaced_role() -> None:
@@ -437,8 +443,12 @@ def test_probes_and_service_reach_the_http_port() -> None:
         assert get["path"] == "/healthz" and port_number(get["port"]) == HTTP_PORT, probe
     svc = one("Service", "toposched-scheduler", file="scheduler.yaml")
     assert svc["metadata"]["namespace"] == NAMESPACE
+    from toposched.kube.runner import LEADER, ROLE
+
     template_labels = deployment()["spec"]["template"]["metadata"]["labels"]
-    assert svc["spec"]["selector"].items() <= template_labels.items()
+    selector = dict(svc["spec"]["selector"])
+    assert selector.pop(ROLE) == LEADER  # the label the leading replica puts on its pod
+    assert ROLE not in template_labels and selector.items() <= template_labels.items()
     assert [port_number(p.get("targetPort", p["port"])) for p in svc["spec"]["ports"]] == [
         HTTP_PORT
     ]

@@ -142,9 +142,11 @@ class Cluster:
         name: str = "a",
         policy: str = "toposched",
         params: dict[str, Any] | None = None,
+        pod: tuple[str, str] | None = None,
         **options: Any,
     ) -> Runner:
-        """A scheduler with `policy` and its `params`; `options` go to KubeScheduler."""
+        """A scheduler with `policy` and its `params`, running in `pod` if given; `options` go
+        to KubeScheduler."""
         api = KubeApi.connect(str(self.kubeconfig))
         chosen = make_scheduler_policy(
             policy, {"migration": False, "elastic": False, **(params or {})}
@@ -155,6 +157,7 @@ class Cluster:
             lease=Lease(api, "toposched-system", name, duration_s=2) if lease else None,
             interval_s=0.05,
             watch_timeout_s=5,
+            pod=pod,
         )
         thread = threading.Thread(target=runner.run, daemon=True)
         thread.start()

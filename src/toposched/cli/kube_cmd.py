@@ -48,6 +48,15 @@ def scheduler(
         "--lease-namespace",
         help="Where the Lease and the toposched-queues ConfigMap live.",
     ),
+    pod_name: str = typer.Option(
+        "",
+        "--pod-name",
+        envvar="POD_NAME",
+        help="This replica's pod: the leader labels it toposched.io/role=leader.",
+    ),
+    pod_namespace: str = typer.Option(
+        "", "--pod-namespace", envvar="POD_NAMESPACE", help="The namespace of --pod-name."
+    ),
     listen: str = typer.Option(
         "0.0.0.0:8080", "--listen", help="HOST:PORT of /healthz, /metrics and the read API."
     ),
@@ -102,7 +111,8 @@ def scheduler(
     lease = None
     if leader_elect:
         lease = Lease(api, lease_namespace, f"{socket.gethostname()}-{os.getpid()}")
-    runner = Runner(driver, lease=lease)
+    pod = (pod_namespace, pod_name) if pod_name and pod_namespace else None
+    runner = Runner(driver, lease=lease, pod=pod)
     host, _, port = listen.rpartition(":")
     serve(make_app(runner), host or "0.0.0.0", int(port))
     signal.signal(signal.SIGTERM, lambda *_: runner.stop.set())

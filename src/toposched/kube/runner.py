@@ -18,6 +18,11 @@ from toposched.kube.objects import GANG_KINDS
 log = logging.getLogger("toposched.kube")
 
 Seen = tuple[str, str, Any]  # (kind, event type or RELIST, object or list)
+# The label of the pod of the replica that leads: the scheduler's Service selects it, so that
+# every read (and scrape) through the Service reaches the one replica that keeps the state.
+ROLE = "toposched.io/role"
+LEADER = "leader"
+ANNOUNCE_EVERY_S = 2.0  # how often a leader whose pod could not be labelled tries again
 
 
 class Watcher(threading.Thread):
@@ -155,9 +160,12 @@ class Runner:
         lease: Lease | None = None,
         interval_s: float = 0.2,
         watch_timeout_s: int = 60,
+        pod: tuple[str, str] | None = None,
     ) -> None:
         self.scheduler = scheduler
         self.lease = lease
+        self.pod = pod  # (namespace, name) of the pod this replica runs in, if it knows it
+        self.announced = False  # its pod carries the leader label
         self.interval_s = interval_s
         self.watch_timeout_s = watch_timeout_s
         self.stop = threading.Event()
@@ -169,6 +177,7 @@ class Runner:
         self.failed = False
 
     def run(self) -> None:
+        self._drop_label()  # a container restarted in the leader's pod leads no more
         if self.lease is not None:
             self._wait_for_lease()
             if self.stop.is_set():
@@ -205,6 +214,7 @@ class Runner:
         ]
         for watcher in self.watchers:
             watcher.start()
+        announce_at = time.monotonic()  # label the pod at once, then until it could be
         renew_at = time.monotonic()  # renew at once: sync may have taken a while
         while not self.stop.is_set():
             try:
@@ -235,6 +245,56 @@ class Runner:
                     # Crash-only: another replica leads now; this one must bind nothing more.
                     log.error("lost the lease %s; stopping", self.lease.name)
                     self.stop.set()
+            if not self.announced and time.monotonic() >= announce_at:
+                announce_at = time.monotonic() + ANNOUNCE_EVERY_S
+                self._announce()
+        if self.announced:
+            self._drop_label()
+
+    def _announce(self) -> None:
+        """Once this replica leads and has synced: label its pod the leader's (the Service
+        selects it), and take the label off any other pod that still has it (a leader that
+        died without taking it off)."""
+        if self.pod is None:
+            return
+        namespace, name = self.pod
+        try:
+            others, _ = self.scheduler.api.list(
+                f"/api/v1/namespaces/{namespace}/pods", labelSelector=f"{ROLE}={LEADER}"
+            )
+            for other in others:
+                if other["metadata"]["name"] != name:
+                    self._label(namespace, other["metadata"]["name"], None)
+            self._label(namespace, name, LEADER)
+        except ApiError as err:
+            log.warning(
+                "labelling pod %s/%s the leader's: %s; again at the next renewal",
+                namespace,
+                name,
+                err,
+            )
+            return
+        self.announced = True
+        log.info("pod %s/%s labelled %s=%s", namespace, name, ROLE, LEADER)
+
+    def _drop_label(self) -> None:
+        """Take the leader label off this replica's pod (best effort: it may be gone)."""
+        if self.pod is None:
+            return
+        try:
+            self._label(*self.pod, None)
+        except ApiError as err:
+            if err.status != 404:
+                log.warning("taking the leader label off pod %s/%s: %s", *self.pod, err)
+        self.announced = False
+
+    def _label(self, namespace: str, name: str, value: str | None) -> None:
+        self.scheduler.api.request(
+            "PATCH",
+            f"/api/v1/namespaces/{namespace}/pods/{name}",
+            body={"metadata": {"labels": {ROLE: value}}},
+            content_type="application/merge-patch+json",
+        )
 
     def _wait_for_lease(self) -> None:
         assert self.lease is not None
