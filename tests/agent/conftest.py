@@ -22,7 +22,7 @@ from toposched.agent.podmatch import AllocationBook
 from toposched.agent.publisher import Publisher
 from toposched.agent.server import PluginServer
 from toposched.agent.state import NodeState
-from toposched.discovery.nvml import discover_topology
+from toposched.discovery.nvml import discover_minors, discover_topology
 from toposched.kube.api import KubeApi
 from toposched.topology import preset
 
@@ -91,8 +91,9 @@ def kubelet(plugin_dir: Path) -> Iterator[FakeKubelet]:
 
 
 @pytest.fixture
-def nvml() -> HealthNvml:
-    return HealthNvml.from_topology(DGX1)
+def nvml(request: pytest.FixtureRequest) -> HealthNvml:
+    """A DGX-1's NVML; `indirect` parametrisation gives its options (`minors=`, say)."""
+    return HealthNvml.from_topology(DGX1, **getattr(request, "param", {}))
 
 
 @dataclass
@@ -122,7 +123,14 @@ def agent(
     state = NodeState()
     config = PluginConfig(NODE, plugin_dir=plugin_dir, dev_dir=dev_dir)
     plugin = GpuPlugin(config, state, pods_on(kube, NODE), AllocationBook(config.book_file))
-    publisher = Publisher(kube, NODE, state, lambda: discover_topology(nvml), NvmlHealth(nvml))
+    publisher = Publisher(
+        kube,
+        NODE,
+        state,
+        lambda: discover_topology(nvml),
+        NvmlHealth(nvml),
+        read_minors=lambda: discover_minors(nvml),
+    )
     node_agent = NodeAgent(publisher, PluginServer(plugin), interval_s=0.05)
     thread = threading.Thread(target=node_agent.run, daemon=True)
     thread.start()

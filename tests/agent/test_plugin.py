@@ -36,9 +36,7 @@ def gpu_pod(name: str, *limits: int, ns: str = NS) -> dict[str, Any]:
     }
 
 
-def bind(
-    cluster: LiveCluster, kube: KubeApi, name: str, *limits: int, gpus: str | None = None
-) -> None:
+def bind(cluster: LiveCluster, name: str, *limits: int, gpus: str | None = None) -> None:
     """A pod bound to the node as the scheduler binds it (with `gpus`), or as another does."""
     cluster.create(gpu_pod(name, *limits))
     cluster.api.bind(NS, name, NODE, {GPUS: gpus} if gpus is not None else {})
@@ -117,7 +115,7 @@ def test_allocate_gives_the_gpus_the_scheduler_wrote_on_the_pod(
     agent: RunningAgent, kubelet: FakeKubelet, cluster: LiveCluster, kube: KubeApi
 ) -> None:
     request = kubelet.registration()
-    bind(cluster, kube, "train", 2, gpus="4,5")
+    bind(cluster, "train", 2, gpus="4,5")
     with kubelet.plugin(request.endpoint) as stub:
         # The kubelet asks first which devices it should pick: the scheduler's.
         assert preferred(stub, list(range(8)), 2) == [4, 5]
@@ -141,11 +139,28 @@ def test_allocate_gives_the_gpus_the_scheduler_wrote_on_the_pod(
         assert AllocationBook(agent.config.book_file).served(uid) == 0
 
 
+SWAPPED = [1, 0, 3, 2, 5, 4, 7, 6]  # the driver's minor numbers, not the NVML indices
+
+
+@pytest.mark.parametrize("nvml", [{"minors": SWAPPED}], indirect=True)
+def test_device_files_are_named_by_the_drivers_minor_numbers(
+    agent: RunningAgent, kubelet: FakeKubelet, cluster: LiveCluster
+) -> None:
+    """/dev/nvidia<N> is named by the GPU's minor number (NVML's nvmlDeviceGetMinorNumber),
+    which the driver gives in its own order; indices and environment stay NVML's."""
+    request = kubelet.registration()
+    bind(cluster, "train", 2, gpus="4,6")
+    with kubelet.plugin(request.endpoint) as stub:
+        files, envs = given(allocate(stub, "0", "1"), agent)
+    assert files == ["nvidia5", "nvidia7", *CONTROL]
+    assert envs["NVIDIA_VISIBLE_DEVICES"] == "4,6"
+
+
 def test_each_container_gets_its_share_of_the_pods_gpus(
     agent: RunningAgent, kubelet: FakeKubelet, cluster: LiveCluster, kube: KubeApi
 ) -> None:
     request = kubelet.registration()
-    bind(cluster, kube, "two-containers", 1, 3, gpus="0,2,3,1")
+    bind(cluster, "two-containers", 1, 3, gpus="0,2,3,1")
     with kubelet.plugin(request.endpoint) as stub:
         first = allocate(stub, "7")
         assert first.envs["NVIDIA_VISIBLE_DEVICES"] == "0"
@@ -158,10 +173,10 @@ def test_the_oldest_waiting_pod_of_that_size_is_served_and_running_pods_never(
     agent: RunningAgent, kubelet: FakeKubelet, cluster: LiveCluster, kube: KubeApi
 ) -> None:
     request = kubelet.registration()
-    bind(cluster, kube, "running", 2, gpus="0,1")
+    bind(cluster, "running", 2, gpus="0,1")
     cluster.set_phase(NS, "running", "Running")
-    bind(cluster, kube, "four", 4, gpus="4,5,6,7")
-    bind(cluster, kube, "pair", 2, gpus="2,3")
+    bind(cluster, "four", 4, gpus="4,5,6,7")
+    bind(cluster, "pair", 2, gpus="2,3")
     with kubelet.plugin(request.endpoint) as stub:
         assert allocate(stub, "0", "1").envs["NVIDIA_VISIBLE_DEVICES"] == "2,3"
         assert allocate(stub, "0", "1", "2", "3").envs["NVIDIA_VISIBLE_DEVICES"] == "4,5,6,7"
@@ -171,7 +186,7 @@ def test_a_pod_without_the_annotation_gets_the_topology_best_set(
     agent: RunningAgent, kubelet: FakeKubelet, cluster: LiveCluster, kube: KubeApi
 ) -> None:
     request = kubelet.registration()
-    bind(cluster, kube, "other-scheduler", 2)
+    bind(cluster, "other-scheduler", 2)
     best_pair = max(ring_bandwidth(DGX1, (a, b)) or 0 for a in range(8) for b in range(a))
     with kubelet.plugin(request.endpoint) as stub:
         pair = preferred(stub, list(range(8)), 2)
@@ -214,7 +229,7 @@ def test_an_annotation_the_node_cannot_honour_is_refused_and_nothing_given(
     request = kubelet.registration()
     nvml.xid(2, 48)  # a double-bit ECC error
     wait_for(lambda: 2 in agent.state.get()[0].unhealthy, "GPU 2 unhealthy", timeout_s=5)
-    bind(cluster, kube, "bad", 2, gpus=gpus)
+    bind(cluster, "bad", 2, gpus=gpus)
     with kubelet.plugin(request.endpoint) as stub, pytest.raises(grpc().RpcError) as raised:
         allocate(stub, "0", "1")
     assert raised.value.code().name == code

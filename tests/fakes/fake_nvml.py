@@ -122,8 +122,12 @@ class FakeNvml:
         memory_affinity: bool = True,
         bytes_strings: bool = False,
         missing: Iterable[str] = (),
+        minors: Sequence[int] | None = None,
     ) -> None:
         self.gpus = list(gpus)
+        # Each GPU's device minor number (/dev/nvidia<minor>): the index unless given, as on
+        # most machines; the driver numbers them in its own order, which can differ.
+        self.minors = list(minors) if minors is not None else list(range(len(self.gpus)))
         self.levels = [list(row) for row in levels]
         self.driver_loaded = driver_loaded
         self.gpus_are_numa_nodes = gpus_are_numa_nodes
@@ -220,6 +224,10 @@ class FakeNvml:
         return FakeHandle(index)
 
     # --- device ----------------------------------------------------------------------------
+
+    def nvmlDeviceGetMinorNumber(self, handle: FakeHandle) -> int:
+        self._gpu(handle)
+        return self.minors[handle.index]
 
     def nvmlDeviceGetName(self, handle: FakeHandle) -> str | bytes:
         return self._str(self._gpu(handle).name)

@@ -129,7 +129,8 @@ class GpuPlugin:
                 except Refused as err:
                     log.error("Allocate refused: %s", err.message)
                     context.abort(_status(err.code), err.message)
-                answer.container_responses.append(container_response(gpus, self.config))
+                minors = self.state.get()[0].minor
+                answer.container_responses.append(container_response(gpus, self.config, minors))
         return answer
 
     def PreStartContainer(self, request: Any, context: Any) -> Any:
@@ -251,8 +252,12 @@ def list_response(devices: Sequence[tuple[str, str, int | None]]) -> Any:
     return answer
 
 
-def container_response(gpus: Sequence[int], config: PluginConfig) -> Any:
-    """The container's device files and environment for `gpus` (host indices).
+def container_response(
+    gpus: Sequence[int], config: PluginConfig, minor: Callable[[int], int] = int
+) -> Any:
+    """The container's device files and environment for `gpus` (host indices). A GPU's
+    device file is named by its minor number (`minor`: the driver's, which NVML reports), not
+    its index: the two orders can differ.
 
     NVIDIA_VISIBLE_DEVICES names the host GPUs for the NVIDIA container runtime, which shows the
     container those alone; CUDA numbers what it sees from 0, in PCI order with
@@ -263,8 +268,8 @@ def container_response(gpus: Sequence[int], config: PluginConfig) -> Any:
     answer = m.ContainerAllocateResponse()
     for g in gpus:
         answer.devices.add(
-            container_path=f"/dev/nvidia{g}",
-            host_path=str(config.dev_dir / f"nvidia{g}"),
+            container_path=f"/dev/nvidia{minor(g)}",
+            host_path=str(config.dev_dir / f"nvidia{minor(g)}"),
             permissions="rw",
         )
     for name in CONTROL_DEVICES:

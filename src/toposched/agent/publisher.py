@@ -47,12 +47,16 @@ class Publisher:
         state: NodeState,
         read_topology: Callable[[], NodeTopology],
         health: Health | None = None,
+        read_minors: Callable[[], tuple[int, ...]] | None = None,
     ) -> None:
         self.api = api
         self.node = node
         self.state = state
         self.read_topology = read_topology
         self.health = health
+        # Each GPU's device minor number (NVML's); without a source, the device files are
+        # taken to be numbered as the GPUs are.
+        self.read_minors = read_minors
         self.published: str | None = None
 
     def step(self) -> Gpus:
@@ -66,16 +70,19 @@ class Publisher:
 
     def _read(self) -> Gpus:
         last, _ = self.state.get()
-        topology = last.topology
+        topology, minors = last.topology, last.minors
         try:
             if topology is None or last.stale:
                 topology = self.read_topology()
+                minors = self.read_minors() if self.read_minors else ()
             unhealthy = self.health.check() if self.health else frozenset[int]()
         except READ_ERRORS as err:
             if not last.stale:
                 log.error("cannot read the GPUs: %s; the topology is marked stale", err)
-            return Gpus(topology or self._published_topology(), last.unhealthy, stale=True)
-        return Gpus(topology, frozenset(g for g in unhealthy if g < topology.size), stale=False)
+            topology = topology or self._published_topology()
+            return Gpus(topology, last.unhealthy, stale=True, minors=minors)
+        healthy = frozenset(g for g in unhealthy if g < topology.size)
+        return Gpus(topology, healthy, stale=False, minors=minors)
 
     def _published_topology(self) -> NodeTopology | None:
         """The topology already on the Node (a previous agent's), to mark it stale."""

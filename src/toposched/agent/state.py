@@ -10,11 +10,18 @@ from toposched.topology.node import NodeTopology
 
 @dataclass(frozen=True)
 class Gpus:
-    """One reading: the topology (None before the first), failed GPUs, and whether it is old."""
+    """One reading: the topology (None before the first), failed GPUs, whether it is old, and
+    each GPU's device minor number (its device file is /dev/nvidia<minor>; none known: the
+    index)."""
 
     topology: NodeTopology | None = None
     unhealthy: frozenset[int] = frozenset()
     stale: bool = False
+    minors: tuple[int, ...] = ()
+
+    def minor(self, gpu: int) -> int:
+        """The device minor number of GPU `gpu` (its NVML index)."""
+        return self.minors[gpu] if 0 <= gpu < len(self.minors) else gpu
 
     def healthy(self, gpu: int) -> bool:
         """Usable now: known, not failed, and read lately (a stale node takes no new work)."""

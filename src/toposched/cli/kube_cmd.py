@@ -157,6 +157,7 @@ def node_agent(
     from toposched.agent.publisher import Publisher
     from toposched.agent.server import PluginServer
     from toposched.agent.state import NodeState
+    from toposched.discovery.nvml import discover_minors
     from toposched.kube.api import KubeApi
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
@@ -167,6 +168,9 @@ def node_agent(
     if topology_file and smi_file:
         fail("give --topology-file or --smi-file, not both")
     read_topology, nvml = _topology_source(topology_file, smi_file)
+    read_minors = partial(discover_minors, nvml) if nvml is not None else None
+    if read_minors is None:
+        typer.echo("without NVML the GPUs' device files are taken as /dev/nvidia<index>", err=True)
     health = NvmlHealth(nvml) if nvml is not None else None
     if health is None:
         typer.echo("NVML is not available: GPU health is not watched", err=True)
@@ -175,7 +179,9 @@ def node_agent(
     config = PluginConfig(node_name, resource, plugin_dir, dev_dir, dev_mount)
     plugin = GpuPlugin(config, state, pods_on(api, node_name), AllocationBook(config.book_file))
     agent = NodeAgent(
-        Publisher(api, node_name, state, read_topology, health), PluginServer(plugin), interval
+        Publisher(api, node_name, state, read_topology, health, read_minors),
+        PluginServer(plugin),
+        interval,
     )
     # SIGTERM interrupts the loop as Ctrl-C does (run() stops the plugin on its way out). A
     # handler that set agent.stop instead could deadlock: it runs in the main thread, which may

@@ -73,6 +73,22 @@ def discover_gpus(nvml: ModuleType | object | None = None) -> tuple[GpuInfo, ...
         _shutdown(api)
 
 
+def discover_minors(nvml: ModuleType | object | None = None) -> tuple[int, ...]:
+    """Each GPU's device minor number, in NVML index order: its device file is
+    /dev/nvidia<minor>, numbered by the driver in an order of its own that need not be the
+    index order. NvmlUnavailable as `discover_topology`."""
+    api = _load(nvml)
+    _init(api)
+    try:
+        count = int(api.nvmlDeviceGetCount())
+        handles = (api.nvmlDeviceGetHandleByIndex(i) for i in range(count))
+        return tuple(int(api.nvmlDeviceGetMinorNumber(h)) for h in handles)
+    except api.NVMLError as err:
+        raise NvmlUnavailable(f"NVML failed while reading the GPUs ({err}); {_INSTEAD}") from err
+    finally:
+        _shutdown(api)
+
+
 def _gpu_info(api: Any, handle: Any) -> GpuInfo:
     product = api.nvmlDeviceGetName(handle)
     product = product.decode() if isinstance(product, bytes) else str(product)
