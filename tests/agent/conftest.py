@@ -115,13 +115,24 @@ class RunningAgent:
         assert not self.thread.is_alive()
 
 
+GUESSING = "guessing"  # `indirect` parameter of `agent`: no pod resources API to ask
+
+
 @pytest.fixture
 def agent(
-    kube: KubeApi, nvml: HealthNvml, plugin_dir: Path, dev_dir: Path, kubelet: FakeKubelet
+    request: pytest.FixtureRequest,
+    kube: KubeApi,
+    nvml: HealthNvml,
+    plugin_dir: Path,
+    dev_dir: Path,
+    kubelet: FakeKubelet,
 ) -> Iterator[RunningAgent]:
-    """The node agent as `toposched kube node-agent` wires it, polling every 50 ms."""
+    """The node agent as `toposched kube node-agent` wires it, polling every 50 ms, asking the
+    kubelet's pod resources API which pod it admits (not when parametrised GUESSING)."""
     state = NodeState()
-    config = PluginConfig(NODE, plugin_dir=plugin_dir, dev_dir=dev_dir)
+    asks = getattr(request, "param", None) != GUESSING
+    sockets = kubelet.pod_resources_socket if asks else None
+    config = PluginConfig(NODE, plugin_dir=plugin_dir, dev_dir=dev_dir, pod_resources=sockets)
     plugin = GpuPlugin(config, state, pods_on(kube, NODE), AllocationBook(config.book_file))
     publisher = Publisher(
         kube,

@@ -1,4 +1,6 @@
-"""Stand-ins for the agent's tests: an NVML with health, and a kubelet's plugin side."""
+"""Stand-ins for the agent's tests: an NVML with health, and a kubelet's plugin side (its
+device plugin registration and pod resources APIs; no kubelet can run here, it needs a
+container runtime)."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.fakes.fake_nvml import FakeHandle, FakeNvml, FakeNvmlError, FakePciInfo
-from toposched.agent.proto import KUBELET_SOCKET, grpc, messages, services
+from toposched.agent.proto import KUBELET_SOCKET, grpc, messages, pod_resources, services
 
 NVML_ERROR_TIMEOUT = 10
 NVML_ERROR_GPU_IS_LOST = 15
@@ -105,27 +107,92 @@ class _Registration:
         return messages().Empty()
 
 
+class _PodResources:
+    """The kubelet's pod resources API: the pods it has taken in, and their devices."""
+
+    def __init__(self, kubelet: FakeKubelet) -> None:
+        self.kubelet = kubelet
+
+    def List(self, request: Any, context: Any) -> Any:
+        m = pod_resources()[0]
+        answer = m.ListPodResourcesResponse()
+        for (ns, name), containers in sorted(self.kubelet.taken.items()):
+            pod = answer.pod_resources.add(name=name, namespace=ns)
+            for container, ids in containers.items():
+                entry = pod.containers.add(name=container)
+                if ids:
+                    entry.devices.add(resource_name=RESOURCE, device_ids=ids)
+        return answer
+
+
+RESOURCE = "nvidia.com/gpu"
+
+
 @dataclass
 class FakeKubelet:
-    """The kubelet's side of the device plugin API, on `plugin_dir`/kubelet.sock."""
+    """The kubelet's side of the device plugin API, on `plugin_dir`/kubelet.sock, and its pod
+    resources API on `pod_resources_socket`: `take_in` a pod as the kubelet does when it starts
+    admitting it, `gave` a container its devices, or `admit` a whole pod as the kubelet does
+    (GetPreferredAllocation, then Allocate, container by container)."""
 
     plugin_dir: Path
     requests: queue.Queue[Any] = field(default_factory=queue.Queue)
     server: Any = None
+    # (namespace, name) -> container -> the device IDs it was given (none yet: [])
+    taken: dict[tuple[str, str], dict[str, list[str]]] = field(default_factory=dict)
+
+    @property
+    def pod_resources_socket(self) -> Path:
+        return self.plugin_dir / "pod-resources.sock"
 
     def start(self) -> FakeKubelet:
         server = grpc().server(_executor())
         services().add_RegistrationServicer_to_server(_Registration(self.requests), server)
+        pod_resources()[1].add_PodResourcesListerServicer_to_server(_PodResources(self), server)
         server.add_insecure_port(f"unix:{self.plugin_dir / KUBELET_SOCKET}")
+        server.add_insecure_port(f"unix:{self.pod_resources_socket}")
         server.start()
         self.server = server
         return self
+
+    def take_in(self, pod: dict[str, Any]) -> None:
+        """The kubelet starts admitting `pod`: it lists it, its containers without devices."""
+        meta = pod["metadata"]
+        names = [c["name"] for c in pod["spec"]["containers"]]
+        self.taken[(meta.get("namespace") or "default", meta["name"])] = {n: [] for n in names}
+
+    def gave(self, namespace: str, name: str, container: str, ids: list[str]) -> None:
+        self.taken[(namespace, name)][container] = list(ids)
+
+    def free(self, size: int = 8) -> list[int]:
+        """The devices no container has been given."""
+        given = {int(i) for pod in self.taken.values() for ids in pod.values() for i in ids}
+        return [g for g in range(size) if g not in given]
+
+    def admit(self, stub: Any, pod: dict[str, Any]) -> list[Any]:
+        """Admit `pod` as the kubelet does: take it in, then for each container that asks GPUs,
+        ask the plugin which devices it prefers among the free ones, allocate those, and
+        record them. The Allocate answers, by container."""
+        from tests.agent.test_plugin import allocate, preferred
+
+        self.take_in(pod)
+        meta = pod["metadata"]
+        answers = []
+        for container in pod["spec"]["containers"]:
+            count = int((container.get("resources") or {}).get("limits", {}).get(RESOURCE, 0))
+            if not count:
+                continue
+            chosen = [str(g) for g in preferred(stub, self.free(), count)]
+            answers.append(allocate(stub, *chosen))
+            self.gave(meta.get("namespace") or "default", meta["name"], container["name"], chosen)
+        return answers
 
     def stop(self) -> None:
         if self.server is not None:
             self.server.stop(grace=0).wait()
             self.server = None
         (self.plugin_dir / KUBELET_SOCKET).unlink(missing_ok=True)
+        self.pod_resources_socket.unlink(missing_ok=True)
 
     def restart(self) -> None:
         """As a kubelet starting again: every socket in the directory gone, a new kubelet.sock."""

@@ -59,7 +59,10 @@ def test_the_container_gets_the_gpus_the_scheduler_chose(
     gpus = [int(g) for g in chosen.split(",")]
     with kubelet.plugin(request.endpoint) as stub:
         # The kubelet admits `first`, then `train`, each with what it would pick by itself.
+        kubelet.take_in(cluster.get("pods", "first", NS) or {})
         assert allocate(stub, "7").envs["NVIDIA_VISIBLE_DEVICES"] == bound_gpus(cluster, "first")
+        kubelet.gave(NS, "first", "c0", ["7"])
+        kubelet.take_in(cluster.get("pods", "train", NS) or {})
         free = [g for g in range(DGX1.size) if str(g) != bound_gpus(cluster, "first")]
         assert preferred(stub, free, 4) == gpus
         answer = allocate(stub, *map(str, free[:4]))

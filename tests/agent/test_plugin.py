@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.agent.conftest import CONTROL, DGX1, NODE, NS, RunningAgent
+from tests.agent.conftest import CONTROL, DGX1, GUESSING, NODE, NS, RunningAgent
 from tests.agent.fakes import FakeKubelet, HealthNvml
 from tests.kube.live import LiveCluster
 from tests.server import wait_for
@@ -36,10 +36,11 @@ def gpu_pod(name: str, *limits: int, ns: str = NS) -> dict[str, Any]:
     }
 
 
-def bind(cluster: LiveCluster, name: str, *limits: int, gpus: str | None = None) -> None:
+def bind(cluster: LiveCluster, name: str, *limits: int, gpus: str | None = None) -> dict[str, Any]:
     """A pod bound to the node as the scheduler binds it (with `gpus`), or as another does."""
-    cluster.create(gpu_pod(name, *limits))
+    made = cluster.create(gpu_pod(name, *limits))
     cluster.api.bind(NS, name, NODE, {GPUS: gpus} if gpus is not None else {})
+    return made
 
 
 def allocate(stub: Any, *ids: str) -> Any:
@@ -115,18 +116,19 @@ def test_allocate_gives_the_gpus_the_scheduler_wrote_on_the_pod(
     agent: RunningAgent, kubelet: FakeKubelet, cluster: LiveCluster, kube: KubeApi
 ) -> None:
     request = kubelet.registration()
-    bind(cluster, "train", 2, gpus="4,5")
+    kubelet.take_in(bind(cluster, "train", 2, gpus="4,5"))
     with kubelet.plugin(request.endpoint) as stub:
         # The kubelet asks first which devices it should pick: the scheduler's.
         assert preferred(stub, list(range(8)), 2) == [4, 5]
         answer = allocate(stub, "0", "1")  # whatever the kubelet offers, the pod gets 4 and 5
+        kubelet.gave(NS, "train", "c0", ["0", "1"])
         files, envs = given(answer, agent)
         assert files == ["nvidia4", "nvidia5", *CONTROL]
         assert envs["NVIDIA_VISIBLE_DEVICES"] == "4,5"
         assert envs["CUDA_VISIBLE_DEVICES"] == "0,1"  # the container sees its two GPUs as 0, 1
         assert envs["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
         assert dict(answer.annotations) == {GPUS: "4,5"}
-        # The pod was served: the next 2-GPU container is not it, and gets the kubelet's IDs.
+        # The pod has its devices: the next 2-GPU container is not it, and gets the kubelet's.
         files, envs = given(allocate(stub, "0", "1"), agent)
         assert files == ["nvidia0", "nvidia1", *CONTROL]
         assert envs["NVIDIA_VISIBLE_DEVICES"] == "0,1"
@@ -139,6 +141,24 @@ def test_allocate_gives_the_gpus_the_scheduler_wrote_on_the_pod(
         assert AllocationBook(agent.config.book_file).served(uid) == 0
 
 
+def test_two_pods_of_one_size_get_their_own_gpus_in_whatever_order_the_kubelet_takes_them(
+    agent: RunningAgent, kubelet: FakeKubelet, cluster: LiveCluster
+) -> None:
+    """Two pods of one size bound close together may reach the kubelet in either order: the
+    kubelet's pod resources API says which one it is admitting, so each gets its own GPUs and
+    the kubelet's books agree with the scheduler's (oldest-first, they swapped GPUs)."""
+    request = kubelet.registration()
+    older = bind(cluster, "a-older", 2, gpus="0,1")
+    newer = bind(cluster, "b-newer", 2, gpus="4,5")
+    with kubelet.plugin(request.endpoint) as stub:
+        [first] = kubelet.admit(stub, newer)  # the kubelet saw the newer binding first
+        [second] = kubelet.admit(stub, older)
+    assert first.envs["NVIDIA_VISIBLE_DEVICES"] == "4,5"
+    assert second.envs["NVIDIA_VISIBLE_DEVICES"] == "0,1"
+    assert kubelet.taken[(NS, "b-newer")] == {"c0": ["4", "5"]}
+    assert kubelet.taken[(NS, "a-older")] == {"c0": ["0", "1"]}
+
+
 SWAPPED = [1, 0, 3, 2, 5, 4, 7, 6]  # the driver's minor numbers, not the NVML indices
 
 
@@ -149,7 +169,7 @@ def test_device_files_are_named_by_the_drivers_minor_numbers(
     """/dev/nvidia<N> is named by the GPU's minor number (NVML's nvmlDeviceGetMinorNumber),
     which the driver gives in its own order; indices and environment stay NVML's."""
     request = kubelet.registration()
-    bind(cluster, "train", 2, gpus="4,6")
+    kubelet.take_in(bind(cluster, "train", 2, gpus="4,6"))
     with kubelet.plugin(request.endpoint) as stub:
         files, envs = given(allocate(stub, "0", "1"), agent)
     assert files == ["nvidia5", "nvidia7", *CONTROL]
@@ -160,16 +180,18 @@ def test_each_container_gets_its_share_of_the_pods_gpus(
     agent: RunningAgent, kubelet: FakeKubelet, cluster: LiveCluster, kube: KubeApi
 ) -> None:
     request = kubelet.registration()
-    bind(cluster, "two-containers", 1, 3, gpus="0,2,3,1")
+    kubelet.take_in(bind(cluster, "two-containers", 1, 3, gpus="0,2,3,1"))
     with kubelet.plugin(request.endpoint) as stub:
         first = allocate(stub, "7")
         assert first.envs["NVIDIA_VISIBLE_DEVICES"] == "0"
-        second = allocate(stub, "5", "6", "7")
+        kubelet.gave(NS, "two-containers", "c0", ["7"])
+        second = allocate(stub, "4", "5", "6")
         assert second.envs["NVIDIA_VISIBLE_DEVICES"] == "1,2,3"
         assert second.envs["CUDA_VISIBLE_DEVICES"] == "0,1,2"
 
 
-def test_the_oldest_waiting_pod_of_that_size_is_served_and_running_pods_never(
+@pytest.mark.parametrize("agent", [GUESSING], indirect=True)
+def test_without_the_kubelets_word_the_oldest_waiting_pod_of_that_size_is_served(
     agent: RunningAgent, kubelet: FakeKubelet, cluster: LiveCluster, kube: KubeApi
 ) -> None:
     request = kubelet.registration()
@@ -186,7 +208,7 @@ def test_a_pod_without_the_annotation_gets_the_topology_best_set(
     agent: RunningAgent, kubelet: FakeKubelet, cluster: LiveCluster, kube: KubeApi
 ) -> None:
     request = kubelet.registration()
-    bind(cluster, "other-scheduler", 2)
+    kubelet.take_in(bind(cluster, "other-scheduler", 2))
     best_pair = max(ring_bandwidth(DGX1, (a, b)) or 0 for a in range(8) for b in range(a))
     with kubelet.plugin(request.endpoint) as stub:
         pair = preferred(stub, list(range(8)), 2)
@@ -229,7 +251,7 @@ def test_an_annotation_the_node_cannot_honour_is_refused_and_nothing_given(
     request = kubelet.registration()
     nvml.xid(2, 48)  # a double-bit ECC error
     wait_for(lambda: 2 in agent.state.get()[0].unhealthy, "GPU 2 unhealthy", timeout_s=5)
-    bind(cluster, "bad", 2, gpus=gpus)
+    kubelet.take_in(bind(cluster, "bad", 2, gpus=gpus))
     with kubelet.plugin(request.endpoint) as stub, pytest.raises(grpc().RpcError) as raised:
         allocate(stub, "0", "1")
     assert raised.value.code().name == code

@@ -17,8 +17,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from toposched.agent.podmatch import JSON, AllocationBook, Claim, find_claim, pod_uid
-from toposched.agent.proto import DEFAULT_PLUGIN_DIR, HEALTHY, UNHEALTHY, grpc, messages
+from toposched.agent.podmatch import (
+    JSON,
+    AllocationBook,
+    Claim,
+    KubeletPods,
+    PodResourcesReader,
+    find_claim,
+    pod_uid,
+)
+from toposched.agent.proto import (
+    DEFAULT_PLUGIN_DIR,
+    DEFAULT_POD_RESOURCES,
+    HEALTHY,
+    UNHEALTHY,
+    grpc,
+    messages,
+)
 from toposched.agent.state import Gpus, NodeState
 from toposched.kube.annotations import GPUS, encode_gpus
 from toposched.kube.api import ApiError, KubeApi
@@ -40,6 +55,8 @@ class PluginConfig:
     plugin_dir: Path = Path(DEFAULT_PLUGIN_DIR)
     dev_dir: Path = Path("/dev")  # the device files' directory on the host, as given to it
     dev_mount: Path | None = None  # where the agent sees that directory (default: dev_dir)
+    # The kubelet's pod resources socket: which pod it is admitting (None: guessed, podmatch).
+    pod_resources: Path | None = Path(DEFAULT_POD_RESOURCES)
 
     def device_exists(self, name: str) -> bool:
         return ((self.dev_mount or self.dev_dir) / name).exists()
@@ -87,6 +104,11 @@ class GpuPlugin:
         self.pods = pods
         self.book = book if book is not None else AllocationBook()
         self.policy = policy or make_policy("topology")
+        self.kubelet = (
+            PodResourcesReader(config.pod_resources, config.resource)
+            if config.pod_resources is not None
+            else None
+        )
         self.stopped = threading.Event()
         self._allocating = threading.Lock()
 
@@ -142,7 +164,8 @@ class GpuPlugin:
         self, topology: NodeTopology | None, available: list[int], must: list[int], size: int
     ) -> list[int]:
         try:
-            claim = find_claim(self.pods(), size, self.config.resource, self.book)
+            pods = self.pods()
+            claim = find_claim(pods, size, self.config.resource, self.book, self._admitting())
         except ApiError as err:
             log.warning("GetPreferredAllocation: cannot list pods (%s)", err)
             claim = None
@@ -166,7 +189,7 @@ class GpuPlugin:
                 "UNAVAILABLE", f"cannot list the pods of node {self.config.node}: {err}"
             ) from err
         self.book.keep_only([pod_uid(p) for p in pods])
-        claim = find_claim(pods, len(ids), self.config.resource, self.book)
+        claim = find_claim(pods, len(ids), self.config.resource, self.book, self._admitting())
         if claim is None:
             check_usable(gpus, offered, self.config.node, "the kubelet")
             log.info("Allocate: no toposched pod asks %d GPUs; kubelet's %s", len(ids), offered)
@@ -180,6 +203,10 @@ class GpuPlugin:
         else:
             log.info("Allocate: pod %s gets %s", claim.pod, chosen)
         return chosen
+
+    def _admitting(self) -> KubeletPods | None:
+        """What the kubelet has taken in, or None (the pod is then guessed, oldest first)."""
+        return self.kubelet.pods() if self.kubelet is not None else None
 
     def _claimed(self, gpus: Gpus, claim: Claim) -> tuple[int, ...]:
         if claim.error:

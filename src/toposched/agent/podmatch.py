@@ -1,19 +1,22 @@
 """Which pod a kubelet request is for: the kubelet's Allocate names devices, never the pod.
 
-The kubelet admits the pods bound to its node one at a time, oldest first (it sorts new pods by
-creation time), and asks the device plugin for each container's devices while it admits the
-pod: GetPreferredAllocation, then Allocate, each with the container's device count alone. So
-the pod being admitted is found as GPU-sharing plugins find it (Alibaba's gpushare does the
-same): among the pods bound to this node (field selector `spec.nodeName`) that carry the
-scheduler's `toposched.io/gpus`, are still Pending, are not being deleted and have not been
-given their GPUs yet, the oldest (creation time, then namespace/name) whose next GPU container
-asks that many devices. Its containers take the annotated GPUs in order (sorted indices, split
-by the containers' GPU counts). `AllocationBook` records the pods served, in a file beside the
-plugin's socket, so that a restarted agent does not serve the same pod twice while it is still
-Pending (pulling its image, say).
+The kubelet admits the pods bound to its node one at a time and asks the device plugin for
+each container's devices while it admits the pod: GetPreferredAllocation, then Allocate, each
+with the container's device count alone. The pod is found by asking the kubelet itself, through
+its pod resources API (`PodResourcesReader`): the kubelet lists a pod from the moment it starts
+admitting it, and each container's devices once they are given. So the pod being admitted is
+the one it lists whose next GPU container (in the pod's order) has no device yet and asks that
+many; of the pods bound to this node (field selector `spec.nodeName`), only those that carry
+the scheduler's `toposched.io/gpus` and are still Pending take part. Its containers take the
+annotated GPUs in order (sorted indices, split by the containers' GPU counts).
 
-What this cannot tell apart: two pods asking the same count at the same time, one of them
-scheduled by another scheduler without the annotation; docs/node-agent.md says more.
+Where the pod resources API cannot be reached (its socket not mounted, an old kubelet), the
+pod is guessed as GPU-sharing plugins guess it (Alibaba's gpushare does the same): the oldest
+such pod (creation time, then namespace/name) whose next GPU container asks that many devices.
+That guess is wrong when two pods of one size bound close together reach the kubelet in the
+other order: they then swap GPUs. `AllocationBook` records the pods served, in a file beside
+the plugin's socket, so that a restarted agent does not serve the same pod twice while it is
+still Pending (pulling its image, say); docs/node-agent.md says more.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,6 +50,11 @@ class Claim:
 
 def gpu_counts(pod: JSON, resource: str) -> list[int]:
     """The GPU count of each container that asks for `resource`, in the pod's order."""
+    return [count for _, count in gpu_containers(pod, resource)]
+
+
+def gpu_containers(pod: JSON, resource: str) -> list[tuple[str, int]]:
+    """(name, GPU count) of each container that asks for `resource`, in the pod's order."""
     counts = []
     for container in (pod.get("spec") or {}).get("containers") or []:
         resources = container.get("resources") or {}
@@ -58,7 +66,7 @@ def gpu_counts(pod: JSON, resource: str) -> list[int]:
         except ValueError:
             continue  # the API server refuses such a quantity; a pod here has none
         if count > 0:
-            counts.append(count)
+            counts.append((str(container.get("name") or ""), count))
     return counts
 
 
@@ -99,20 +107,97 @@ def next_claim(pod: JSON, resource: str, served: int) -> Claim | None:
     return Claim(name, uid, size, gpus[start : start + size])
 
 
+# What the kubelet has taken in: (namespace, name) -> container -> devices given of the resource.
+KubeletPods = Mapping[tuple[str, str], Mapping[str, int]]
+
+
 def find_claim(
-    pods: Iterable[JSON], size: int, resource: str, book: AllocationBook
+    pods: Iterable[JSON],
+    size: int,
+    resource: str,
+    book: AllocationBook,
+    kubelet: KubeletPods | None = None,
 ) -> Claim | None:
-    """The claim of the oldest waiting annotated pod whose next GPU container asks `size`."""
+    """The claim of the pod the kubelet is admitting (`kubelet`, its pod resources) whose next
+    GPU container asks `size`; without the kubelet's word, of the oldest waiting annotated pod
+    whose next container asks it."""
     annotated = [
         p
         for p in pods
         if waiting(p) and GPUS in ((p.get("metadata") or {}).get("annotations") or {})
     ]
+    found: list[Claim] = []
     for pod in sorted(annotated, key=_age_key):
-        claim = next_claim(pod, resource, book.served(pod_uid(pod)))
+        served = book.served(pod_uid(pod)) if kubelet is None else _admitted(pod, resource, kubelet)
+        if served is None:
+            continue
+        claim = next_claim(pod, resource, served)
         if claim is not None and claim.size == size:
-            return claim
-    return None
+            found.append(claim)
+            if kubelet is None:
+                break
+    if len(found) > 1:
+        log.warning(
+            "the kubelet admits %s at once; %s, the oldest, is served",
+            ", ".join(c.pod for c in found),
+            found[0].pod,
+        )
+    return found[0] if found else None
+
+
+def _admitted(pod: JSON, resource: str, kubelet: KubeletPods) -> int | None:
+    """How many of the pod's GPU containers the kubelet has given devices, if it is admitting
+    the pod (it has taken it in, and a GPU container has none yet); None otherwise."""
+    given = kubelet.get(_key(pod))
+    if given is None:
+        return None
+    containers = gpu_containers(pod, resource)
+    return next((i for i, (name, _) in enumerate(containers) if not given.get(name)), None)
+
+
+def _key(pod: JSON) -> tuple[str, str]:
+    meta = pod.get("metadata") or {}
+    return (str(meta.get("namespace") or "default"), str(meta.get("name") or ""))
+
+
+class PodResourcesReader:
+    """The pods the kubelet has taken in, and the devices each container has, from its pod
+    resources API on `socket`; None where it cannot be asked (that is logged once)."""
+
+    def __init__(self, socket: Path, resource: str, timeout_s: float = 2.0) -> None:
+        self.socket = socket
+        self.resource = resource
+        self.timeout_s = timeout_s
+        self._warned = False
+
+    def pods(self) -> dict[tuple[str, str], dict[str, int]] | None:
+        from toposched.agent.proto import grpc, pod_resources
+
+        messages, services = pod_resources()
+        try:
+            with grpc().insecure_channel(f"unix:{self.socket}") as channel:
+                stub = services.PodResourcesListerStub(channel)
+                answer = stub.List(messages.ListPodResourcesRequest(), timeout=self.timeout_s)
+        except grpc().RpcError as err:
+            if not self._warned:
+                self._warned = True
+                log.warning(
+                    "the kubelet's pod resources API at %s cannot be read (%s): the "
+                    "pod being admitted is guessed, oldest first",
+                    self.socket,
+                    err.details() if hasattr(err, "details") else err,
+                )
+            return None
+        self._warned = False
+        return {
+            (p.namespace, p.name): {
+                c.name: sum(
+                    len(d.device_ids) for d in c.devices if d.resource_name == self.resource
+                )
+                for c in p.containers
+            }
+            for p in answer.pod_resources
+        }
 
 
 def _age_key(pod: JSON) -> tuple[str, str, str]:

@@ -1,4 +1,5 @@
-"""The device plugin API's messages and services, built at run time from deviceplugin.proto.
+"""The kubelet APIs the agent speaks, built at run time from their .proto files: the device
+plugin API (deviceplugin.proto) and the pod resources API (podresources.proto).
 
 The project keeps no generated code in git, so the Python modules are made from the .proto when
 first needed, by `grpc.protos_and_services` (grpcio-tools, in the `kube` extra). It compiles in
@@ -18,8 +19,10 @@ HEALTHY = "Healthy"
 UNHEALTHY = "Unhealthy"
 KUBELET_SOCKET = "kubelet.sock"
 DEFAULT_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
+DEFAULT_POD_RESOURCES = "/var/lib/kubelet/pod-resources/kubelet.sock"
 # Resolved against sys.path, where the installed package (or src/ in a checkout) lies.
 PROTO = "toposched/agent/deviceplugin.proto"
+POD_RESOURCES_PROTO = "toposched/agent/podresources.proto"
 
 
 def grpc() -> Any:
@@ -40,3 +43,13 @@ def messages() -> Any:
 def services() -> Any:
     """The stubs, servicer bases and `add_*_to_server` functions of both services."""
     return _load()[1]
+
+
+@functools.cache
+def _pod_resources() -> tuple[Any, Any]:
+    return grpc().protos_and_services(POD_RESOURCES_PROTO)  # type: ignore[no-any-return]
+
+
+def pod_resources() -> tuple[Any, Any]:
+    """The pod resources API: its messages, and its stub and servicer functions."""
+    return _pod_resources()

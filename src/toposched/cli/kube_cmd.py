@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from toposched.agent.proto import DEFAULT_PLUGIN_DIR
+from toposched.agent.proto import DEFAULT_PLUGIN_DIR, DEFAULT_POD_RESOURCES
 from toposched.cli import kube_jobs_cmd
 from toposched.cli.jobs_cmd import SubmitCommand
 from toposched.cli.output import fail
@@ -147,6 +147,11 @@ def node_agent(
         None, "--dev-mount", help="Where this container sees --dev-dir (default: itself)."
     ),
     interval: float = typer.Option(10.0, "--interval", min=0.1, help="Seconds between polls."),
+    pod_resources: Path = typer.Option(
+        Path(DEFAULT_POD_RESOURCES),
+        "--pod-resources-socket",
+        help="The kubelet's pod resources API: which pod it is admitting.",
+    ),
 ) -> None:
     """Publish this node's GPU topology and health on its Node, and serve the kubelet device
     plugin that gives each container the GPUs toposched chose for its pod."""
@@ -176,7 +181,7 @@ def node_agent(
         typer.echo("NVML is not available: GPU health is not watched", err=True)
     api = KubeApi.connect(str(kubeconfig) if kubeconfig else None, in_cluster=in_cluster)
     state = NodeState()
-    config = PluginConfig(node_name, resource, plugin_dir, dev_dir, dev_mount)
+    config = PluginConfig(node_name, resource, plugin_dir, dev_dir, dev_mount, pod_resources)
     plugin = GpuPlugin(config, state, pods_on(api, node_name), AllocationBook(config.book_file))
     agent = NodeAgent(
         Publisher(api, node_name, state, read_topology, health, read_minors),
