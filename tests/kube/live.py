@@ -210,7 +210,7 @@ class LiveCluster:
             spec = obj.setdefault("spec", {})
             if spec.get("nodeName"):
                 spec["nodeName"] = self.node_name(spec["nodeName"])
-        elif resource in ("podgroups", VOLCANO):
+        elif resource in ("podgroups", VOLCANO, UPSTREAM_GROUPS):
             annotations = meta.get("annotations") or {}
             if PLAN in annotations:
                 plan = json.loads(annotations[PLAN])
@@ -232,7 +232,7 @@ class LiveCluster:
             involved = obj.get("involvedObject") or {}
             if involved.get("kind") == "Node" and involved.get("name"):
                 involved["name"] = self.test_name(involved["name"])
-        elif resource in ("podgroups", VOLCANO):
+        elif resource in ("podgroups", VOLCANO, UPSTREAM_GROUPS):
             annotations = meta.get("annotations") or {}
             if PLAN in annotations:
                 with contextlib.suppress(ValueError, TypeError, AttributeError, IndexError):
@@ -480,6 +480,17 @@ class LiveCluster:
         `toposched-system` since the start."""
         errors: list[str] = []
         for ns in TEST_NAMESPACES:
+            # Kubernetes' PodGroups carry a protection finalizer that a controller takes off
+            # once no pod names them: taken off here, so that the next test may reuse a name.
+            with contextlib.suppress(ApiError):
+                for group in self._list(UPSTREAM_GROUPS, ns):
+                    if group["metadata"].get("finalizers"):
+                        self.patch(
+                            UPSTREAM_GROUPS,
+                            group["metadata"]["name"],
+                            {"metadata": {"finalizers": None}},
+                            ns,
+                        )
             for resource in _EMPTIED:
                 with contextlib.suppress(ApiError):  # a CRD the cluster lacks
                     self.api.request(

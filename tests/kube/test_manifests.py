@@ -58,6 +58,8 @@ CLUSTER_GRANTS: dict[tuple[str, str], set[str]] = {
     ("scheduling.x-k8s.io", "podgroups"): {"get", "list", "watch", "patch"},
     ("scheduling.volcano.sh", "podgroups"): {"get", "list", "watch", "patch"},
     ("scheduling.volcano.sh", "podgroups/status"): {"patch"},
+    ("scheduling.k8s.io", "podgroups"): {"get", "list", "watch", "patch"},
+    ("scheduling.k8s.io", "podgroups/status"): {"patch"},
 }
 # In the scheduler's own namespace only.
 NAMESPACED_GRANTS: dict[tuple[str, str], set[str]] = {

@@ -78,8 +78,13 @@ def podgroup(name: str, min_member: Any, ns: str = "team-a") -> dict[str, Any]:
 
 
 VOLCANO_GROUPS = "podgroups.scheduling.volcano.sh"
-GANG_KINDS = ("scheduler-plugins", "volcano")
-GROUP_RESOURCES = {"scheduler-plugins": "podgroups", "volcano": VOLCANO_GROUPS}
+UPSTREAM_GROUPS = "podgroups.scheduling.k8s.io"
+GANG_KINDS = ("scheduler-plugins", "volcano", "upstream")
+GROUP_RESOURCES = {
+    "scheduler-plugins": "podgroups",
+    "volcano": VOLCANO_GROUPS,
+    "upstream": UPSTREAM_GROUPS,
+}
 
 
 def volcano_podgroup(name: str, min_member: Any, ns: str = "team-a") -> dict[str, Any]:
@@ -112,13 +117,42 @@ def volcano_pod(
     return made
 
 
+def upstream_podgroup(
+    name: str, min_count: int | None, ns: str = "team-a", workload: str = ""
+) -> dict[str, Any]:
+    """Kubernetes' own PodGroup (scheduling.k8s.io/v1beta1, 1.37), as a workload controller
+    makes it from its Workload's template: a gang of at least `min_count` pods, or (None) a
+    basic group whose pods are scheduled one by one."""
+    policy = {"gang": {"minCount": min_count}} if min_count is not None else {"basic": {}}
+    spec: dict[str, Any] = {"schedulingPolicy": policy}
+    if workload:
+        spec["workloadRef"] = {"workloadName": workload, "templateName": "workers"}
+    return {
+        "apiVersion": "scheduling.k8s.io/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": spec,
+    }
+
+
+def upstream_pod(name: str, gpus: Any, group: str, ns: str = "team-a") -> dict[str, Any]:
+    """A pod that names its PodGroup as Kubernetes 1.37 has pods do, in its spec."""
+    made = pod(name, gpus, ns=ns)
+    made["spec"]["schedulingGroup"] = {"podGroupName": group}
+    return made
+
+
 def gang_group(kind: str, name: str, min_member: Any) -> dict[str, Any]:
-    """A PodGroup of either kind (GANG_KINDS)."""
+    """A PodGroup of any kind (GANG_KINDS)."""
+    if kind == "upstream":
+        return upstream_podgroup(name, min_member)
     return volcano_podgroup(name, min_member) if kind == "volcano" else podgroup(name, min_member)
 
 
 def member(kind: str, name: str, gpus: Any, group: str) -> dict[str, Any]:
     """A pod of the gang `group`, named as a PodGroup of `kind` wants."""
+    if kind == "upstream":
+        return upstream_pod(name, gpus, group)
     return volcano_pod(name, gpus, group) if kind == "volcano" else pod(name, gpus, group=group)
 
 
@@ -1035,3 +1069,88 @@ def test_a_throttled_write_of_the_plan_is_tried_again(
     assert len(patches) == 3
     with runner.lock:
         assert [gang.job for gang in runner.scheduler.gangs.values()] == ["team-a/g#1"]
+
+
+# ----------------------------------------------------------------- Kubernetes' own gangs
+
+
+def workload(name: str, min_count: int) -> dict[str, Any]:
+    """The Workload a job controller makes (scheduling.k8s.io/v1beta1): the template of its
+    PodGroups."""
+    return {
+        "apiVersion": "scheduling.k8s.io/v1beta1",
+        "kind": "Workload",
+        "metadata": {"name": name, "namespace": "team-a"},
+        "spec": {
+            "podGroupTemplates": [
+                {"name": "workers", "schedulingPolicy": {"gang": {"minCount": min_count}}}
+            ]
+        },
+    }
+
+
+def initially_scheduled(api: LiveCluster, name: str) -> dict[str, Any]:
+    group = api.get(UPSTREAM_GROUPS, name, "team-a") or {}
+    found = [
+        c
+        for c in (group.get("status") or {}).get("conditions") or []
+        if c["type"] == "PodGroupInitiallyScheduled"
+    ]
+    return found[0] if found else {}
+
+
+def test_a_kubernetes_gang_binds_whole_on_one_nvlink_ring(
+    apiserver: LiveCluster, cluster: Cluster
+) -> None:
+    """Kubernetes 1.37's own gang API: a Workload, its PodGroup (gang, minCount 4) and four
+    pods that name it in spec.schedulingGroup. They bind together on one NVLink ring; the
+    plan is on the PodGroup, and its PodGroupInitiallyScheduled condition turns True."""
+    for i in range(4):
+        apiserver.create(node(f"dgx{i}"))
+    cluster.start()
+    apiserver.create(workload("vgg16", 4))
+    apiserver.create(upstream_podgroup("vgg16-0", 4, workload="vgg16"))
+    names = [f"vgg16-{i}" for i in range(4)]
+    for name in names[:3]:
+        apiserver.create(upstream_pod(name, 1, "vgg16-0"))
+    until(  # an Event per count, as the pods arrive
+        lambda: [e for e in cluster.events(names[0]) if "3 of 4 pods" in e["message"]],
+        "the gang says it waits for its fourth pod",
+    )
+    assert not cluster.bound(names[0])
+    apiserver.create(upstream_pod(names[3], 1, "vgg16-0"))
+    where = until(lambda: cluster.bound(*names), "the gang bound whole")
+    assert len({n for n, _ in where.values()}) == 1
+    assert ring_bandwidth(DGX1, gpus_of(where)) == 25.0
+    group = apiserver.get(UPSTREAM_GROUPS, "vgg16-0", "team-a") or {}
+    plan = json.loads(group["metadata"]["annotations"][PLAN])
+    assert {p: (n, tuple(g)) for p, (n, g) in plan["pods"].items()} == where
+    condition = until(lambda: initially_scheduled(apiserver, "vgg16-0"), "the condition set")
+    assert condition["status"] == "True"
+
+
+def test_a_kubernetes_gang_that_does_not_fit_says_so_on_its_podgroup(
+    apiserver: LiveCluster, cluster: Cluster
+) -> None:
+    apiserver.create(node("dgx0"))
+    cluster.start()
+    apiserver.create(upstream_podgroup("big", 2))
+    for i in range(2):
+        apiserver.create(upstream_pod(f"big-{i}", 8, "big"))
+    condition = until(lambda: initially_scheduled(apiserver, "big"), "the condition set")
+    assert (condition["status"], condition["reason"]) == ("False", "Unschedulable")
+    assert "GPUs" in condition["message"]
+    assert not cluster.bound("big-0")
+
+
+def test_a_basic_kubernetes_podgroup_schedules_its_pods_one_by_one(
+    apiserver: LiveCluster, cluster: Cluster
+) -> None:
+    """A PodGroup whose policy is `basic` is no gang: each of its pods binds on its own."""
+    apiserver.create(node("dgx0"))
+    cluster.start()
+    apiserver.create(upstream_podgroup("loose", None))
+    apiserver.create(upstream_pod("loose-0", 2, "loose"))
+    until(lambda: cluster.bound("loose-0"), "the first pod bound alone")
+    apiserver.create(upstream_pod("loose-1", 2, "loose"))
+    until(lambda: cluster.bound("loose-0", "loose-1"), "the second bound on its own too")

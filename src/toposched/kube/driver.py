@@ -62,8 +62,10 @@ from toposched.kube.objects import (
     ObjectError,
     Pod,
     allocatable,
+    UPSTREAM,
     gang_selector,
     gang_spec,
+    is_gang,
     key_of,
     min_member,
     node_from,
@@ -127,6 +129,7 @@ class Gang:
     uids: dict[Key, str] = field(default_factory=dict)  # which pod each key was (made again?)
     excluded: frozenset[str] = frozenset()  # nodes its job was kept off (REFUSED_S)
     placed: bool = False  # its pods are booked on the nodes the core gave it
+    scheduled: bool = False  # its PodGroup was told it is bound (a Kubernetes PodGroup's)
 
 
 class LeaseLost(RuntimeError):
@@ -197,6 +200,7 @@ class KubeScheduler(Driver):
         self.rejected: dict[Key, str] = {}  # pods refused (bad objects), by key
         self.evicting: dict[str, set[Key]] = {}  # pods still to evict, per stopping job
         self._gated: dict[Key, list[Pod]] = {}  # unbound pods with scheduling gates, by gang
+        self._told: dict[Key, str] = {}  # the last reason on each Kubernetes PodGroup
         # Whether writes may go out now (a leader checks that its lease still holds).
         self.fence: Callable[[], bool] = lambda: True
         self.retry_waits = RETRY_WAITS
@@ -584,10 +588,11 @@ class KubeScheduler(Driver):
         now = self.clock()
         waiting: dict[Key, list[Pod]] = {}
         self._gated = {}
-        for _, pod in self.pods.values():
-            if pod.node is None and not pod.done and not pod.deleting:
+        for _, found in self.pods.values():
+            if found.node is None and not found.done and not found.deleting:
+                key, pod = self._gang_of(found)
                 into = self._gated if pod.gates else waiting
-                into.setdefault(gang_key(pod), []).append(pod)
+                into.setdefault(key, []).append(pod)
         for job, gang in list(self.gangs.items()):
             if self.view.state(job) is not JobState.PENDING:
                 continue
@@ -646,6 +651,8 @@ class KubeScheduler(Driver):
         never = self.core.never_fits(spec)
         if never:
             self._warn_pods(pods, "Unschedulable", never)
+            if obj is not None and kind_of(key) is UPSTREAM:
+                self._tell_group(key, never)
             return
         gang = Gang(job, key, [p.key for p in workers], extra, group=obj is not None)
         gang.excluded = excluded
@@ -675,12 +682,15 @@ class KubeScheduler(Driver):
             for job, gang in self.gangs.items()
             if now - gang.written >= REASON_EVERY_S and self.view.state(job) is JobState.PENDING
         ]
-        writes: list[tuple[Key, Obj, str]] = []
+        writes: list[tuple[Key, Obj | None, str]] = []
         for job, reason in self.view.reasons(due).items():
             gang = self.gangs[job]
             if reason == gang.reason:
                 continue
             gang.reason, gang.written = reason, now
+            if gang.group and kind_of(gang.key) is UPSTREAM and self._told.get(gang.key) != reason:
+                self._told[gang.key] = reason
+                writes.append((gang.key, None, reason))  # its PodGroup's condition
             for key in gang.workers:
                 found = self.pods.get(key)
                 if found is not None:
@@ -689,13 +699,16 @@ class KubeScheduler(Driver):
             return
         stamp = _stamp(now)
 
-        def say(write: tuple[Key, Obj, str]) -> None:
+        def say(write: tuple[Key, Obj | None, str]) -> None:
             key, obj, reason = write
             try:
+                if obj is None:
+                    self._group_condition(key, False, "Unschedulable", reason, stamp)
+                    return
                 self.api.set_scheduled_condition(key[0], key[1], "Unschedulable", reason, stamp)
                 self.api.event(obj, "FailedScheduling", reason, "Warning", stamp)
             except ApiError as err:
-                log.info("pod %s/%s: could not say why it waits: %s", *key, err)
+                log.info("%s/%s: could not say why it waits: %s", *key, err)
 
         # On the binds' connections, several at once: on a burst, thousands of pods wait, and
         # two round trips each, one after the other, held up the loop for seconds.
@@ -845,6 +858,12 @@ class KubeScheduler(Driver):
             if gang.job in failed:
                 why = "bind failed: " + "; ".join(failed[gang.job])
                 self.post(WorkerFailed(now, gang.job, 0, why))
+            elif gang.group and kind_of(gang.key) is UPSTREAM and not gang.scheduled:
+                gang.scheduled = True
+                try:
+                    self._group_condition(gang.key, True, "Scheduled", "", _stamp(now))
+                except ApiError as err:
+                    log.info("%s/%s: could not say it is bound: %s", *gang.key, err)
 
     def _on_connections(self, call: Callable[[_T], _R], items: list[_T]) -> list[_R]:
         """`call` on each item, at most BIND_CONNECTIONS at once on the pool's threads; the
@@ -913,6 +932,39 @@ class KubeScheduler(Driver):
             return str(err)
         gang.bound.add(key)
         return ""
+
+    def _tell_group(self, key: Key, reason: str) -> None:
+        """A Kubernetes PodGroup's condition says why its gang cannot be placed (once per
+        reason)."""
+        if self._told.get(key) == reason:
+            return
+        self._told[key] = reason
+        try:
+            self._group_condition(key, False, "Unschedulable", reason, _stamp(self.clock()))
+        except ApiError as err:
+            log.info("%s/%s: could not say why it waits: %s", *key, err)
+
+    def _group_condition(
+        self, key: Key, scheduled: bool, reason: str, message: str, stamp: str
+    ) -> None:
+        """A Kubernetes PodGroup's PodGroupInitiallyScheduled condition, as kube-scheduler
+        writes it: True once its gang is bound, False (Unschedulable) with why it waits."""
+        kind = kind_of(key)
+        assert kind is not None
+        condition = {
+            "type": "PodGroupInitiallyScheduled",
+            "status": "True" if scheduled else "False",
+            "reason": reason,
+            "message": message[:32768],
+            "lastTransitionTime": stamp,
+        }
+        self._fenced()
+        self.api.request(
+            "PATCH",
+            f"{kind.prefix}/namespaces/{key[0]}/podgroups/{name_of(key)}/status",
+            body={"status": {"conditions": [condition]}},
+            content_type="application/strategic-merge-patch+json",
+        )
 
     def _bound_as(self, key: Key, node: str, annotations: dict[str, str]) -> bool:
         try:
@@ -1001,9 +1053,10 @@ class KubeScheduler(Driver):
         rest of a gang whose plan was written before its scheduler died."""
         now = self.clock()
         bound: dict[Key, list[Pod]] = {}
-        for _, pod in self.pods.values():
-            if pod.node is not None and pod.bound_gpus is not None and not pod.done:
-                bound.setdefault(gang_key(pod), []).append(pod)
+        for _, found in self.pods.values():
+            if found.node is not None and found.bound_gpus is not None and not found.done:
+                key, pod = self._gang_of(found)
+                bound.setdefault(key, []).append(pod)
         for key, pods in sorted(bound.items()):
             self._restore_gang(key, pods, now)
         # Workers taken as the core's to count (sync) whose gang was not given back.
@@ -1102,6 +1155,16 @@ class KubeScheduler(Driver):
         return kept[1][0]
 
     # ------------------------------------------------------------------ small helpers
+
+    def _gang_of(self, pod: Pod) -> tuple[Key, Pod]:
+        """The key of the gang `pod` is in, and the pod as its gang sees it: a pod of a
+        Kubernetes PodGroup whose policy is `basic` is a pod of its own (no gang)."""
+        key = gang_key(pod)
+        group = self.groups.get(key) if pod.group else None
+        if group is not None and not is_gang(group):
+            pod = replace(pod, group=None)
+            return gang_key(pod), pod
+        return key, pod
 
     def _mine(self, gang: Gang, key: Key) -> tuple[Obj, Pod] | None:
         """The pod `key` of `gang`, unless it is gone (or a new pod of the same name)."""

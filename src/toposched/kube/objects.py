@@ -110,7 +110,13 @@ VOLCANO = GangKind(
     "Volcano PodGroup",
     queued_phase="Inqueue",
 )
-GANG_KINDS = (SCHEDULER_PLUGINS, VOLCANO)
+# Kubernetes' own (scheduling.k8s.io/v1beta1, 1.37, behind the GenericWorkload gate): made by
+# workload controllers from a Workload's template; pods name theirs in spec.schedulingGroup.
+# Its status is a subresource, where PodGroupInitiallyScheduled says how scheduling went.
+UPSTREAM = GangKind(
+    "k8s-podgroups", "scheduling.k8s.io", "v1beta1", "k8spodgroup", "PodGroup (scheduling.k8s.io)"
+)
+GANG_KINDS = (SCHEDULER_PLUGINS, VOLCANO, UPSTREAM)
 
 
 class ObjectError(ValueError):
@@ -356,8 +362,13 @@ def pod_from(obj: Obj) -> Pod:
             "non-negative integer"
         )
     # The scheduler-plugins label wins over Volcano's annotation, as it did before Volcano's
-    # own PodGroups were read.
+    # own PodGroups were read, and both over Kubernetes' own spec.schedulingGroup.
     volcano = not labels.get(GROUP_LABEL) and bool(annotations.get(VOLCANO_GROUP))
+    upstream = (spec.get("schedulingGroup") or {}).get("podGroupName") or None
+    kind = VOLCANO if volcano else SCHEDULER_PLUGINS
+    group = labels.get(GROUP_LABEL) or annotations.get(VOLCANO_GROUP)
+    if not group and upstream:
+        group, kind = str(upstream), UPSTREAM
     try:
         requests = pod_requests(spec)
         placement = (node_selector_of(spec), affinity_of(spec), tolerations_of(spec))
@@ -368,7 +379,7 @@ def pod_from(obj: Obj) -> Pod:
         name=name,
         uid=m.get("uid") or "",
         gpus=gpus,
-        group=labels.get(GROUP_LABEL) or annotations.get(VOLCANO_GROUP),
+        group=group,
         queue=labels.get(QUEUE_LABEL) or ns,
         priority=priority,
         node=spec.get("nodeName") or None,
@@ -381,7 +392,7 @@ def pod_from(obj: Obj) -> Pod:
         accept_unknown=annotations.get(ACCEPT_UNKNOWN) or "false",
         checkpoint=annotations.get(CHECKPOINT) or "false",
         grace_s=float(grace),
-        group_kind=VOLCANO if volcano else SCHEDULER_PLUGINS,
+        group_kind=kind,
         requests=requests,
         node_selector=placement[0],
         affinity=placement[1],
@@ -518,15 +529,31 @@ def _toleration(key: str, operator: str, value: str, effect: str) -> Toleration:
 
 
 def min_member(group: Obj) -> int:
-    """A PodGroup's minMember (ObjectError if it is not a positive integer)."""
-    value = (group.get("spec") or {}).get("minMember")
+    """A PodGroup's least number of pods: spec.minMember, or a Kubernetes PodGroup's
+    spec.schedulingPolicy.gang.minCount (ObjectError if it is not a positive integer, or the
+    group is no gang)."""
+    spec = group.get("spec") or {}
+    field_name, value = "spec.minMember", spec.get("minMember")
+    if str(group.get("apiVersion") or "") == UPSTREAM.api_version:
+        gang = (spec.get("schedulingPolicy") or {}).get("gang")
+        field_name = "spec.schedulingPolicy.gang.minCount"
+        value = gang.get("minCount") if isinstance(gang, Mapping) else None
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         ns, name = key_of(group)
         api = f" ({group['apiVersion']})" if group.get("apiVersion") else ""
         raise ObjectError(
-            f"podgroup {ns}/{name}{api}: spec.minMember {value!r} is not a positive integer"
+            f"podgroup {ns}/{name}{api}: {field_name} {value!r} is not a positive integer"
         )
     return value
+
+
+def is_gang(group: Obj) -> bool:
+    """Whether the PodGroup binds its pods together: every kind but a Kubernetes PodGroup
+    whose scheduling policy is `basic` (its pods are scheduled one by one)."""
+    if str(group.get("apiVersion") or "") != UPSTREAM.api_version:
+        return True
+    policy = (group.get("spec") or {}).get("schedulingPolicy") or {}
+    return not (isinstance(policy, Mapping) and "basic" in policy and "gang" not in policy)
 
 
 def gang_spec(
