@@ -251,3 +251,24 @@ def test_an_error_that_is_not_json_is_an_api_error(
     with pytest.raises(ApiError, match="not JSON") as raised:
         api.request("GET", "/api/v1/nodes")
     assert raised.value.status == 200
+
+
+def test_the_rate_limit_lets_a_burst_through_then_the_qps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """client-go's token bucket: `burst` requests at once, then one each 1/qps seconds."""
+    now = [0.0]
+    slept: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        now[0] += seconds
+
+    monkeypatch.setattr(kube_api.time, "sleep", sleep)
+    limit = kube_api.RateLimit(10.0, 3, clock=lambda: now[0])
+    assert [limit.wait() for _ in range(3)] == [0.0, 0.0, 0.0]
+    waits = [limit.wait() for _ in range(4)]
+    assert waits == pytest.approx([0.1, 0.1, 0.1, 0.1])
+    now[0] += 10.0  # idle: the bucket fills up to the burst, no more
+    assert [limit.wait() for _ in range(3)] == [0.0, 0.0, 0.0]
+    assert limit.wait() == pytest.approx(0.1)
+    with pytest.raises(ValueError, match="qps > 0"):
+        kube_api.RateLimit(0, 1)

@@ -71,13 +71,23 @@ def scheduler(
     framework: str = typer.Option(
         DEFAULT_FRAMEWORK, "--framework", help="The catalog framework jobs train with."
     ),
+    kube_api_qps: float = typer.Option(
+        0.0,
+        "--kube-api-qps",
+        min=0.0,
+        help="Requests a second to the API server, on average, at most (0: no limit; "
+        "kube-scheduler's default is 50).",
+    ),
+    kube_api_burst: int = typer.Option(
+        0, "--kube-api-burst", min=0, help="Requests at once at most (default: 2 x the qps)."
+    ),
 ) -> None:
     """Watch pods whose schedulerName is --scheduler-name, nodes and PodGroups, and bind whole
     gangs onto the best-connected GPUs of each node. The performance catalog (--catalog,
     --network, --framework) weighs a job's GPU types, and with `--param
     toposched.spread_by_model=0` predicts where a gang annotated `toposched.io/model` runs
     fastest across nodes."""
-    from toposched.kube.api import KubeApi
+    from toposched.kube.api import KubeApi, RateLimit
     from toposched.kube.driver import KubeScheduler
     from toposched.kube.readapi import make_app, serve
     from toposched.kube.runner import Lease, Runner
@@ -96,7 +106,12 @@ def scheduler(
         fail(str(err))
     # Pods cannot move or change size: a running pod stays where it was bound.
     chosen = replace(chosen, migration=False, elastic=False)
-    api = KubeApi.connect(str(kubeconfig) if kubeconfig else None, in_cluster=in_cluster)
+    limit = None
+    if kube_api_qps > 0:
+        limit = RateLimit(kube_api_qps, kube_api_burst or max(int(2 * kube_api_qps), 1))
+    api = KubeApi.connect(
+        str(kubeconfig) if kubeconfig else None, in_cluster=in_cluster, limit=limit
+    )
     driver = KubeScheduler(
         api,
         chosen,

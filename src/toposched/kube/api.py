@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -42,14 +43,47 @@ class Gone(ApiError):
     """410: the resourceVersion asked for is older than the server keeps; list again."""
 
 
-class KubeApi:
-    """A thin JSON client over the official client's connection."""
+class RateLimit:
+    """At most `qps` requests a second on average, `burst` at once, as client-go's token
+    bucket limits a controller's client (kube-scheduler's is 50 and 100 unless configured):
+    a request waits for a token. Shared by every thread of one client."""
 
-    def __init__(self, api_client: Any) -> None:
+    def __init__(self, qps: float, burst: int, clock: Callable[[], float] = time.monotonic) -> None:
+        if qps <= 0 or burst < 1:
+            raise ValueError(f"a rate limit needs qps > 0 and burst >= 1, got {qps} and {burst}")
+        self.qps, self.burst, self.clock = qps, burst, clock
+        self._tokens = float(burst)
+        self._last = clock()
+        self._lock = threading.Lock()
+
+    def wait(self) -> float:
+        """Take a token, waiting for one if none is left; the seconds waited."""
+        with self._lock:
+            now = self.clock()
+            self._tokens = min(self.burst, self._tokens + (now - self._last) * self.qps)
+            self._last = now
+            self._tokens -= 1
+            delay = -self._tokens / self.qps if self._tokens < 0 else 0.0
+        if delay:
+            time.sleep(delay)
+        return delay
+
+
+class KubeApi:
+    """A thin JSON client over the official client's connection; with `limit`, its requests
+    are rate limited as client-go's are."""
+
+    def __init__(self, api_client: Any, limit: RateLimit | None = None) -> None:
         self.client = api_client
+        self.limit = limit
 
     @classmethod
-    def connect(cls, kubeconfig: str | None = None, in_cluster: bool = False) -> KubeApi:
+    def connect(
+        cls,
+        kubeconfig: str | None = None,
+        in_cluster: bool = False,
+        limit: RateLimit | None = None,
+    ) -> KubeApi:
         from kubernetes import client, config  # the `kube` extra
 
         if in_cluster:
@@ -62,7 +96,7 @@ class KubeApi:
             )
             api_client = client.ApiClient(configuration)
         _throttle_refresh(api_client.configuration)
-        return cls(api_client)
+        return cls(api_client, limit)
 
     @staticmethod
     def context_namespace(kubeconfig: str | None = None) -> str:
@@ -87,6 +121,8 @@ class KubeApi:
         content_type: str = "application/json",
         timeout: float | tuple[float, float | None] | None = 30.0,
     ) -> Any:
+        if self.limit is not None:
+            self.limit.wait()
         params = [(k, v) for k, v in (query or {}).items() if v is not None]
         headers = {"Accept": "application/json", "Content-Type": content_type}
         if (
