@@ -1154,3 +1154,19 @@ def test_a_basic_kubernetes_podgroup_schedules_its_pods_one_by_one(
     until(lambda: cluster.bound("loose-0"), "the first pod bound alone")
     apiserver.create(upstream_pod("loose-1", 2, "loose"))
     until(lambda: cluster.bound("loose-0", "loose-1"), "the second bound on its own too")
+
+
+def test_each_pod_of_a_gang_gets_the_best_pair_its_node_has(
+    apiserver: LiveCluster, cluster: Cluster
+) -> None:
+    """Four 2-GPU pods of one gang on a DGX-1: the whole node, and each pod an NVLink pair of
+    two links (50 GB/s), not the index-order pairs (0-1 and 4-5 have one link, 25 GB/s)."""
+    apiserver.create(node("dgx0"))
+    cluster.start()
+    apiserver.create(upstream_podgroup("pairs", 4))
+    names = [f"pairs-{i}" for i in range(4)]
+    for name in names:
+        apiserver.create(upstream_pod(name, 2, "pairs"))
+    where = until(lambda: cluster.bound(*names), "the gang bound")
+    assert gpus_of(where) == list(range(8))
+    assert [ring_bandwidth(DGX1, gpus) for _, gpus in where.values()] == [50.0] * 4

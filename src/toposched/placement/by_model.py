@@ -297,7 +297,8 @@ def _placement(
         node = cap.nodes[i]
         nodes.append(node)
         gpus = node_gpus(node.topology, free, c, cap.aware[i], request.mode)
-        slots.extend(slots_of(node.name, gpus, request.gpus_per_worker))
+        aware = node.topology if cap.aware[i] else None
+        slots.extend(slots_of(node.name, gpus, request.gpus_per_worker, aware))
         ring = ring_gbps(node.topology, gpus)
         if ring is not None:
             rings.append(ring)

@@ -20,6 +20,7 @@ from functools import cached_property
 
 from toposched.placement.capacity import Capacity
 from toposched.placement.request import Mode
+from toposched.placement.split import in_order, split_workers
 from toposched.placement.tables import from_mask, subset_tables, to_mask
 from toposched.placement.topology_aware import choose
 from toposched.topology.cluster import ANYWHERE, Eligibility, Node, Tier
@@ -113,8 +114,14 @@ def ring_gbps(topology: NodeTopology, gpus: tuple[int, ...]) -> float | None:
     return tables.gbps(int(tables.ring[to_mask(gpus)]))
 
 
-def slots_of(node: str, gpus: tuple[int, ...], per_worker: int) -> list[WorkerSlot]:
-    return [WorkerSlot(node, gpus[i : i + per_worker]) for i in range(0, len(gpus), per_worker)]
+def slots_of(
+    node: str, gpus: tuple[int, ...], per_worker: int, topology: NodeTopology | None = None
+) -> list[WorkerSlot]:
+    """One slot per worker: the node's GPUs split among its workers so that their own rings
+    are the best they can be (placement/split.py) where `topology` is given (a topology-aware
+    choice), else in index order."""
+    groups = split_workers(topology, gpus, per_worker) if topology else in_order(gpus, per_worker)
+    return [WorkerSlot(node, group) for group in groups]
 
 
 def _crowding(topology: NodeTopology, free: int, gpu: int) -> tuple[int, int]:
@@ -224,7 +231,8 @@ def _place_on_one_node(
         return None
     _, i, gpus = best
     topology = cap.nodes[i].topology
-    slots = slots_of(cap.nodes[i].name, gpus, request.gpus_per_worker)
+    aware = topology if cap.aware[i] else None
+    slots = slots_of(cap.nodes[i].name, gpus, request.gpus_per_worker, aware)
     return Placement(tuple(slots), ring_gbps(topology, gpus), Tier.NODE)
 
 
@@ -348,7 +356,7 @@ def _place_on_many_nodes(
     for i, free, w in best[1]:
         node = cap.nodes[i]
         gpus = node_gpus(node.topology, free, w * g, cap.aware[i], request.mode)
-        slots.extend(slots_of(node.name, gpus, g))
+        slots.extend(slots_of(node.name, gpus, g, node.topology if cap.aware[i] else None))
         ring = ring_gbps(node.topology, gpus)
         if ring is not None:
             rings.append(ring)
