@@ -216,21 +216,39 @@ class ControlPlane:
         )
 
     def _start_scheduler(self) -> None:
+        self.start_scheduler(self.scheduler_config)
+
+    def start_scheduler(self, config: str = "") -> None:
+        """Start kube-scheduler (again, after `stop_component`); `config` is a
+        KubeSchedulerConfiguration in YAML whose clientConnection.kubeconfig may say KUBECONFIG
+        for the one written here (its own identity, system:kube-scheduler)."""
         kubeconfig = self.home / "scheduler.kubeconfig"
         self._write_kubeconfig(kubeconfig, "scheduler")
         args = [
-            f"--kubeconfig={kubeconfig}",
             f"--authentication-kubeconfig={kubeconfig}",
             f"--authorization-kubeconfig={kubeconfig}",
             "--secure-port=0",
-            "--leader-elect=false",
             f"--feature-gates={FEATURE_GATES}",
         ]
-        if self.scheduler_config:
-            config = self.home / "scheduler-config.yaml"
-            config.write_text(self.scheduler_config.replace("KUBECONFIG", str(kubeconfig)))
-            args.append(f"--config={config}")
+        if config:
+            path = self.home / "scheduler-config.yaml"
+            path.write_text(config.replace("KUBECONFIG", str(kubeconfig)))
+            args.append(f"--config={path}")
+        else:
+            args += [f"--kubeconfig={kubeconfig}", "--leader-elect=false"]
         self._spawn("kube-scheduler", args)
+
+    def stop_component(self, name: str, grace_s: float = 5.0) -> None:
+        """Stop one component (SIGTERM, SIGKILL after `grace_s`)."""
+        process = self.processes.pop(name, None)
+        if process is None or process.poll() is not None:
+            return
+        process.terminate()
+        try:
+            process.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
     def _wait_for_service_accounts(self) -> None:
         """The controller manager is up once it has made the `default` namespace's service
@@ -342,9 +360,12 @@ class ControlPlane:
         answer = self.request(
             "POST",
             f"/api/v1/namespaces/{namespace}/serviceaccounts/{service_account}/token",
-            {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-             "spec": {"expirationSeconds": seconds}},
-        )  # fmt: skip
+            {
+                "apiVersion": "authentication.k8s.io/v1",
+                "kind": "TokenRequest",
+                "spec": {"expirationSeconds": seconds},
+            },
+        )
         return str(answer["status"]["token"])
 
     def service_account_kubeconfig(
