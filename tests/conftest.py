@@ -11,7 +11,9 @@ import pytest
 from tests.kube.live import ENV
 from tests.kube.realcluster import HOW_TO_RUN, Session, binaries, start
 
-STRICT = "TOPOSCHED_KUBE_STRICT"  # set by `make kube-test`: a skipped test fails the run
+# Set by `make kube-test` and `.ci/run`: a skipped test of the Kubernetes suites fails the run.
+STRICT = "TOPOSCHED_KUBE_STRICT"
+KUBE_SUITES = ("tests/kube/", "tests/agent/")
 
 
 @pytest.fixture(scope="session")
@@ -24,9 +26,16 @@ def kube_session(
         yield None
         return
     reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
 
     def say(line: str) -> None:
-        if reporter is not None:
+        """A line on the terminal at once, around the capture of the test's output."""
+        if reporter is None:
+            return
+        if capture is None:
+            reporter.write_line(f"[kube] {line}")
+            return
+        with capture.global_and_fixture_disabled():
             reporter.write_line(f"[kube] {line}")
 
     folder = binaries(say)
@@ -39,11 +48,16 @@ def kube_session(
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """Under `make kube-test`, a skipped test is a failure: every test must have run."""
+    """Under `make kube-test` and CI, a skipped Kubernetes test is a failure: every one of
+    them must have run against the real control plane."""
     if not os.environ.get(STRICT):
         return
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
-    skipped = reporter.stats.get("skipped", []) if reporter is not None else []
+    if reporter is None:
+        return
+    skipped = [r for r in reporter.stats.get("skipped", []) if r.nodeid.startswith(KUBE_SUITES)]
     if skipped:
-        reporter.write_line(f"{len(skipped)} test(s) skipped under {STRICT}: failing the run")
+        reporter.write_line(f"{len(skipped)} Kubernetes test(s) skipped under {STRICT}:")
+        for report in skipped:
+            reporter.write_line(f"  {report.nodeid}: {report.longrepr}")
         session.exitstatus = pytest.ExitCode.TESTS_FAILED

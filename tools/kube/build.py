@@ -13,7 +13,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -168,17 +167,3 @@ def build(say: Callable[[str], None] = print) -> Path:
         home.mkdir()
         os.replace(out, home / "bin")
     return home / "bin"
-
-
-def main() -> int:
-    try:
-        folder = build(lambda line: print(line, flush=True))
-    except BuildError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
-    print(folder)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
