@@ -302,15 +302,17 @@ def test_cluster_role_grants_exactly_what_the_scheduler_needs() -> None:
 
 
 def test_every_kind_of_podgroup_the_scheduler_reads_is_granted() -> None:
-    """The scheduler lists, watches and patches each kind of PodGroup it knows, and sets the
-    queued phase of those whose operators wait for one: the ClusterRole follows the code."""
-    from toposched.kube.objects import GANG_KINDS
+    """The scheduler lists, watches and patches each kind of PodGroup it knows, and writes the
+    status of those whose operators wait for a queued phase and of Kubernetes' own (its
+    PodGroupInitiallyScheduled condition): the ClusterRole follows the code."""
+    from toposched.kube.objects import GANG_KINDS, UPSTREAM
 
     granted = grants(one("ClusterRole", SERVICE_ACCOUNT))
     for kind in GANG_KINDS:
         assert granted[(kind.group, "podgroups")] == {"get", "list", "watch", "patch"}
         status = granted.get((kind.group, "podgroups/status"), set())
-        assert status == ({"patch"} if kind.queued_phase else set()), kind.group
+        writes = kind.queued_phase or kind is UPSTREAM
+        assert status == ({"patch"} if writes else set()), kind.group
 
 
 def test_volcanos_crd_is_not_shipped() -> None:
