@@ -64,3 +64,35 @@ def test_one_gpu_workers_and_one_worker_keep_index_order() -> None:
     dgx1 = preset("dgx1-v100")
     assert split_workers(dgx1, (1, 4, 6), 1) == ((1,), (4,), (6,))
     assert split_workers(dgx1, (2, 5, 6, 7), 4) == ((2, 5, 6, 7),)
+
+
+@settings(max_examples=100, deadline=None)
+@given(data=st.data())
+def test_the_choice_for_workers_has_the_best_ring_then_the_best_split(
+    data: st.DataObject,
+) -> None:
+    """Rule 1b: of the free sets with the best ring, one whose workers' rings add up to the
+    most; checked against every set of that size."""
+    from itertools import combinations
+
+    from toposched.placement.tables import to_mask
+    from toposched.placement.topology_aware import choose
+
+    topology = data.draw(topologies(min_gpus=4, max_gpus=8))
+    per_worker = data.draw(st.sampled_from([2, 3] if topology.size >= 6 else [2]))
+    workers = data.draw(st.integers(2, topology.size // per_worker))
+    k = workers * per_worker
+    free = sorted(
+        data.draw(st.permutations(range(topology.size)))[: data.draw(st.integers(k, topology.size))]
+    )
+    chosen = choose(topology, to_mask(free), k, per_worker=per_worker)
+    bw = topology.bandwidth_matrix
+    sets = list(combinations(free, k))
+    best_ring = max(brute_ring(bw, s) or 0.0 for s in sets)
+    assert abs((brute_ring(bw, chosen) or 0.0) - best_ring) < 1e-6
+    best_split = max(
+        max(total(topology, p) for p in partitions(s, per_worker))
+        for s in sets
+        if abs((brute_ring(bw, s) or 0.0) - best_ring) < 1e-6
+    )
+    assert abs(max(total(topology, p) for p in partitions(chosen, per_worker)) - best_split) < 1e-6

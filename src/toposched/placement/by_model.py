@@ -296,7 +296,9 @@ def _placement(
     for i, free, c in sorted(plan):
         node = cap.nodes[i]
         nodes.append(node)
-        gpus = node_gpus(node.topology, free, c, cap.aware[i], request.mode)
+        gpus = node_gpus(
+            node.topology, free, c, cap.aware[i], request.mode, request.gpus_per_worker
+        )
         aware = node.topology if cap.aware[i] else None
         slots.extend(slots_of(node.name, gpus, request.gpus_per_worker, aware))
         ring = ring_gbps(node.topology, gpus)

@@ -99,11 +99,12 @@ class Shortfall:
 
 
 def node_gpus(
-    topology: NodeTopology, free: int, k: int, aware: bool, mode: Mode
+    topology: NodeTopology, free: int, k: int, aware: bool, mode: Mode, per_worker: int = 0
 ) -> tuple[int, ...]:
-    """The k GPUs a node gives: the exact topology choice, or the lowest free indices."""
+    """The k GPUs a node gives: the exact topology choice (for workers of `per_worker` GPUs
+    each where given), or the lowest free indices."""
     if aware:
-        return choose(topology, free, k, mode)
+        return choose(topology, free, k, mode, per_worker=per_worker)
     return from_mask(free)[:k]
 
 
@@ -213,7 +214,7 @@ def _place_on_one_node(
     for i, free in _candidates(cap, exclude, k, request.fit, request.workers, admits):
         count = free.bit_count()
         topology = cap.nodes[i].topology
-        gpus = node_gpus(topology, free, k, cap.aware[i], request.mode)
+        gpus = node_gpus(topology, free, k, cap.aware[i], request.mode, request.gpus_per_worker)
         if k >= 2:
             ring = ring_gbps(topology, gpus)
             key: tuple[float, ...] = (-(ring or 0.0), count - k, i)
@@ -355,7 +356,7 @@ def _place_on_many_nodes(
     rings: list[float] = [network[tier]]
     for i, free, w in best[1]:
         node = cap.nodes[i]
-        gpus = node_gpus(node.topology, free, w * g, cap.aware[i], request.mode)
+        gpus = node_gpus(node.topology, free, w * g, cap.aware[i], request.mode, g)
         slots.extend(slots_of(node.name, gpus, g, node.topology if cap.aware[i] else None))
         ring = ring_gbps(node.topology, gpus)
         if ring is not None:

@@ -29,6 +29,14 @@ def split_workers(
     return _best(topology, tuple(sorted(gpus)), per_worker)[1]
 
 
+def split_gbps(topology: NodeTopology, gpus: tuple[int, ...], per_worker: int) -> float:
+    """The sum of the workers' ring bandwidths when `gpus` are split as `split_workers` does
+    (0 where there is nothing to split)."""
+    if per_worker < 2 or len(gpus) <= per_worker or len(gpus) > MOST_EXACT:
+        return 0.0
+    return _best(topology, tuple(sorted(gpus)), per_worker)[0]
+
+
 def in_order(gpus: tuple[int, ...], per_worker: int) -> tuple[tuple[int, ...], ...]:
     return tuple(gpus[i : i + per_worker] for i in range(0, len(gpus), per_worker))
 
@@ -55,4 +63,4 @@ def _best(
     return best
 
 
-__all__ = ["MOST_EXACT", "in_order", "split_workers"]
+__all__ = ["MOST_EXACT", "in_order", "split_gbps", "split_workers"]

@@ -1,11 +1,13 @@
 """The exact topology-aware choice of k GPUs in one node (docs/placement.md, rules 1-3).
 
-Rule 1 maximises ring bandwidth over every free k-set (exact, from the subset tables).
-Rule 2 breaks ties by what the choice leaves behind: the best ring still available for later
-requests of common sizes, compared largest size first. Rule 3 prefers higher total pairwise
-bandwidth. Lowest GPU indices break any remaining tie, so the answer is deterministic.
-1-GPU requests have no ring: `spread` keeps away from busy GPUs under the same PCIe switch,
-then the same socket; `pack` harms rule 2 least and sits beside busy GPUs.
+Rule 1 maximises ring bandwidth over every free k-set (exact, from the subset tables). For the
+GPUs of several workers of a gang (`per_worker`), rule 1b then keeps the sets whose split among
+the workers gives their own rings the most bandwidth (placement/split.py). Rule 2 breaks ties by
+what the choice leaves behind: the best ring still available for later requests of common
+sizes, compared largest size first. Rule 3 prefers higher total pairwise bandwidth. Lowest GPU
+indices break any remaining tie, so the answer is deterministic. 1-GPU requests have no ring:
+`spread` keeps away from busy GPUs under the same PCIe switch, then the same socket; `pack`
+harms rule 2 least and sits beside busy GPUs.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from toposched.placement.request import Mode, NodePlacement, NodeRequest
+from toposched.placement.split import split_gbps
 from toposched.placement.tables import IntArray, SubsetTables, from_mask, subset_tables, to_mask
 from toposched.topology.node import NodeTopology
 
@@ -73,9 +76,11 @@ def choose(
     k: int,
     mode: Mode = Mode.PACK,
     keep_sizes: tuple[int, ...] = DEFAULT_KEEP_SIZES,
+    per_worker: int = 0,
 ) -> tuple[int, ...]:
-    """The `topology` policy's k GPUs out of the `free` bitmask (k <= free GPUs; memoised)."""
-    return _choose(topology, free, k, mode, keep_sizes)
+    """The `topology` policy's k GPUs out of the `free` bitmask (k <= free GPUs; memoised),
+    for workers of `per_worker` GPUs each where given."""
+    return _choose(topology, free, k, mode, keep_sizes, per_worker)
 
 
 def clear_decision_memo() -> None:
@@ -87,7 +92,12 @@ def clear_decision_memo() -> None:
 # asks the same few questions again and again. The cache is bounded.
 @lru_cache(maxsize=1 << 16)
 def _choose(
-    topology: NodeTopology, free: int, k: int, mode: Mode, sizes: tuple[int, ...]
+    topology: NodeTopology,
+    free: int,
+    k: int,
+    mode: Mode,
+    sizes: tuple[int, ...],
+    per_worker: int = 0,
 ) -> tuple[int, ...]:
     tables = subset_tables(topology)
     if k == 1:
@@ -95,6 +105,9 @@ def _choose(
     subsets = tables.by_size[k]
     candidates = subsets[(subsets & ~free) == 0]
     candidates = _keep_best(candidates, tables.ring[candidates])
+    if 2 <= per_worker < k and candidates.size > 1:
+        split = [split_gbps(topology, from_mask(int(c)), per_worker) for c in candidates]
+        candidates = _keep_best(candidates, np.array(split))
     candidates = _by_leftover(tables, free, candidates, sizes)
     candidates = _keep_best(candidates, tables.pair_sum[candidates])
     return from_mask(_lowest_indices(tables, candidates))
