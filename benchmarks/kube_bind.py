@@ -156,7 +156,8 @@ class Run:
     namespace: str
     created: dict[str, float] = field(default_factory=dict)
     bound: dict[str, float] = field(default_factory=dict)
-    rings: list[float] = field(default_factory=list)  # of each 2-GPU pod
+    rings: dict[str, float] = field(default_factory=dict)  # of each 2-GPU pod
+    nodes: dict[str, str] = field(default_factory=dict)  # where each pod was bound
     lock: threading.Lock = field(default_factory=threading.Lock)
     done: threading.Event = field(default_factory=threading.Event)
 
@@ -188,7 +189,9 @@ class Kubelets:
             self.cond.notify()
         if want > 1:
             with self.run.lock:
-                self.run.rings.append(ring_bandwidth(DGX1, list(gpus)) or 0.0)
+                self.run.rings[name] = ring_bandwidth(DGX1, list(gpus)) or 0.0
+        with self.run.lock:
+            self.run.nodes[name] = node_name
 
     def end_pods(self) -> None:
         """Mark each pod Succeeded once its run time is over, as its kubelet would."""
@@ -357,7 +360,8 @@ def bench(
             (run.bound[n] - run.created[n]) * 1000 for n in run.bound if n in run.created
         )
         last = max(run.bound.values(), default=began)
-        rings = list(run.rings)
+        rings = list(run.rings.values())
+        spanning = _spanning(run)
     wall = last - min(run.created.values(), default=began)
     best = sum(1 for r in rings if r >= BEST[GANG_GPUS])
     return {
@@ -373,7 +377,25 @@ def bench(
         "multi_gpu_pods": len(rings),
         "ring_gbps_mean": round(sum(rings) / len(rings), 2) if rings else 0.0,
         "on_best_ring": round(best / len(rings), 4) if rings else 0.0,
+        # The 2-GPU pods not on the best ring: how many of them are in gangs spanning nodes.
+        "off_best_in_spanning_gangs": sum(
+            1 for n, r in run.rings.items() if r < BEST[GANG_GPUS] and spanning.get(n, False)
+        ),
+        "off_best": len(rings) - best,
         "scheduler_cpu_s": round(cpu, 1),
+    }
+
+
+def _spanning(run: Run) -> dict[str, bool]:
+    """For each pod of a gang, whether its gang was bound on more than one node."""
+    gangs: dict[str, set[str]] = {}
+    for name, node_name in run.nodes.items():
+        if name.startswith("gang-"):
+            gangs.setdefault(name.rsplit("-", 1)[0], set()).add(node_name)
+    return {
+        name: len(gangs[name.rsplit("-", 1)[0]]) > 1
+        for name in run.nodes
+        if name.startswith("gang-")
     }
 
 
