@@ -42,6 +42,7 @@ import heapq
 import itertools
 import json
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -444,6 +445,7 @@ def main() -> None:
     parser.add_argument("--burst", type=int, default=2000)
     parser.add_argument("--creators", type=int, default=8, help="client threads making pods")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds per scheduler")
+    parser.add_argument("--logs", type=Path, help="keep the components' logs in this folder")
     args = parser.parse_args()
 
     def say(line: str) -> None:
@@ -474,6 +476,8 @@ def main() -> None:
                     f"scheduler CPU {result['scheduler_cpu_s']} s",
                     flush=True,
                 )
+            if args.logs:
+                shutil.copytree(plane.home / "logs", args.logs, dirs_exist_ok=True)
     by = {r["scheduler"]: r for r in results}
     print(json.dumps({"results": results, "qps": args.qps, "burst": args.burst}))
     kube = by.get("kube-scheduler", {})
