@@ -1,4 +1,4 @@
-"""The driver's writes in parallel (`KubeScheduler._on_connections`): as the pool's map, every
+"""The binder's writes in parallel (`Binder._on_connections`): as the pool's map, every
 answer in order on at most BIND_CONNECTIONS threads, and after an error no new call starts."""
 
 from __future__ import annotations
@@ -12,16 +12,16 @@ from typing import Any
 
 import pytest
 
-from toposched.kube.driver import BIND_CONNECTIONS, KubeScheduler
+from toposched.kube.binder import BIND_CONNECTIONS, Binder
 
 
 def on_connections(call: Callable[[int], int], items: list[int]) -> list[int]:
-    """The method on a stand-in for the driver: it needs only the pool."""
-    driver: Any = SimpleNamespace(_pool=ThreadPoolExecutor(BIND_CONNECTIONS))
+    """The method on a stand-in for the binder: it needs only the pool."""
+    binder: Any = SimpleNamespace(_pool=ThreadPoolExecutor(BIND_CONNECTIONS))
     try:
-        return KubeScheduler._on_connections(driver, call, items)
+        return Binder._on_connections(binder, call, items)
     finally:
-        driver._pool.shutdown()
+        binder._pool.shutdown()
 
 
 def test_every_answer_in_order_at_most_bind_connections_at_once() -> None:

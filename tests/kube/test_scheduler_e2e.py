@@ -809,6 +809,7 @@ def test_a_cluster_with_only_volcanos_crd_binds_an_mpi_job(
         assert ("GET", "/apis/scheduling.x-k8s.io/v1alpha1/podgroups") in apiserver.requests
         assert sorted(w.kind for w in runner.watchers) == [
             "configmaps",
+            "k8s-podgroups",  # the server serves Kubernetes' own PodGroups
             "nodes",
             "others",
             "pods",

@@ -68,7 +68,7 @@ def make_app(runner: Runner) -> FastAPI:
         return Health(
             status=state,
             version=__version__,
-            node=f"kubernetes ({len(s.known)} nodes)",
+            node=f"kubernetes ({len(s.nodes.known)} nodes)",
             gpus=total,
             database="none",
             auth=False,
@@ -84,7 +84,7 @@ def make_app(runner: Runner) -> FastAPI:
             owners = s.view.owners()
             out = []
             for name, size, _ in s.view.free():
-                gpus = s.known[name]
+                gpus = s.nodes.known[name]
                 sick = s.view.unhealthy(name)
                 out.append(
                     NodeOut(
