@@ -4,6 +4,7 @@ field, and creates nothing (issue 16's "bad input that gets in", issue 20 item 6
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -239,3 +240,52 @@ def test_limit_s_is_a_positive_finite_number(value: float) -> None:
     else:
         with pytest.raises(ValidationError):
             JobSubmit.model_validate(sent)
+
+
+# ------------------------------------------------ text the store could not read back (issue 33)
+
+# JSON may spell a lone UTF-16 surrogate; Python reads it into a str no UTF-8 encoder takes. Once
+# stored, such a job made every list, get and delete answer 500 and the server fail every start.
+SURROGATE = "\\ud800"
+UNSTORABLE = [
+    (f'{{"command": ["echo", "a{SURROGATE}"]}}', "command.1"),
+    (f'{{"command": ["{SURROGATE}"]}}', "command.0"),
+    (f'{{"command": ["true"], "env": {{"KEY": "{SURROGATE}"}}}}', "env.KEY"),
+    (f'{{"command": ["true"], "selector": {{"zone": "{SURROGATE}"}}}}', "selector.zone"),
+    (f'{{"command": ["true"], "selector": {{"k{SURROGATE}": "v"}}}}', "selector.k\\ud800.[key]"),
+    (f'{{"command": ["true"], "gpu_type": ["V100", "{SURROGATE}"]}}', "gpu_type.1"),
+    (f'{{"command": ["true"], "name": "x{SURROGATE}"}}', "name"),
+    (f'{{"command": ["true"], "checkpoint": {{"signal": "{SURROGATE}"}}}}', "checkpoint.signal"),
+]
+
+
+@pytest.mark.parametrize(("raw", "field"), UNSTORABLE, ids=[f for _, f in UNSTORABLE])
+def test_text_the_store_cannot_read_back_is_refused_by_name(api: Api, raw: str, field: str) -> None:
+    refused(api, raw, field, "lone UTF-16 surrogate")
+    # The list still answers: nothing unreadable was stored.
+    assert api.http.get("/api/v1/jobs?all=true").status_code == 200
+
+
+def test_a_command_nested_deeper_than_any_spec_is_refused_by_name(api: Api) -> None:
+    deep = "[" * 900 + "]" * 900
+    refused(api, f'{{"command": {deep}}}', "command" + ".0" * 15, "nested more than 16")
+
+
+def test_a_stored_row_an_older_version_let_in_stops_no_start_or_list(tmp_path: Path) -> None:
+    with running_server(tmp_path) as server:
+        api = Api(server)
+        api.submit(name="kept", command=["true"])
+        api.until("kept", "succeeded")
+        api.http.close()
+        server.stop()
+        # As an older toposched stored it: SQLite keeps the escape, orjson cannot read it.
+        with sqlite3.connect(server.data_dir / "toposched.db") as conn:
+            (spec,) = conn.execute("SELECT spec FROM jobs WHERE name = 'kept'").fetchone()
+            poisoned = spec.replace('"true"', '"tr\\ud800ue"')
+            assert poisoned != spec
+            conn.execute("UPDATE jobs SET spec = ? WHERE name = 'kept'", (poisoned,))
+        server.start()
+        api = Api(server)
+        assert every_job(api) == ["kept"]
+        assert api.job("kept")["command"] == ["tr\ufffdue"]
+        api.http.close()

@@ -651,3 +651,22 @@ def test_concurrent_transitions_lose_nothing(store: Store) -> None:
         HistoryRow(2.0, "pending", "running", "placed"),
         HistoryRow(3.0, "running", "succeeded", "exit 0"),
     ]
+
+
+def test_a_row_with_a_lone_surrogate_is_read_with_u_fffd_in_its_place(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # What an older toposched let in (issue 33): SQLite keeps the JSON escape, orjson refuses
+    # to read it back. PostgreSQL's json type refuses it on the way in, so only SQLite holds it.
+    store = Store(sqlite_url(tmp_path / "poisoned.db"))
+    add(store, "good", spec={"command": ["echo", "fine"]})
+    add(store, "bad", spec={"command": ["echo", "fine"]})
+    with store.engine.begin() as conn:
+        conn.exec_driver_sql(
+            "UPDATE jobs SET spec = ? WHERE name = 'bad'",
+            ('{"command": ["echo", "a\\ud800b"], "env": {"K\\udfff": "v"}}',),
+        )
+    assert store.job("bad").spec == {"command": ["echo", "a\ufffdb"], "env": {"K\ufffd": "v"}}
+    assert names(store.jobs()) == ["good", "bad"]
+    assert "lone surrogate" in caplog.text
+    store.close()

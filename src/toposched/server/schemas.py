@@ -11,12 +11,15 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    ValidationError,
     ValidationInfo,
     field_validator,
     model_validator,
 )
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from toposched.common.frameworks import MAX_PS, Kind, KindError, kind_of
+from toposched.common.wiretext import faults
 from toposched.core.job import Checkpoint, JobError, LocalityRule
 from toposched.topology.resources import (
     QuantityError,
@@ -83,6 +86,26 @@ def check_workdir(value: str) -> str:
 class Strict(BaseModel):
     # Strict types: JSON `true` is no worker count, nor "5" a priority.
     model_config = ConfigDict(extra="forbid", strict=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _storable(cls, data: Any) -> Any:
+        """Refuse, by its path, any text the store could not read back and any nesting too
+        deep to walk: before a field is read, so that every route applies the same rule."""
+        found = list(faults(data))
+        if found:
+            raise ValidationError.from_exception_data(
+                cls.__name__,
+                [
+                    InitErrorDetails(
+                        type=PydanticCustomError("unstorable", "{why}", {"why": why}),
+                        loc=path,
+                        input="(not echoed)",
+                    )
+                    for path, why in found
+                ],
+            )
+        return data
 
 
 Seconds = Annotated[float, Field(allow_inf_nan=False)]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import functools
+import json
+import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -23,10 +25,12 @@ from sqlalchemy import (
 from sqlalchemy.engine import Row
 from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
 
+from toposched.common.wiretext import scrubbed
 from toposched.store import schema
 from toposched.store.migrations import MigrationError, migrate
 
 _UNSET: Any = object()
+_log = logging.getLogger(__name__)
 
 
 class StoreError(RuntimeError):
@@ -227,6 +231,26 @@ def _jobs_query(
     return query
 
 
+def read_json(text: str | bytes) -> Any:
+    """A JSON column's value. orjson reads what this version writes; a value an older version
+    let in with a lone UTF-16 surrogate (which orjson, rightly, refuses) is read by the standard
+    library and its unreadable characters made U+FFFD, so that one bad row stops no list, get
+    or start."""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError as err:
+        try:
+            value = json.loads(text)
+        except ValueError:
+            raise err from None
+        _log.warning(
+            "a stored value holds text that is not UTF-8 (a lone surrogate); read with U+FFFD "
+            "in its place: %.200s",
+            text,
+        )
+        return scrubbed(value)
+
+
 class Store:
     """Jobs, history, queues, labels and tokens in SQLite (default) or PostgreSQL.
 
@@ -238,7 +262,7 @@ class Store:
         try:
             # orjson reads the JSON columns (a job's spec, its placement) several times faster
             # than the standard library: a page of 100 jobs decodes 200 of them.
-            self.engine: Engine = create_engine(url, future=True, json_deserializer=orjson.loads)
+            self.engine: Engine = create_engine(url, future=True, json_deserializer=read_json)
         except (SQLAlchemyError, ImportError, ValueError) as err:
             raise StoreError(f"cannot use database {self.shown()}: {err}") from None
         self.dialect = self.engine.dialect.name
