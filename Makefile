@@ -32,8 +32,11 @@ check: lint typecheck test
 
 # The main job: the server on this machine's GPUs (an emulated DGX-1 where NVML finds none),
 # SQLite and logs under $$TOPOSCHED_DATA_DIR (default ~/.local/share/toposched), port 8080.
+# One person's server: jobs run as whoever runs it, so that the README's tour runs this
+# checkout's examples with this venv's Python wherever they are; a server shared by teams runs
+# `toposched serve` as root, each team's jobs as an account of its own (docs/server.md).
 serve: venv
-	$(BIN)/toposched serve $(ARGS)
+	$(BIN)/toposched serve --job-accounts server $(ARGS)
 
 demo: venv
 	$(BIN)/toposched demo

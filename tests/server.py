@@ -71,6 +71,9 @@ class ServerProcess:
             "--node-name",
             "node-a",
             *(["--db", self.db] if self.db else []),
+            # The tests' jobs are their own code, in directories only root may enter: as root
+            # they run as the server's user unless a test asks for accounts of their own.
+            *([] if "--job-accounts" in self.args else ["--job-accounts", "server"]),
             *self.args,
         ]
         log = self.log_path.open("ab")

@@ -53,10 +53,32 @@ def serve_cmd(
         help="debug|info|warning|error: info logs each scheduling decision (job, states, "
         "placement, reason), debug also each HTTP request.",
     ),
+    job_accounts: str = typer.Option(
+        "team",
+        "--job-accounts",
+        help="team|user|server: a server run as root starts each job as its team's (or "
+        "user's) own Unix account, so that no job can read the data directory or touch "
+        "another's; 'server' runs them all as root (trusted users only).",
+    ),
+    job_account: list[str] = typer.Option(
+        [],
+        "--job-account",
+        metavar="NAME=USER",
+        help="The Unix user a team (or user) runs as (repeatable); others get a uid "
+        "allocated from --job-uid-range.",
+    ),
+    job_uid_range: str = typer.Option(
+        "61184-65519",
+        "--job-uid-range",
+        metavar="LO-HI",
+        help="Where uids of teams (or users) with no --job-account come from (default: "
+        "systemd's DynamicUser range, free of passwd entries).",
+    ),
 ) -> None:
     """Run the scheduler server: jobs run as local processes on this machine's GPUs."""
     # The web stack loads only here, so the other commands start fast.
     from toposched.common.paths import default_data_dir
+    from toposched.executors.accounts import AccountError, parse_range
     from toposched.server.serve import LOG_LEVELS, ServeError, ServeOptions, serve
     from toposched.store import StoreError
 
@@ -70,6 +92,16 @@ def serve_cmd(
         params = policy_params(param, [policy])[policy]
     except PolicyError as err:
         fail(str(err))
+    named: dict[str, str] = {}
+    for item in job_account:
+        key, sep, user = item.partition("=")
+        if not sep or not key or not user:
+            fail(f"--job-account {item!r}: write NAME=USER, e.g. nlp=alice")
+        named[key] = user
+    try:
+        uids = parse_range(job_uid_range)
+    except AccountError as err:
+        fail(str(err))
     options = ServeOptions(
         data_dir=data_dir or default_data_dir(),
         db=db,
@@ -82,6 +114,9 @@ def serve_cmd(
         node_name=node_name,
         db_busy_timeout_s=db_busy_timeout,
         log_level=log_level.lower(),
+        job_accounts=job_accounts,
+        job_account=named,
+        job_uids=uids,
     )
     try:
         serve(options, say=lambda line: typer.echo(line, err=True))

@@ -38,6 +38,7 @@ from toposched.common.frameworks import (
     hostfile,
     local_members,
 )
+from toposched.executors.accounts import Account, AccountError, Accounts
 from toposched.executors.cores import CoreChoice, cores_path, cpu_list, plan, read_cores
 from toposched.executors.supervisor import (
     ExitRecord,
@@ -81,6 +82,7 @@ class RunSpec:
     kind: Kind = Kind.PYTORCH
     ps: int = 0  # TensorFlow parameter servers, which hold no GPU
     cpus: int = 0  # millicores each worker (and parameter server) asked for; 0: none asked
+    owner: str = ""  # the user who submitted it: whose account runs it, where accounts are by user
 
 
 @dataclass(frozen=True)
@@ -211,6 +213,9 @@ class LocalExecutor:
 
     Each process is pinned to cores of its GPUs' NUMA node, read from `topology`'s CPU lists
     (without one, any core), among `host_cores` (default: the cores this process may use).
+    With `accounts` (the server runs as root), each job's processes run as its team's (or
+    user's) account: its log and checkpoint directory are that account's alone, and the rest
+    of `root` is the server's.
     """
 
     def __init__(
@@ -220,9 +225,14 @@ class LocalExecutor:
         *,
         topology: NodeTopology | None = None,
         host_cores: Collection[int] | None = None,
+        accounts: Accounts | None = None,
     ) -> None:
         self.root = Path(root).absolute()
         self.root.mkdir(parents=True, exist_ok=True)
+        self.accounts = accounts
+        if accounts is not None:
+            # Other accounts may pass through (to their own checkpoint directories), not list.
+            self.root.chmod(0o711)
         self.python = python
         self.affinity = topology.cpu_affinity if topology is not None else ()
         self.host_cores = frozenset(os.sched_getaffinity(0) if host_cores is None else host_cores)
@@ -289,16 +299,22 @@ class LocalExecutor:
         if any(run_dir.glob("worker-*.pid")) or any(run_dir.glob("worker-*.exit")):
             raise ExecutorError(f"{where} was already started (records in {run_dir})")
         try:
+            account = None if self.accounts is None else self.accounts.for_job(run.queue, run.owner)
+        except (AccountError, OSError) as exc:
+            raise ExecutorError(f"{where}: no account to run it as: {exc}") from exc
+        try:
             run_dir.mkdir(parents=True, exist_ok=True)
             self.checkpoint_dir(run.job).mkdir(exist_ok=True)
             if run.kind is Kind.MPI:
                 slots = max(1, len(run.workers[0][1]))  # a worker with no GPU still runs a rank
                 text = hostfile([LOOPBACK] * len(run.workers), slots)
                 (run_dir / "hostfile").write_text(text, encoding="utf-8")
+            if account is not None:
+                self._hand_over(run, run_dir, account)
         except OSError as exc:
             raise ExecutorError(f"{where}: cannot write to {run_dir.parent}: {exc}") from exc
         try:
-            envs = self._environments(run, members, run_dir / "hostfile")
+            envs = self._environments(run, members, run_dir / "hostfile", account)
         except OSError as exc:
             raise ExecutorError(f"{where}: cannot pick free ports: {exc}") from exc
         started: list[subprocess.Popen[bytes]] = []
@@ -306,7 +322,7 @@ class LocalExecutor:
             choices = self._pin(run, members, run_dir)
             for rank, env in enumerate(envs):
                 try:
-                    started.append(self._spawn(run, run_dir, rank, env, choices[rank]))
+                    started.append(self._spawn(run, run_dir, rank, env, choices[rank], account))
                 except (OSError, ValueError) as exc:
                     raise ExecutorError(
                         f"{tracked.describe(rank)}: cannot start its supervisor: {exc}"
@@ -443,11 +459,35 @@ class LocalExecutor:
             raise ExecutorError(f"job {job!r} attempt {attempt} is not tracked by this executor")
         return run
 
+    def _hand_over(self, run: RunSpec, run_dir: Path, account: Account) -> None:
+        """What the job's account needs of its run: a way through to its run directory (which it
+        may not list), its checkpoint directory and MPI hostfile its own."""
+        for step in (run_dir.parent, run_dir):
+            step.chmod(0o711)
+        checkpoint = self.checkpoint_dir(run.job)
+        checkpoint.chmod(0o700)
+        os.chown(checkpoint, account.uid, account.gid)
+        if run.kind is Kind.MPI:
+            os.chown(run_dir / "hostfile", account.uid, account.gid)
+
     def _environments(
-        self, run: RunSpec, members: list[Member], hostfile_path: Path
+        self,
+        run: RunSpec,
+        members: list[Member],
+        hostfile_path: Path,
+        account: Account | None = None,
     ) -> list[dict[str, str]]:
-        """Each process's environment, in rank order: ours over the kind's over the job's own."""
-        base = {**os.environ, **run.env}
+        """Each process's environment, in rank order: ours over the kind's over the job's own.
+
+        A job run as an account of its own gets the server's environment without the
+        server's own settings (TOPOSCHED_*: a database URL may hold a password), and the
+        account's HOME, USER and LOGNAME."""
+        inherited = dict(os.environ)
+        if account is not None:
+            inherited = {k: v for k, v in inherited.items() if not k.startswith("TOPOSCHED_")}
+            home = str(account.home)
+            inherited |= {"HOME": home, "USER": account.name, "LOGNAME": account.name}
+        base = {**inherited, **run.env}
         if "PYTHONUNBUFFERED" not in run.env:
             base["PYTHONUNBUFFERED"] = "1"  # so that a Python worker's log is live
         ours = {
@@ -517,15 +557,37 @@ class LocalExecutor:
         return choices
 
     def _spawn(
-        self, run: RunSpec, run_dir: Path, rank: int, env: dict[str, str], cores: CoreChoice
+        self,
+        run: RunSpec,
+        run_dir: Path,
+        rank: int,
+        env: dict[str, str],
+        cores: CoreChoice,
+        account: Account | None,
     ) -> subprocess.Popen[bytes]:
         argv = [self.python, "-m", "toposched.executors.supervisor", str(run_dir), str(rank)]
-        if run.workdir is not None:
-            argv += ["--cwd", run.workdir]
+        cwd = run.workdir
+        if cwd is None and account is not None:
+            # Not the server's own directory: the account's home, else its checkpoints.
+            home = account.home
+            cwd = str(home if home.is_dir() else self.checkpoint_dir(run.job))
+        if cwd is not None:
+            argv += ["--cwd", cwd]
         if cores.cores:
             argv += ["--cpus", cpu_list(cores.cores)]
+        if account is not None:
+            argv += ["--user", f"{account.uid}:{account.gid}"]
         argv += ["--", *run.command]
-        with open(run_dir / f"worker-{rank}.log", "ab") as log:
+        # Owner-only from its creation; a job's own account owns its log (the server reads it
+        # as root), no other job can read it.
+        fd = os.open(run_dir / f"worker-{rank}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        if account is not None:
+            try:
+                os.fchown(fd, account.uid, account.gid)
+            except OSError:
+                os.close(fd)
+                raise
+        with open(fd, "ab") as log:
             # A session of its own: the supervisor outlives a server that is kill -9ed, and no
             # signal meant for the server's group reaches it
             return subprocess.Popen(

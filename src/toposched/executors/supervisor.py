@@ -1,7 +1,9 @@
 """The supervisor of one worker: runs it in its own process group and records its pids and exit."""
 
-# Run as `python -m toposched.executors.supervisor RUN_DIR RANK [--cwd DIR] [--cpus LIST] -- CMD
-# [ARGS...]`, LIST the CPUs to pin the worker to, as /proc prints them ("0-3,8").
+# Run as `python -m toposched.executors.supervisor RUN_DIR RANK [--cwd DIR] [--cpus LIST]
+# [--user UID:GID] -- CMD [ARGS...]`, LIST the CPUs to pin the worker to, as /proc prints them
+# ("0-3,8"), UID:GID the account the worker runs as (the supervisor stays the server's, root:
+# it writes the records and kills the worker's stragglers, which the worker cannot stop).
 # The executor (or a restarted server) reads the files written here; their formats are defined in
 # this module so that writer and reader cannot drift apart.
 
@@ -38,9 +40,9 @@ __all__ = [
 
 USAGE = (
     "usage: python -m toposched.executors.supervisor RUN_DIR RANK [--cwd DIR] [--cpus LIST] "
-    "-- CMD [ARGS...]"
+    "[--user UID:GID] -- CMD [ARGS...]"
 )
-OPTIONS = ("--cwd", "--cpus")
+OPTIONS = ("--cwd", "--cpus", "--user")
 
 
 def pid_path(run_dir: Path, rank: int) -> Path:
@@ -180,6 +182,7 @@ class _Args:
     rank: int
     cwd: str | None
     cpus: str | None
+    user: tuple[int, int] | None  # (uid, gid) the worker runs as; None: this process's own
     command: list[str]
 
 
@@ -194,7 +197,15 @@ def _parse(argv: Sequence[str]) -> _Args | None:
     options = dict(zip(head[2::2], head[3::2], strict=True))
     if len(options) * 2 != len(head) - 2 or not set(options) <= set(OPTIONS):
         return None
-    return _Args(Path(head[0]), int(head[1]), options.get("--cwd"), options.get("--cpus"), command)
+    user = None
+    if "--user" in options:
+        uid, sep, gid = options["--user"].partition(":")
+        if not sep or not uid.isdigit() or not gid.isdigit():
+            return None
+        user = (int(uid), int(gid))
+    return _Args(
+        Path(head[0]), int(head[1]), options.get("--cwd"), options.get("--cpus"), user, command
+    )
 
 
 def _pin(args: _Args) -> None:
@@ -235,6 +246,15 @@ def _wait(proc: subprocess.Popen[bytes]) -> int:
     return proc.wait()
 
 
+def _as(user: tuple[int, int] | None) -> dict[str, Any]:
+    """Popen's arguments that run the worker as `user`, in its own group alone (none of the
+    supervisor's supplementary groups), its files private by default."""
+    if user is None:
+        return {}
+    uid, gid = user
+    return {"user": uid, "group": gid, "extra_groups": [], "umask": 0o077}
+
+
 def _start_failure(args: _Args, exc: OSError) -> int:
     where = f"working directory {args.cwd!r}" if exc.filename == args.cwd else repr(args.command[0])
     _say(f"worker {args.rank}: cannot run {where}: {exc.strerror or exc}")
@@ -252,7 +272,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         signal.signal(sig, _ignore)
     _pin(args)
     try:
-        proc = subprocess.Popen(args.command, process_group=0, cwd=args.cwd)
+        proc = subprocess.Popen(args.command, process_group=0, cwd=args.cwd, **_as(args.user))
     except OSError as exc:
         returncode = _start_failure(args, exc)
     else:

@@ -824,6 +824,7 @@ class Runtime(Driver):
             kind=kind,
             ps=ps,
             cpus=parse_cpus(row.spec.get("cpus") or 0),
+            owner=row.owner,
         )
         self._later(self._start_run, run)
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import fcntl
 import gc
 import logging
+import os
+import pwd
 import socket
 import sys
 import tempfile
@@ -19,6 +21,7 @@ import uvicorn
 
 from toposched.common.paths import loopback
 from toposched.core import make_scheduler_policy
+from toposched.executors.accounts import DYNAMIC_UIDS, AccountError, Accounts, KeyedBy
 from toposched.executors.local import LocalExecutor
 from toposched.server.app import create_app
 from toposched.server.auth import ensure_admin_token
@@ -45,6 +48,11 @@ class ServeOptions:
     node_name: str | None = None
     db_busy_timeout_s: float = BUSY_TIMEOUT_S
     log_level: str = "info"
+    # Whose account runs each job when the server is root: its team's, its user's, or the
+    # server's own ("server"); named accounts, and the range others are allocated from.
+    job_accounts: str = "team"
+    job_account: Mapping[str, str] = field(default_factory=dict)
+    job_uids: tuple[int, int] = DYNAMIC_UIDS
 
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -126,6 +134,57 @@ def _open_store(options: ServeOptions) -> Store:
     return store
 
 
+JOB_ACCOUNTS = ("team", "user", "server")
+
+
+def _accounts(options: ServeOptions, say: Callable[[str], None]) -> Accounts | None:
+    """The accounts jobs run as (None: the server's own), with a line that says which."""
+    if options.job_accounts not in JOB_ACCOUNTS:
+        raise ServeError(
+            f"--job-accounts must be one of {', '.join(JOB_ACCOUNTS)}, got {options.job_accounts!r}"
+        )
+    root = os.geteuid() == 0
+    if options.job_accounts == "server" or not root:
+        if options.job_account and not root:
+            raise ServeError("--job-account needs the server to run as root (to start jobs as it)")
+        me = _user_name(os.geteuid())
+        why = "--job-accounts server" if root else "run the server as root for one per team"
+        say(
+            f"jobs run as this server's own user ({me}): any job can read the data directory "
+            "(the admin token in it), other jobs' logs and environments, and signal their "
+            f"processes; fit for one team or trusted users only ({why})"
+        )
+        return None
+    data_dir = options.data_dir
+    # Whatever the server makes from now on is its own alone (the database, its journal, the
+    # token, logs); what is there already is made so. Jobs pass through the data directory
+    # to their own homes and checkpoints, and can list nothing in it.
+    os.umask(0o077)
+    data_dir.chmod(0o711)
+    for entry in data_dir.iterdir():
+        if entry.is_file() and not entry.is_symlink() and entry.stat().st_mode & 0o077:
+            entry.chmod(entry.stat().st_mode & 0o700)
+    try:
+        accounts = Accounts(
+            data_dir, KeyedBy(options.job_accounts), options.job_account, options.job_uids
+        )
+    except AccountError as err:
+        raise ServeError(str(err)) from None
+    named = "".join(f", {key} as {user}" for key, user in sorted(options.job_account.items()))
+    say(
+        f"jobs run as their {options.job_accounts}'s own account{named}; others as uids "
+        f"allocated from {options.job_uids[0]}-{options.job_uids[1]}"
+    )
+    return accounts
+
+
+def _user_name(uid: int) -> str:
+    try:
+        return f"{pwd.getpwuid(uid).pw_name}, uid {uid}"
+    except KeyError:
+        return f"uid {uid}"
+
+
 def serve(options: ServeOptions, say: Callable[[str], None] = print) -> None:
     if not options.auth and not loopback(options.host):
         raise ServeError(
@@ -138,8 +197,9 @@ def serve(options: ServeOptions, say: Callable[[str], None] = print) -> None:
     data_dir = options.data_dir
     _check_writable(data_dir)
     lock = _lock(data_dir)
+    accounts = _accounts(options, say)
     store = _open_store(options)
-    executor = LocalExecutor(data_dir / "runs", topology=local.node.topology)
+    executor = LocalExecutor(data_dir / "runs", topology=local.node.topology, accounts=accounts)
     metrics = Metrics()
     runtime = Runtime(store, executor, local, policy, observe=metrics.latency.observe)
     metrics.watch(runtime)
