@@ -371,3 +371,32 @@ def test_the_seed_four_worker_jobs() -> None:
         spec = load_job_file(EXAMPLES / f"{model}-4gpu.yaml").spec
         assert (spec["workers"], spec["gpus"], spec["locality"]) == (4, 1, "node")
         assert spec["command"][1:4] == ["examples/jobs/ddp_train.py", "--model", model]
+
+
+# Aliases: `command: &a [*a, *a]` grew the CLI to 822 MB in 20 s, nine aliases of nine never
+# finished (issue 33, finding 4). Refused now from the composed nodes, before any expansion.
+LAUGHS = "a0: &a0 [x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]\n" for i in range(1, 9)
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "problem"),
+    [
+        ("command: &a [*a, *a]\n", 1, "an alias refers to a value that holds it"),
+        ("env: &e {A: *e}\n", 1, "an alias refers to a value that holds it"),
+        # Line 6, a5: the first value past the bound (597,871 values).
+        (LAUGHS + "command: *a8\n", 6, "its aliases expand to more than 200,000 values"),
+    ],
+    ids=["self", "self-map", "nine-of-nine"],
+)
+def test_aliases_that_expand_without_bound_are_refused(text: str, line: int, problem: str) -> None:
+    with pytest.raises(JobFileError) as caught:
+        parse_job_text(text, "job.yaml")
+    assert caught.value.line == line
+    assert problem in str(caught.value)
+
+
+def test_aliases_within_bounds_are_read() -> None:
+    job = parse_job_text("command: [python, &s train.py, *s]\n", "job.yaml")
+    assert job.spec["command"] == ["python", "train.py", "train.py"]

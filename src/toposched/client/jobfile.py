@@ -43,6 +43,7 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from toposched.common.frameworks import KindError, kind_of
 from toposched.topology.resources import QuantityError, parse_cpus, parse_memory
+from toposched.yamlnodes import TooLarge, check_expansion
 
 RESTART = ("never", "on-failure")
 INT = "tag:yaml.org,2002:int"
@@ -170,6 +171,10 @@ def parse_job_text(text: str, path: str = "<job file>") -> JobFile:
         raise JobFileError(path, None, None, f"not valid YAML: {err}") from None
     if root is None or (isinstance(root, ScalarNode) and root.tag == NULL):
         raise JobFileError(path, None, None, "is empty: a job file is a mapping of fields")
+    try:
+        check_expansion(root)
+    except TooLarge as err:
+        raise JobFileError(path, err.line, None, str(err)) from None
     if not isinstance(root, MappingNode):
         raise JobFileError(
             path,

@@ -30,6 +30,7 @@ from toposched.topology.resources import (
     parse_memory,
 )
 from toposched.topology.yamlfile import _line
+from toposched.yamlnodes import TooLarge, check_expansion
 
 # Turns a `topology:` value that is not a preset (a file path) into a topology; the loader in
 # toposched.discovery.files reads files relative to the cluster file and caches them by path.
@@ -287,7 +288,11 @@ def _compose(text: str, source: str) -> tuple[Any, yaml.Node | None]:
     loader = yaml.SafeLoader(text)
     try:
         root = loader.get_single_node()
+        if root is not None:
+            check_expansion(root)
         return (None if root is None else loader.construct_document(root)), root
+    except TooLarge as err:
+        raise ClusterError(str(err), source=source, line=err.line) from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         raise ClusterError(

@@ -10,6 +10,7 @@ from toposched.topology.errors import TopologyError
 from toposched.topology.links import DEFAULT_BANDWIDTH, BandwidthTable
 from toposched.topology.node import NodeTopology
 from toposched.topology.presets import PRESETS, preset
+from toposched.yamlnodes import TooLarge, check_expansion
 
 KEYS = ("name", "preset", "links", "numa", "switch", "cpu_affinity", "bandwidth_gbps")
 
@@ -44,7 +45,11 @@ def parse_yaml(text: str, *, source: str = "<yaml>") -> NodeTopology:
     """Parse a YAML topology; every error names the file, the line and what is wrong."""
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
+        if root is not None:
+            check_expansion(root)
         data = yaml.safe_load(text)
+    except TooLarge as err:
+        raise TopologyError(str(err), source=source, line=err.line) from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         raise TopologyError(
