@@ -86,6 +86,10 @@ NON_FINITE = [
     ('{"command": ["true"], "limit_s": -Infinity}', "limit_s"),
     ('{"command": ["true"], "checkpoint": {"grace_s": NaN}}', "checkpoint.grace_s"),
     ('{"command": ["true"], "checkpoint": {"grace_s": Infinity}}', "checkpoint.grace_s"),
+    # Numbers in text too (issue 33 finding 5: `node,rack@nan` was stored).
+    ('{"command": ["true"], "locality": "node,rack@nan"}', "locality"),
+    ('{"command": ["true"], "locality": "node,rack@inf"}', "locality"),
+    ('{"command": ["true"], "locality": "node,rack@Infinity"}', "locality"),
 ]
 
 

@@ -3,6 +3,7 @@ neither skipping nor repeating a job while others are submitted (issue 20 item 4
 
 from __future__ import annotations
 
+import base64
 import json
 import random
 from collections.abc import Iterator
@@ -195,3 +196,17 @@ def test_pages_and_submit_answers_are_what_the_schemas_say(api: Api) -> None:
     running = page(api, state="running")
     assert running["jobs"][0]["placement"][0]["gpus"] == list(range(8))  # the hog's
     assert JobPage.model_validate(running).model_dump(mode="json", by_alias=True) == running
+
+
+@pytest.mark.parametrize("after", [2**63, 2**64 + 5, 10**30])
+def test_a_forged_token_past_any_seq_is_refused(api: Api, after: int) -> None:
+    # A real token of this list, its `after` made larger than any database's integer: it
+    # reached SQLite and answered 500 (OverflowError), issue 33 finding 5.
+    submit(api, "forged", 3)
+    first = page(api, queue="forged", limit=1)
+    said = json.loads(base64.urlsafe_b64decode(first["metadata"]["continue"] + "=="))
+    said["after"] = after
+    forged = base64.urlsafe_b64encode(json.dumps(said).encode()).decode().rstrip("=")
+    reply = api.http.get("/api/v1/jobs", params={"queue": "forged", "limit": 1, "continue": forged})
+    assert reply.status_code == 422, reply.text
+    assert [entry["loc"] for entry in reply.json()["detail"]] == [["query", "continue"]]

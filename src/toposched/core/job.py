@@ -3,6 +3,8 @@ and the nodes it may use."""
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import cached_property
@@ -54,8 +56,11 @@ class LocalityRule:
     def __post_init__(self) -> None:
         if (self.accept is None) != (self.relax_after_s is None):
             raise JobError("locality: `accept` and `relax_after_s` go together")
-        if self.relax_after_s is not None and self.relax_after_s < 0:
-            raise JobError(f"locality: relax_after_s must be >= 0, got {self.relax_after_s}")
+        if self.relax_after_s is not None and not 0 <= self.relax_after_s < math.inf:
+            # NaN compares false with everything: it would be stored, and never relax.
+            raise JobError(
+                f"locality: relax_after_s must be a finite number >= 0, got {self.relax_after_s}"
+            )
         if self.accept is not None and self.accept.tier <= self.prefer.tier:
             raise JobError(
                 f"locality: accept={self.accept} must be wider than prefer={self.prefer}"

@@ -287,7 +287,8 @@ def _after(token: str, scope: str) -> int:
     try:
         said = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
         after, made_for = said["after"], said["scope"]
-        if type(after) is not int or after < 0:
+        # A seq is a 64-bit integer in every database: a larger one is no token of ours.
+        if type(after) is not int or not 0 <= after < 2**63:
             raise ValueError
     except (ValueError, TypeError, KeyError, binascii.Error):
         raise _refused(
