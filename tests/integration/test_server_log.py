@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import signal
 import sys
 from pathlib import Path
 
@@ -59,3 +60,24 @@ def test_an_unknown_log_level_is_refused(tmp_path: Path) -> None:
     result = run_cli("serve", "--data-dir", str(tmp_path), "--log-level", "chatty")
     assert result.code == 2
     assert "--log-level must be one of debug, info, warning, error, got 'chatty'" in result.err
+
+
+def test_sigterm_runs_the_same_shutdown_as_sigint(tmp_path: Path) -> None:
+    # uvicorn raised SIGTERM again with the default handler: the process died before the
+    # runtime stopped, the store closed or the last line was logged (issue 33 finding 6).
+    with running_server(tmp_path) as server:
+        api = Api(server)
+        api.submit(name="stays", command=[sys.executable, "-c", "import time; time.sleep(60)"])
+        api.until("stays", "running")
+        api.http.close()
+        assert server.proc is not None
+        server.proc.send_signal(signal.SIGTERM)
+        assert server.proc.wait(timeout=30) == 0
+        said = server.log()
+        assert "toposched stopped; 1 job(s) keep running (stays): their workers are adopted" in said
+        server.start()
+        again = Api(server)
+        assert again.state("stays") == "running"
+        assert again.http.delete("/api/v1/jobs/stays").status_code == 202
+        again.until("stays", "cancelled")
+        again.http.close()

@@ -4,7 +4,6 @@ and the nodes it may use."""
 from __future__ import annotations
 
 import math
-
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import cached_property

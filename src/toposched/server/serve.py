@@ -7,6 +7,7 @@ import gc
 import logging
 import os
 import pwd
+import signal
 import socket
 import sys
 import tempfile
@@ -232,9 +233,15 @@ def serve(options: ServeOptions, say: Callable[[str], None] = print) -> None:
     runtime.start()
     watch = threading.Thread(target=_watch, args=(runtime, server), daemon=True)
     watch.start()
+    # uvicorn stops on SIGTERM as on SIGINT, then raises the signal again with the handler it
+    # found: the default one would end the process there, before the shutdown below (jobs
+    # left as they are, the store closed, the last line logged). This handler makes that
+    # second SIGTERM an exit through the shutdown, as SIGINT's KeyboardInterrupt is.
+    previous = signal.signal(signal.SIGTERM, _terminated)
     try:
         server.run()
     finally:
+        signal.signal(signal.SIGTERM, previous)
         gc.set_threshold(*thresholds)  # as they were, for a process that goes on (tests)
         runtime.stop()
         # Read once the loop has stopped: nothing starts or ends in the core after this.
@@ -251,6 +258,10 @@ def serve(options: ServeOptions, say: Callable[[str], None] = print) -> None:
     logging.shutdown()
     if runtime.broken is not None:
         raise ServeError(runtime.broken)
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise SystemExit(0)  # a service manager's stop: a clean exit, once the shutdown has run
 
 
 # Python's collector walks every object the server holds (every job's records) in a full
