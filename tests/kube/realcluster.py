@@ -194,17 +194,20 @@ def _make_user(api: KubeApi) -> None:
 
 
 def _add_addresses(addresses: tuple[str, ...]) -> tuple[str, ...]:
-    """Put the addresses on the loopback interface (root only); those that could be."""
-    added: list[str] = []
+    """Put the addresses on the loopback interface (root only); those that are on it."""
     if shutil.which("ip") is None:
         return ()
     for address in addresses:
-        done = subprocess.run(
+        subprocess.run(
             ["ip", "address", "add", f"{address}/32", "dev", "lo"], capture_output=True, text=True
         )
-        if done.returncode == 0 or "File exists" in done.stderr:
-            added.append(address)
-    return tuple(added)
+    # Those there now, whether added here or left by an earlier run that was killed (`ip`
+    # then says "Address already assigned", or "File exists" in older versions).
+    shown = subprocess.run(
+        ["ip", "-o", "address", "show", "dev", "lo"], capture_output=True, text=True
+    ).stdout
+    present = {word.split("/")[0] for word in shown.split()}
+    return tuple(address for address in addresses if address in present)
 
 
 def _drop_addresses(addresses: tuple[str, ...]) -> None:
