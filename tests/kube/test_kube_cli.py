@@ -23,12 +23,16 @@ def cluster(apiserver: LiveCluster, kubeconfig: Path) -> Iterator[Cluster]:
     for i in range(2):
         apiserver.create(node(f"dgx{i}"))
     c = Cluster(apiserver, kubeconfig)
-    replica = run_as_pod(apiserver, c.start(pod=(NAMESPACE, "toposched-scheduler-0")), 0, "dgx1")
+    # Stopped whatever fails: a scheduler left running would bind the next tests' pods.
     try:
-        until(lambda: endpoints(apiserver) == {replica.ip}, "the scheduler behind its Service")
-        yield c
+        started = c.start(pod=(NAMESPACE, "toposched-scheduler-0"))
+        replica = run_as_pod(apiserver, started, 0, "dgx1")
+        try:
+            until(lambda: endpoints(apiserver) == {replica.ip}, "the scheduler behind its Service")
+            yield c
+        finally:
+            replica.stop()
     finally:
-        replica.stop()
         c.stop()
 
 
