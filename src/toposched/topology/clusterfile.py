@@ -285,8 +285,9 @@ class _Map:
 
 def _compose(text: str, source: str) -> tuple[Any, yaml.Node | None]:
     """The data and the node tree it was built from, so that both have the same shape."""
-    loader = yaml.SafeLoader(text)
+    loader: yaml.SafeLoader | None = None
     try:
+        loader = yaml.SafeLoader(text)  # which refuses a control character already
         root = loader.get_single_node()
         if root is not None:
             check_expansion(root)
@@ -301,7 +302,8 @@ def _compose(text: str, source: str) -> tuple[Any, yaml.Node | None]:
             line=None if mark is None else mark.line + 1,
         ) from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
 
 
 def parse_cluster_yaml(
