@@ -9,11 +9,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from tests.e2e.conftest import run_cli
 from tests.server import Api, ServerProcess, running_server, worker
 from toposched.server.app import MAX_BODY_BYTES
 from toposched.server.schemas import MAX_COMMAND_BYTES, MAX_ENV_BYTES, JobSubmit, LabelIn
@@ -293,3 +295,28 @@ def test_a_stored_row_an_older_version_let_in_stops_no_start_or_list(tmp_path: P
         assert every_job(api) == ["kept"]
         assert api.job("kept")["command"] == ["tr\ufffdue"]
         api.http.close()
+        # `admin fsck` finds it; repairs it only once the server is stopped.
+        data = str(server.data_dir)
+        found = run_cli("admin", "fsck", "--data-dir", data, "--json")
+        assert found.code == 1, found.err
+        assert json.loads(found.out)["unreadable"] == [
+            {
+                "seq": 1,
+                "job": "kept",
+                "column": "spec",
+                "problem": "text that is not UTF-8 (a lone UTF-16 surrogate)",
+                "repairable": True,
+            }
+        ]
+        busy = run_cli("admin", "fsck", "--data-dir", data, "--repair")
+        assert busy.code == 2 and "stop it before --repair" in busy.err, busy.err
+        server.stop()
+        mended = run_cli("admin", "fsck", "--data-dir", data, "--repair")
+        assert mended.code == 0, mended.err
+        assert "job kept (seq 1): spec: text that is not UTF-8" in mended.out
+        assert "1 unreadable, 1 repaired, 0 left" in mended.out
+        clean = run_cli("admin", "fsck", "--data-dir", data)
+        assert (clean.code, clean.out.strip()) == (0, "0 unreadable, 0 repaired, 0 left")
+        with sqlite3.connect(server.data_dir / "toposched.db") as conn:
+            (spec,) = conn.execute("SELECT spec FROM jobs WHERE name = 'kept'").fetchone()
+        assert orjson.loads(spec)["command"] == ["tr\ufffdue"]

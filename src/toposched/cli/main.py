@@ -13,6 +13,7 @@ from toposched import __version__
 from toposched.cli import (
     admin_cmd,
     demo_cmd,
+    fsck_cmd,
     jobs_cmd,
     kube_cmd,
     perf_cmd,
@@ -34,6 +35,7 @@ app = typer.Typer(
 )
 app.add_typer(topology_cmd.app, name="topology")
 app.add_typer(kube_cmd.app, name="kube")
+app.add_typer(fsck_cmd.admin_app, name="admin")
 app.command("place")(place_cmd.place)
 app.command("demo")(demo_cmd.demo)
 app.command("perf")(perf_cmd.perf)

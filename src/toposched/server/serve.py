@@ -94,7 +94,7 @@ def _check_port(host: str, port: int) -> None:
             ) from None
 
 
-def _lock(data_dir: Path) -> IO[str]:
+def lock_data_dir(data_dir: Path) -> IO[str]:
     """One server per data directory: two would both adopt the same workers."""
     handle = (data_dir / "server.lock").open("a+")
     try:
@@ -197,7 +197,7 @@ def serve(options: ServeOptions, say: Callable[[str], None] = print) -> None:
     local = local_node(options.emulate, options.node_name)
     data_dir = options.data_dir
     _check_writable(data_dir)
-    lock = _lock(data_dir)
+    lock = lock_data_dir(data_dir)
     accounts = _accounts(options, say)
     store = _open_store(options)
     executor = LocalExecutor(data_dir / "runs", topology=local.node.topology, accounts=accounts)

@@ -1,0 +1,85 @@
+"""`toposched admin fsck`: find, and with --repair mend, stored jobs the server cannot read."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from toposched.cli.output import console, emit_json, fail
+
+admin_app = typer.Typer(no_args_is_help=True, help="Work on the server's database directly.")
+
+# Exit status: 0 every row reads (or was repaired), 1 rows that cannot be read remain.
+EXIT_UNREADABLE = 1
+
+
+@admin_app.command("fsck")
+def fsck(
+    data_dir: Path = typer.Option(
+        None,
+        "--data-dir",
+        help="The server's data directory (default: as `toposched serve` finds it).",
+    ),
+    db: str = typer.Option(None, "--db", help="SQLAlchemy URL (default: the data directory's)."),
+    repair: bool = typer.Option(
+        False,
+        "--repair",
+        help="Write each repairable row back with its unreadable characters made U+FFFD "
+        "(the server must be stopped).",
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print the rows found as JSON."),
+) -> None:
+    """List the jobs whose stored text the server cannot read back (stored by an older
+    version: a lone UTF-16 surrogate), and with --repair mend them."""
+    from toposched.common.paths import default_data_dir
+    from toposched.server.serve import ServeError, lock_data_dir
+    from toposched.store import Store, StoreError, sqlite_url
+    from toposched.store.fsck import repair as mend
+    from toposched.store.fsck import unreadable
+
+    where = data_dir or default_data_dir()
+    if db is None and not (where / "toposched.db").is_file():
+        fail(f"no database in {where} (give --data-dir or --db)")
+    try:
+        store = Store(db or sqlite_url(where / "toposched.db"))
+    except StoreError as err:
+        fail(str(err))
+    lock = None
+    try:
+        if repair and db is None:
+            # The running server keeps jobs in memory: it must not see them change under it.
+            try:
+                lock = lock_data_dir(where)
+            except ServeError as err:
+                fail(f"{err}: stop it before --repair")
+        found = list(unreadable(store))
+        repaired = []
+        if repair:
+            for row in found:
+                if row.repairable:
+                    mend(store, row)
+                    repaired.append(row)
+        left = [row for row in found if row not in repaired]
+        if as_json:
+            emit_json(
+                {
+                    "unreadable": [row.to_json() for row in found],
+                    "repaired": [row.to_json() for row in repaired],
+                }
+            )
+        else:
+            for row in found:
+                done = " (repaired)" if row in repaired else ""
+                console.print(f"job {row.name} (seq {row.seq}): {row.column}: {row.problem}{done}")
+            hint = " (--repair mends them)" if left and not repair else ""
+            console.print(
+                f"{len(found)} unreadable, {len(repaired)} repaired, {len(left)} left{hint}",
+                highlight=False,
+            )
+    finally:
+        store.close()
+        if lock is not None:
+            lock.close()
+    if left:
+        raise typer.Exit(EXIT_UNREADABLE)
