@@ -135,16 +135,22 @@ def readable(admin: httpx.Client, outsider: httpx.Client, name: str) -> None:
         assert listed.status_code == 200, listed.text
 
 
+def submit(admin: httpx.Client, body: dict[str, Any]) -> httpx.Response:
+    """POST `body` as sent: any answer but a 5xx, counted (--hypothesis-show-statistics)."""
+    reply = admin.post(
+        "/api/v1/jobs", content=raw(body), headers={"Content-Type": "application/json"}
+    )
+    assert reply.status_code in SAID, (reply.status_code, reply.text[:500], body)
+    event(f"answered {reply.status_code}")
+    return reply
+
+
 @FUZZ
 @given(body=submissions())
 def test_no_submission_gets_a_5xx_and_every_stored_one_reads_back(
     admin: httpx.Client, outsider: httpx.Client, body: dict[str, Any]
 ) -> None:
-    reply = admin.post(
-        "/api/v1/jobs", content=raw(body), headers={"Content-Type": "application/json"}
-    )
-    assert reply.status_code in SAID, (reply.status_code, reply.text[:500], body)
-    event(f"answered {reply.status_code}")  # --hypothesis-show-statistics: how many got in
+    reply = submit(admin, body)
     if reply.status_code == 201:
         name = reply.json()["name"]
         readable(admin, outsider, name)
@@ -170,11 +176,7 @@ FREE_TEXT = st.fixed_dictionaries(
 def test_free_text_is_stored_and_read_back_or_refused_by_name(
     admin: httpx.Client, outsider: httpx.Client, body: dict[str, Any]
 ) -> None:
-    reply = admin.post(
-        "/api/v1/jobs", content=raw(body), headers={"Content-Type": "application/json"}
-    )
-    assert reply.status_code in SAID, (reply.status_code, reply.text[:500], body)
-    event(f"answered {reply.status_code}")
+    reply = submit(admin, body)
     if reply.status_code == 422:
         assert all(len(entry["loc"]) >= 2 for entry in reply.json()["detail"]), reply.text
     if reply.status_code == 201:
