@@ -6,6 +6,7 @@ processes. Needs root (to start processes as other users); skipped otherwise, sa
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -167,6 +168,11 @@ def test_the_server_says_when_jobs_share_its_account_and_refuses_root_as_a_team(
     with running_server(tmp_path / "shared") as shared:
         assert "jobs run as this server's own user (root, uid 0)" in shared.log()
         assert "fit for one team or trusted users only (--job-accounts server)" in shared.log()
+    # pytest's own directories are root's alone: the server says the jobs cannot reach theirs.
+    (tmp_path / "closed").mkdir()
+    args = ("--emulate", "dgx1-v100", "--job-accounts", "team")
+    with running_server(tmp_path / "closed", args=args) as closed:
+        assert re.search(r"warning: \S+ is closed to other users \(mode 7[0-7]0\)", closed.log())
     data = tmp_path / "refused"
     proc = subprocess.run(
         [*TOPOSCHED, "serve", "--data-dir", str(data), "--job-account", "ops=root"],

@@ -171,6 +171,13 @@ def _accounts(options: ServeOptions, say: Callable[[str], None]) -> Accounts | N
         )
     except AccountError as err:
         raise ServeError(str(err)) from None
+    closed = next((p for p in data_dir.resolve().parents if not p.stat().st_mode & 0o001), None)
+    if closed is not None:
+        say(
+            f"warning: {closed} is closed to other users (mode {closed.stat().st_mode & 0o777:o}): "
+            "jobs' accounts cannot reach their homes or checkpoint directories under "
+            f"{data_dir}; give --data-dir a path every user may pass through (/srv/toposched)"
+        )
     named = "".join(f", {key} as {user}" for key, user in sorted(options.job_account.items()))
     say(
         f"jobs run as their {options.job_accounts}'s own account{named}; others as uids "
