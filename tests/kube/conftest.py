@@ -3,6 +3,7 @@ the scheduler's kubeconfig, and a `Cluster` of it to start schedulers on."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,6 +12,12 @@ import pytest
 from tests.kube.live import LiveCluster, cluster_for_tests
 from tests.kube.realcluster import Session
 from tests.kube.test_scheduler_e2e import Cluster
+
+
+@pytest.fixture(autouse=True)
+def scheduler_log(caplog: pytest.LogCaptureFixture) -> None:
+    """The schedulers' decisions (INFO) kept, and shown with a failed test's output."""
+    caplog.set_level(logging.INFO, logger="toposched")
 
 
 @pytest.fixture

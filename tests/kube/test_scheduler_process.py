@@ -78,8 +78,10 @@ def start(kubeconfig: Path, tmp_path: Path) -> Iterator[Callable[..., Scheduler]
     try:
         yield run
     finally:
-        for s in started:
+        for i, s in enumerate(started):
             s.kill()
+            # Shown by pytest when the test failed: what each scheduler said, at its end.
+            print(f"--- scheduler {i} ({s.log}) ---\n{s.output()}")
 
 
 def where(api: LiveCluster, name: str, ns: str = "team-a") -> tuple[str, tuple[int, ...]] | None:
@@ -89,6 +91,32 @@ def where(api: LiveCluster, name: str, ns: str = "team-a") -> tuple[str, tuple[i
         return None
     text = (found["metadata"].get("annotations") or {}).get("toposched.io/gpus", "")
     return found["spec"]["nodeName"], tuple(int(g) for g in text.split(",") if g)
+
+
+def cluster_state(api: LiveCluster) -> str:
+    """Nodes and pods as the API server has them: what a failed wait prints."""
+    lines = []
+    for n in api.objects("nodes"):
+        status = n.get("status") or {}
+        conditions = [(c["type"], c["status"]) for c in status.get("conditions") or []]
+        lines.append(
+            f"node {n['metadata']['name']}: taints {(n.get('spec') or {}).get('taints')}, "
+            f"allocatable {status.get('allocatable')}, {conditions}"
+        )
+    leases = api.api.request(
+        "GET", "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
+    )
+    for lease in leases.get("items") or []:
+        spec = lease.get("spec") or {}
+        lines.append(f"lease {lease['metadata']['name']}: renewed {spec.get('renewTime')}")
+    for p in api.objects("pods"):
+        meta = p["metadata"]
+        lines.append(
+            f"pod {meta.get('namespace')}/{meta['name']}: node {p['spec'].get('nodeName')}, "
+            f"phase {(p.get('status') or {}).get('phase')}, deleting "
+            f"{meta.get('deletionTimestamp')}, annotations {meta.get('annotations')}"
+        )
+    return "\n".join(lines)
 
 
 def assert_no_gpu_booked_twice(api: LiveCluster) -> dict[str, dict[int, str]]:
@@ -151,7 +179,11 @@ def test_a_scheduler_killed_between_two_binds_is_followed_by_one_that_binds_the_
         until(lambda: where(apiserver, "g-1"), "the dead scheduler's bind of g-1 carried out")
     apiserver.create(pod("whole", 8))
     start()
-    until(lambda: where(apiserver, "g-1") and where(apiserver, "whole"), "g-1 and whole bound")
+    try:
+        until(lambda: where(apiserver, "g-1") and where(apiserver, "whole"), "g-1 and whole bound")
+    except AssertionError:
+        print(cluster_state(apiserver))
+        raise
     if dying_bind == "lands-after-it":
         assert apiserver.clear_delays() == 1  # now served: refused, g-1 is bound already
         time.sleep(0.5)
