@@ -158,8 +158,12 @@ def test_a_scheduler_killed_between_two_binds_is_followed_by_one_that_binds_the_
     right after the kill, or once the successor has bound g-1 itself (then it is refused, 409).
     Either way the successor ends with the gang whole, as planned, and a pod that wants a whole
     node meanwhile takes the other node."""
-    apiserver.create(node("dgx0"))
-    apiserver.create(node("dgx1"))
+    # Names no other test gives a node: late in a run, a node made again under an earlier
+    # test's name (dgx1) was seen Ready Unknown and tainted unreachable by the real node
+    # lifecycle controller within seconds, its lease renewed all along; `whole` had nowhere
+    # to go. Why is not known yet.
+    for i in range(2):
+        apiserver.create(node(f"{kind[:3]}-{dying_bind[6:11]}-{i}"))
     apiserver.create(gang_group(kind, "g", 2))
     apiserver.inject_delay("POST", r"/namespaces/team-a/pods/g-1/binding$", 30.0)
     apiserver.create(member(kind, "g-0", 4, "g"))
