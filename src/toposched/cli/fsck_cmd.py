@@ -32,17 +32,17 @@ def fsck(
 ) -> None:
     """List the jobs whose stored text the server cannot read back (stored by an older
     version: a lone UTF-16 surrogate), and with --repair mend them."""
-    from toposched.common.paths import default_data_dir
+    from toposched.common.paths import DB_FILE, default_data_dir
     from toposched.server.serve import ServeError, lock_data_dir
     from toposched.store import Store, StoreError, sqlite_url
     from toposched.store.fsck import repair as mend
     from toposched.store.fsck import unreadable
 
     where = data_dir or default_data_dir()
-    if db is None and not (where / "toposched.db").is_file():
+    if db is None and not (where / DB_FILE).is_file():
         fail(f"no database in {where} (give --data-dir or --db)")
     try:
-        store = Store(db or sqlite_url(where / "toposched.db"))
+        store = Store(db or sqlite_url(where / DB_FILE))
     except StoreError as err:
         fail(str(err))
     lock = None

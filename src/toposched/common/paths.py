@@ -9,6 +9,7 @@ from pathlib import Path
 
 DATA_DIR_ENV = "TOPOSCHED_DATA_DIR"
 ADMIN_TOKEN_FILE = "admin.token"
+DB_FILE = "toposched.db"  # the SQLite database, where no --db names another
 
 
 def default_data_dir() -> Path:

@@ -20,7 +20,7 @@ from typing import IO
 
 import uvicorn
 
-from toposched.common.paths import loopback
+from toposched.common.paths import DB_FILE, loopback
 from toposched.core import make_scheduler_policy
 from toposched.executors.accounts import DYNAMIC_UIDS, AccountError, Accounts, KeyedBy
 from toposched.executors.local import LocalExecutor
@@ -122,7 +122,7 @@ def _check_writable(data_dir: Path) -> None:
 def _open_store(options: ServeOptions) -> Store:
     """The store, checked writable: one that is not is refused with the path and why."""
     store = Store(
-        options.db or sqlite_url(options.data_dir / "toposched.db"),
+        options.db or sqlite_url(options.data_dir / DB_FILE),
         busy_timeout_s=options.db_busy_timeout_s,
     )
     try:
