@@ -79,32 +79,37 @@ class Kubelet:
             "daemonEndpoints": {"kubeletEndpoint": {"Port": self.port}},
         }
 
+    def renew_soon(self) -> None:
+        """Write the leases at the next round, as a kubelet does as soon as it registers."""
+        self._renewed = 0.0
+
     def _renew_leases(self) -> None:
         nodes, _ = self.api.list("/api/v1/nodes")
-        names = [
-            n["metadata"]["name"] for n in nodes if n["metadata"]["name"].startswith(self.prefix)
-        ]
         path = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
-        for name in names:
+        for node in nodes:
+            name = node["metadata"]["name"]
+            if not name.startswith(self.prefix):
+                continue
             spec = {"holderIdentity": name, "leaseDurationSeconds": LEASE_S, "renewTime": _now()}
+            owner = {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "name": name,
+                "uid": node["metadata"]["uid"],
+            }
+            # The owner said each time: a lease left by a deleted node of the same name is
+            # taken over, not collected as garbage under the new node.
+            body = {"metadata": {"name": name, "ownerReferences": [owner]}, "spec": spec}
             try:
                 self.api.request(
                     "PATCH",
                     f"{path}/{name}",
-                    body={"spec": spec},
+                    body=body,
                     content_type="application/merge-patch+json",
                 )
             except ApiError as err:
                 if err.status != 404:
                     raise
-                node = next(n for n in nodes if n["metadata"]["name"] == name)
-                owner = {
-                    "apiVersion": "v1",
-                    "kind": "Node",
-                    "name": name,
-                    "uid": node["metadata"]["uid"],
-                }
-                body = {"metadata": {"name": name, "ownerReferences": [owner]}, "spec": spec}
                 with contextlib.suppress(ApiError):  # the node went meanwhile
                     self.api.request("POST", path, body=body)
 
