@@ -26,7 +26,7 @@ from dataclasses import replace
 from toposched.core.actions import Action, StopKind
 from toposched.core.books import Books
 from toposched.core.changes import Changes
-from toposched.core.job import JobState, Needs
+from toposched.core.job import JobSpec, JobState, Needs
 from toposched.core.moves import plan_growth
 from toposched.core.ordering import Cut, Key, Shape, Waiting
 from toposched.core.policy import SchedulerPolicy, SingleGpu
@@ -120,6 +120,15 @@ class GangCycle:
     def request(self, rec: JobRecord, widest: Tier) -> GangRequest:
         spec = rec.spec
         return gang_request(spec, spec.min_workers, widest, mode=self.mode)
+
+    def chosen_by(self, spec: JobSpec) -> str:
+        """How a start's placement was chosen, said as it is: only the topology policy's
+        exact choice is called the best."""
+        if not spec.topology:
+            return "topology off for this job: the lowest free GPU indices, first fit"
+        if self.policy.placement != "topology":
+            return f"placed by the {self.policy.placement} policy (it ignores the topology)"
+        return "best placement now"
 
     def on_selected(self, short: Shortfall, request: GangRequest) -> Shortfall:
         """A shortfall that says which nodes the job may use, and what rules the others out."""
@@ -321,7 +330,7 @@ class Turn:
         if isinstance(result, Shortfall):
             result = cycle.on_selected(result, request)
         if isinstance(result, Placement):
-            why = "best placement now"
+            why = cycle.chosen_by(rec.spec)
             if exclude is not None and books.reservation is not None:
                 why = f"backfilled around the reservation for {books.reservation.job}"
             return cycle.changes.start(rec, result, why), True

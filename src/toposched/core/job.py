@@ -178,6 +178,9 @@ class JobSpec:
     gpu_types: tuple[str, ...] = ()
     mixed_types: bool = False
     tolerations: tuple[Toleration, ...] = ()  # the node taints it accepts
+    # False: the job is placed by plain GPU counting (the lowest free indices, first fit), as
+    # a topology-unaware device plugin would place it (Arena's `--gputopology=false`).
+    topology: bool = True
 
     def __post_init__(self) -> None:
         if not self.name or not isinstance(self.name, str):

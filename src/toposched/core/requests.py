@@ -29,6 +29,7 @@ def gang_request(
         model=spec.model,
         fit=spec.fit,
         mixed_types=spec.mixed_types,
+        topology=spec.topology,
     )
 
 

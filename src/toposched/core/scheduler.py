@@ -57,6 +57,7 @@ from toposched.core.views import CoreView, JobView
 from toposched.placement.by_model import ModelSpread, StepTime
 from toposched.placement.policies import GangPlacer, placement_policy
 from toposched.placement.request import Mode
+from toposched.placement.switch import TopologySwitch
 from toposched.placement.typed import OneType, TypeChooser, first_in_node_order
 from toposched.topology.cluster import Cluster
 
@@ -110,6 +111,7 @@ class Scheduler:
             place: GangPlacer = placing.gang
             if policy.spread_by_model is not None and step_time is not None:
                 place = ModelSpread(place, step_time, policy.spread_by_model)
+            place = TopologySwitch(place)
             choose: TypeChooser = FastestType(waiting, policy, type_speed)
             if policy.type_choice is TypeChoice.BLIND:
                 choose = first_in_node_order

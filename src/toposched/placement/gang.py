@@ -81,6 +81,9 @@ class GangRequest:
     model: str | None = None
     fit: WorkerFit = ANY_FIT
     mixed_types: bool = False
+    # False: placed as plain GPU counting does, whatever the scheduler's placement policy
+    # (Arena's `--gputopology=false`; placement/switch.py).
+    topology: bool = True
 
     @property
     def gpus(self) -> int:
