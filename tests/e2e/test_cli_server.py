@@ -219,14 +219,15 @@ def test_refusals_and_bad_input(server: ServerProcess, tmp_path: Path) -> None:
         ("get", "nosuch"),
     )
     assert nine.code == 2
-    assert nine.err == "error: body.gpus: rejected: a worker needs 9 GPUs; the largest node has 8\n"
+    # The server's refusals name the flag that gave the field, not the API's field.
+    assert nine.err == "error: --gpus: rejected: a worker needs 9 GPUs; the largest node has 8\n"
     assert restart.code == 2 and "sometimes" in restart.err
     # A 422 gives one line per bad field.
     assert name.code == 2
     assert name.err.splitlines() == [
-        "error: body.name: job name 'Bad_Name': use lower-case letters, digits, '.', '_' and "
+        "error: --name: job name 'Bad_Name': use lower-case letters, digits, '.', '_' and "
         "'-', 1-64 long, starting and ending alphanumeric",
-        "error: body.priority: Input should be less than or equal to 1000",
+        "error: --priority must be at most 1000",
     ]
     # A job file's mistake names the file, the line and the field.
     assert typed.code == 2
@@ -526,13 +527,19 @@ def test_bad_input_exits_2_and_creates_nothing(
         ("submit", "-f", str(jobfile)),
         ("submit", "--checkpoint-signal", "SIGKILL", "--", "true"),
         ("submit", "--workdir", "/no/such/dir", "--", "true"),
+        ("submit", "--gpus", "0", "--", "true"),
+        ("submit", "--model", "nosuch", "--", "true"),
+        ("submit", "--gputopology", "maybe", "--", "true"),
     )
     said = [
         "error: --limit: expected a finite number of seconds, got inf",
         "error: --checkpoint-grace: expected a finite number of seconds, got nan",
         f"error: {jobfile}:1: command: the YAML tag !!python/object/apply:os.system is not allowed",
-        "error: body.checkpoint.signal: checkpoint signal 'SIGKILL' cannot be caught",
-        "error: body.workdir: workdir '/no/such/dir' is not a directory on the server",
+        "error: --checkpoint-signal: checkpoint signal 'SIGKILL' cannot be caught",
+        "error: --workdir: workdir '/no/such/dir' is not a directory on the server",
+        "error: --gpus must be at least 1\n",
+        "error: --model: unknown model 'nosuch'; known models: alexnet, ",
+        "error: --gputopology must be true or false, got 'maybe'\n",
     ]
     for result, line in zip(results, said, strict=True):
         assert result.code == 2, result.err
@@ -818,3 +825,50 @@ def test_a_job_files_selector_merges_with_the_flags(tmp_path: Path) -> None:
     assert body is not None and body["selector"] == {"gpu": "v100", "zone": "b"}
     bad, body = submitted_body("--selector", "gpu", "--", "true")
     assert bad.code == 2 and body is None and "--selector: expected KEY=VALUE" in bad.err
+
+
+def test_the_seeds_comparison_topology_on_and_off_with_predicted_speeds(
+    server: ServerProcess, cli: Callable[..., Result], tmp_path: Path
+) -> None:
+    """The seeds' point from the CLI: GPU 0 busy, the same 4 x 1 VGG16 job gets an NVLink ring
+    with `--gputopology=true` and GPUs 1-4 with `=false`, and `get` predicts both speeds (the
+    performance model's 854.9 and 437.5 samples/s: 1.95x)."""
+    busy = cli("submit", "--name", "seeds-busy", "--gputopology=false", "--", "sleep", "60")
+    assert busy.code == 0, busy.err
+    assert "topology off for this job: the lowest free GPU indices" in busy.out
+    assert job(server, "seeds-busy")["placement"][0]["gpus"] == [0]
+    on = cli("submit", "mpi", "--name", "seeds-on", "--workers", "4", "--model", "vgg16",
+             "--gputopology=true", "--", "sleep", "60")  # fmt: skip
+    assert on.code == 0, on.err
+    assert "best placement now" in on.out
+    assert "predicted 855 samples/s (100% of best)" in on.out
+    shown_on, wide = cli("get", "seeds-on"), cli("list", "--wide")
+    assert "predicted 855 samples/s (100% of best)" in shown_on.out
+    assert re.search(r"seeds-on .* vgg16 +│ 855/s \(100%\)", wide.out), wide.out
+    assert cli("delete", "seeds-on").code == 0
+    wait_for(server, "seeds-on", "cancelled")
+    spec = tmp_path / "off.yaml"
+    spec.write_text(
+        "name: seeds-off\nworkers: 4\nmodel: vgg16\ngputopology: false\ncommand: sleep 60\n"
+    )
+    off = cli("submit", "-f", str(spec), "--json")
+    assert off.code == 0, off.err
+    answer = off.json()
+    assert sorted(g for w in answer["placement"] for g in w["gpus"]) == [1, 2, 3, 4]
+    assert answer["ring_gbps"] == 6.0
+    assert answer["predicted"] == {
+        "model": "vgg16",
+        "samples_per_s": 437.5,
+        "best_samples_per_s": 854.9,
+        "share": 0.512,
+    }
+    text = cli("get", "seeds-off").out
+    assert "ring 6 GB/s, predicted 438 samples/s (51% of best)" in text
+    assert "vgg16 (the best placement of as many GPUs: 855 samples/s)" in text
+    assert "best placement" not in job(server, "seeds-off")["reason"]
+    # A job that holds no GPUs predicts nothing; one with no model is predicted as resnet50.
+    waiting = cli(
+        "submit", "--name", "seeds-waits", "--workers", "8", "--json", "--", "true"
+    ).json()
+    assert waiting["state"] == "pending" and waiting["predicted"] is None
+    assert job(server, "seeds-busy")["predicted"]["model"] == "resnet50"

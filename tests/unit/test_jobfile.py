@@ -48,6 +48,8 @@ mixed_types: false
 gpu_memory: 32Gi
 cpus: 2.5
 memory: 64Gi
+gputopology: false
+model: resnet50
 """
 
 
@@ -77,6 +79,8 @@ def test_every_field_is_read_with_its_type() -> None:
         "gpu_memory": "32Gi",
         "cpus": 2.5,
         "memory": "64Gi",
+        "gputopology": False,
+        "model": "resnet50",
     }
     assert set(job.spec) == set(FIELDS)
     assert job.path == "job.yaml"

@@ -162,6 +162,32 @@ def shape(job: dict[str, Any]) -> str:
     return f"{text} ({elastic['min']}-{elastic['max']})" if elastic else text
 
 
+def speed_text(job: dict[str, Any]) -> str:
+    """`ring 6 GB/s, predicted 437 samples/s (51% of best)`: the GPUs' ring and what the
+    performance model predicts of them; empty for a job that holds no GPUs."""
+    predicted = job.get("predicted")
+    if not predicted:
+        return ""
+    ring = job.get("ring_gbps")
+    ring_text = f"ring {ring:g} GB/s" if ring is not None else "no ring (one GPU)"
+    return (
+        f"{ring_text}, predicted {predicted['samples_per_s']:.0f} samples/s "
+        f"({predicted['share']:.0%} of best)"
+    )
+
+
+def workers_text(job: dict[str, Any]) -> str:
+    """`4 x 1 GPU(s)`; an elastic job says how many of its workers run now."""
+    spec = job.get("spec") or {}
+    elastic = spec.get("elastic")
+    count = f"{job['workers']}"
+    if elastic:
+        running = len(job["placement"])
+        held = f"{running} running" if running else "none running"
+        count = f"{held} (elastic {elastic['min']}:{elastic['max']})"
+    return f"{count} x {job['gpus_per_worker']} GPU(s), locality {spec.get('locality', '-')}"
+
+
 def print_job(job: dict[str, Any]) -> None:
     spec = job.get("spec") or {}
     rows = [
@@ -170,15 +196,21 @@ def print_job(job: dict[str, Any]) -> None:
         ("reason", escape(job["reason"])),
         ("queue", f"{escape(job['queue'])} (owner {escape(job['owner'])})"),
         ("priority", str(job["priority"])),
-        (
-            "workers",
-            f"{job['workers']} x {job['gpus_per_worker']} GPU(s), "
-            f"locality {spec.get('locality', '-')}",
-        ),
-        ("command", escape(" ".join(job["command"]))),
+        ("workers", workers_text(job)),
     ]
-    if spec.get("elastic"):
-        rows.append(("elastic", f"{spec['elastic']['min']}:{spec['elastic']['max']} workers"))
+    if spec.get("gputopology") is False:
+        rows.append(("topology", "off (--gputopology=false): the lowest free GPU indices"))
+    if job.get("predicted"):
+        predicted = job["predicted"]
+        rows.append(("speed", speed_text(job)))
+        rows.append(
+            (
+                "model",
+                f"{escape(predicted['model'])} (the best placement of as many GPUs: "
+                f"{predicted['best_samples_per_s']:.0f} samples/s)",
+            )
+        )
+    rows.append(("command", escape(" ".join(job["command"]))))
     if spec.get("checkpoint"):
         cp = spec["checkpoint"]
         rows.append(("checkpoint", f"{cp['signal']}, {cp['grace_s']:g} s grace"))
@@ -234,14 +266,17 @@ def attempt_text(job: dict[str, Any]) -> str:
     return f"{job['attempt']} ({job['restarts']} restart(s))"
 
 
-def jobs_table(jobs: list[dict[str, Any]], title: str | None = None) -> Table:
+def jobs_table(jobs: list[dict[str, Any]], title: str | None = None, wide: bool = False) -> Table:
+    """One row per job; `wide` adds the ring, the model and its predicted speed."""
     table = Table(title=title, title_justify="left")
-    columns = ("NAME", "QUEUE", "OWNER", "STATE", "SHAPE", "GPUS", "RESTARTS", "AGE", "REASON")
-    for column in columns:
+    columns = ["NAME", "QUEUE", "OWNER", "STATE", "SHAPE", "GPUS", "RESTARTS", "AGE"]
+    if wide:
+        columns += ["RING", "MODEL", "PREDICTED"]
+    for column in [*columns, "REASON"]:
         table.add_column(column, overflow="fold")
     now = time.time()
     for job in jobs:
-        table.add_row(
+        cells = [
             escape(job["name"]),
             escape(job["queue"]),
             escape(job["owner"]),
@@ -250,9 +285,24 @@ def jobs_table(jobs: list[dict[str, Any]], title: str | None = None) -> Table:
             placement_text(job) or "-",
             restarts_text(job),
             duration(now - job["submitted_at"]),
-            escape(job["reason"]),
-        )
+        ]
+        if wide:
+            cells += _wide_cells(job)
+        table.add_row(*cells, escape(job["reason"]))
     return table
+
+
+def _wide_cells(job: dict[str, Any]) -> list[str]:
+    """RING, MODEL and PREDICTED of `list --wide`: `6 GB/s`, `vgg16`, `437/s (51%)`."""
+    predicted = job.get("predicted")
+    ring = job.get("ring_gbps")
+    if not predicted:
+        return ["-", escape(job["spec"].get("model") or "-"), "-"]
+    return [
+        f"{ring:g} GB/s" if ring is not None else "-",
+        escape(predicted["model"]),
+        f"{predicted['samples_per_s']:.0f}/s ({predicted['share']:.0%})",
+    ]
 
 
 # ---------------------------------------------------------------------- submit
@@ -273,16 +323,71 @@ def _workdir(spec: dict[str, Any], url: str) -> None:
 
 
 def _refusal(err: ApiError, jobfile: JobFile | None, overridden: set[str]) -> str:
-    """A 422's fields, each with the job file's line when the file gave that field."""
-    if err.status != 422 or jobfile is None or not err.fields:
+    """A 422's fields in the user's words: the job file's field and line when the file gave
+    it, else the flag that gave it (`--gpus must be at least 1`)."""
+    if err.status != 422 or not err.fields:
         return err.message
     lines = []
     for loc, msg in err.fields:
-        top = loc.removeprefix("body.").split(".")[0]
-        line = None if top in overridden else jobfile.line_of(loc)
-        where = f" ({jobfile.path}:{line})" if line is not None else ""
-        lines.append(f"{loc}: {msg}{where}" if loc else msg)
+        field = loc.removeprefix("body.")
+        top = field.split(".")[0]
+        from_file = jobfile is not None and top not in overridden
+        line = jobfile.line_of(loc) if jobfile is not None and from_file else None
+        if jobfile is not None and line is not None:
+            lines.append(f"{field}: {msg} ({jobfile.path}:{line})")
+        elif field in SUBMIT_FLAGS or top in SUBMIT_FLAGS:
+            lines.append(flag_words(SUBMIT_FLAGS.get(field) or SUBMIT_FLAGS[top], msg))
+        else:
+            lines.append(f"{loc}: {msg}" if loc else msg)
     return "\n".join(lines)
+
+
+# The flag of `submit` that gives each field of the API's JobSubmit.
+SUBMIT_FLAGS = {
+    "name": "--name",
+    "queue": "--queue",
+    "priority": "--priority",
+    "workers": "--workers",
+    "gpus": "--gpus",
+    "kind": "KIND",
+    "ps": "--ps",
+    "locality": "--locality",
+    "selector": "--selector",
+    "cpus": "--cpus",
+    "memory": "--memory",
+    "gpu_memory": "--gpu-memory",
+    "gpu_type": "--gpu-type",
+    "mixed_types": "--mixed-types",
+    "gputopology": "--gputopology",
+    "model": "--model",
+    "elastic": "--elastic",
+    "checkpoint.signal": "--checkpoint-signal",
+    "checkpoint.grace_s": "--checkpoint-grace",
+    "restart": "--restart",
+    "max_restarts": "--max-restarts",
+    "limit_s": "--limit",
+    "command": "the command",
+    "env": "--env",
+    "workdir": "--workdir",
+    "command_visible": "--command-visible",
+}
+
+# Pydantic's bounds, said of a flag: `Input should be greater than or equal to 1`.
+BOUNDS = (
+    ("Input should be greater than or equal to ", "must be at least "),
+    ("Input should be less than or equal to ", "must be at most "),
+    ("Input should be greater than ", "must be more than "),
+    ("Input should be less than ", "must be less than "),
+    ("Input should be ", "must be "),
+)
+
+
+def flag_words(flag: str, msg: str) -> str:
+    """`--gpus must be at least 1` for a bound; `--model: unknown model ...` otherwise."""
+    for pydantic, ours in BOUNDS:
+        if msg.startswith(pydantic):
+            return f"{flag} {ours}{msg.removeprefix(pydantic)}"
+    return f"{flag}: {msg}"
 
 
 # Where SubmitCommand leaves the words after `--` for `submit`.
@@ -390,6 +495,21 @@ def submit(
     mixed_types: bool = typer.Option(
         None, "--mixed-types", help="One gang may span GPU types.", show_default=False
     ),
+    gputopology: str = typer.Option(
+        None,
+        "--gputopology",
+        metavar="true|false",
+        help="Arena's switch: false places the job as plain GPU counting does (the lowest free "
+        "GPU indices); true (the default) by how the GPUs are linked.",
+        show_default=False,
+    ),
+    model: str = typer.Option(
+        None,
+        "--model",
+        metavar="NAME",
+        help="What the job trains, a model of `toposched perf --list` (default resnet50): "
+        "`get` predicts its speed on the GPUs it gets.",
+    ),
     gpu_memory: str = typer.Option(
         None, "--gpu-memory", metavar="QUANTITY", help="The least memory per GPU, e.g. 32Gi."
     ),
@@ -485,6 +605,8 @@ def submit(
         "kind": kind,
         "ps": ps,
         "mixed_types": mixed_types,
+        "gputopology": None if gputopology is None else _truth("--gputopology", gputopology),
+        "model": model,
         "cpus": _checked("--cpus", cpus, parse_cpus),
         "memory": _checked("--memory", memory, parse_memory),
         "gpu_memory": _checked("--gpu-memory", gpu_memory, parse_memory),
@@ -534,6 +656,19 @@ def submit(
         f"submitted [bold]{escape(job['name'])}[/] to queue {escape(job['queue'])}: "
         f"{state_text(job['state'])} ({escape(job['reason'])})"
     )
+    if job.get("predicted"):
+        console.print(f"  {speed_text(job)}")
+
+
+TRUTHS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
+
+
+def _truth(flag: str, value: str) -> bool:
+    """`true` or `false` (yes/no, 1/0), as Arena's `--gputopology=true` gives it."""
+    truth = TRUTHS.get(value.strip().lower())
+    if truth is None:
+        fail(f"{flag} must be true or false, got {value!r}", EXIT_BAD_INPUT)
+    return bool(truth)
 
 
 def _checked(flag: str, value: str | None, parse: Callable[[object, str], int]) -> str | None:
@@ -591,6 +726,13 @@ def list_jobs(
         metavar="TOKEN",
         help="Start after the page that printed this token (give the same filters).",
     ),
+    wide: bool = typer.Option(
+        False,
+        "--wide",
+        "-w",
+        help="Also the ring of each job's GPUs, its model and the speed the performance "
+        "model predicts there (share of the best placement's).",
+    ),
     server: str = SERVER,
     as_json: bool = JSON,
 ) -> None:
@@ -612,7 +754,7 @@ def list_jobs(
         hint = "" if all_jobs or state else " (--all shows ended ones too)"
         console.print(f"no jobs{hint}")
         return
-    console.print(jobs_table(jobs))
+    console.print(jobs_table(jobs, wide=wide))
     if more is not None:
         sys.stderr.write(f"more jobs: {_next_command(more, limit, state, queue, owner)}\n")
 

@@ -10,6 +10,8 @@
     selector: {gpu: v100}        # only nodes with every one of these labels
     gpu_type: [V100, A100]       # the GPU types it accepts (default any); or one: V100
     mixed_types: false           # true: one gang may span GPU types
+    gputopology: true            # false: the lowest free GPU indices, as plain GPU counting
+    model: vgg16                 # what it trains (`toposched perf --list`): its predicted speed
     gpu_memory: 32Gi             # the least memory each GPU must have
     cpus: 8                      # per worker: 8, 2.5 or 500m
     memory: 64Gi                 # per worker: 64Gi, 512Mi, 64G or bytes
@@ -455,6 +457,8 @@ FIELDS: dict[str, tuple[Reader, bool]] = {
     "selector": (_Reader.env, True),  # node labels: a mapping of text, as env is
     "gpu_type": (_Reader.gpu_types, True),
     "mixed_types": (_Reader.boolean, False),
+    "gputopology": (_Reader.boolean, False),
+    "model": (_Reader.text, True),
     "gpu_memory": (_Reader.memory, True),
     "cpus": (_Reader.cpus, True),
     "memory": (_Reader.memory, True),

@@ -35,6 +35,8 @@ def core_spec(name: str, owner: str, queue: str, spec: dict[str, Any]) -> JobSpe
         gpu_memory=parse_memory(spec.get("gpu_memory") or 0),
         gpu_types=tuple(spec.get("gpu_type") or ()),
         mixed_types=bool(spec.get("mixed_types")),
+        model=spec.get("model"),
+        topology=bool(spec.get("gputopology", True)),
     )
 
 

@@ -21,6 +21,7 @@ from toposched.common.jobspec import job_kind, local_processes
 from toposched.core import JobState
 from toposched.server.auth import Principal
 from toposched.server.deps import Caller, Server, ServerState, writing
+from toposched.server.predicted import Predictor
 from toposched.server.runtime import LIVE, Conflict, NotFound, Runtime, SubmitRefused
 from toposched.server.schemas import (
     MAX_IDEMPOTENCY_KEY,
@@ -56,8 +57,14 @@ def visible_spec(row: JobRow, viewer: Principal) -> dict[str, Any]:
     return spec
 
 
-def _common(row: JobRow, reason: str) -> dict[str, Any]:
+# The states in which a job holds its placement's GPUs: only then is its speed predicted.
+HOLDING = (JobState.RUNNING.value, JobState.STOPPING.value)
+
+
+def _common(row: JobRow, reason: str, predictor: Predictor) -> dict[str, Any]:
     """What `get` and a list row share."""
+    holding = row.state in HOLDING and bool(row.placement)
+    first = (row.placement or [{}])[0]
     return dict(
         name=row.name,
         owner=row.owner,
@@ -71,6 +78,8 @@ def _common(row: JobRow, reason: str) -> dict[str, Any]:
             {"worker": rank, "node": slot["node"], "gpus": slot["gpus"]}
             for rank, slot in enumerate(row.placement or [])
         ],
+        ring_gbps=first.get("ring_gbps") if holding else None,
+        predicted=predictor.of(row.spec, row.placement) if holding else None,
         attempt=row.attempt,
         restarts=row.restarts,
         submitted_at=row.submitted_at,
@@ -89,7 +98,9 @@ def job_out(
 ) -> JobOut:
     """The whole job as `viewer` may see it (`visible_spec`). `reason`: the core's, if the
     caller has it already."""
-    out = job_fields(row, viewer, runtime.reason(row) if reason is None else reason)
+    out = job_fields(
+        row, viewer, runtime.reason(row) if reason is None else reason, runtime.predictor
+    )
     if history:
         out["history"] = [HistoryOut(**vars(h)) for h in runtime.store.history(row.name)]
         if row.placement and row.attempt >= 0:  # the CPU cores its processes are pinned to
@@ -100,12 +111,12 @@ def job_out(
     return JobOut(**out)
 
 
-def job_fields(row: JobRow, viewer: Principal, reason: str) -> dict[str, Any]:
+def job_fields(row: JobRow, viewer: Principal, reason: str, predictor: Predictor) -> dict[str, Any]:
     """JobOut without its history, in plain data: a submit's answer is written without
     building and checking a model (tests check it against JobOut)."""
     spec = visible_spec(row, viewer)
     return {
-        **_common(row, reason),
+        **_common(row, reason, predictor),
         "spec": spec,
         "command": spec["command"],
         "history": None,
@@ -118,13 +129,13 @@ def job_fields(row: JobRow, viewer: Principal, reason: str) -> dict[str, Any]:
 UNLISTED = ("command", "env", "workdir")
 
 
-def job_summary(row: JobRow, reason: str) -> dict[str, Any]:
+def job_summary(row: JobRow, reason: str, predictor: Predictor) -> dict[str, Any]:
     """A list row, as JobSummary defines it, in plain data: a page of them is written without
     building and checking a model per job (tests check pages against JobPage)."""
     spec = row.spec.copy()  # a copy and three pops: a fifth of filtering every key
     for key in UNLISTED:
         spec.pop(key, None)
-    return {**_common(row, reason), "spec": spec}
+    return {**_common(row, reason, predictor), "spec": spec}
 
 
 def _row(runtime: Runtime, name: str) -> JobRow:
@@ -204,6 +215,8 @@ def _submit(
     for field in UNASKED:  # stored only when asked: every job's row and answer stays as small
         if not spec[field]:
             del spec[field]
+    if spec["gputopology"]:  # the default, likewise
+        del spec["gputopology"]
     if body.workdir is not None and not os.path.isdir(body.workdir):
         # Refused now rather than failing at every start: the workers run on this machine.
         raise _refused(
@@ -215,11 +228,11 @@ def _submit(
         raise _refused(["body", *err.field.split(".")], str(err)) from None
     except (DuplicateJob, Conflict) as err:
         raise HTTPException(status.HTTP_409_CONFLICT, _taken(server, body.name, err)) from None
-    return job_fields(row, who, reason), replayed
+    return job_fields(row, who, reason, server.runtime.predictor), replayed
 
 
 # Fields a job that does not use them leaves out of its stored spec (read with defaults).
-UNASKED = ("cpus", "memory", "gpu_memory", "gpu_type", "mixed_types")
+UNASKED = ("cpus", "memory", "gpu_memory", "gpu_type", "mixed_types", "model")
 
 
 def _taken(server: ServerState, name: str | None, err: Exception) -> str:
@@ -265,7 +278,7 @@ def page(server: ServerState, query: ListQuery) -> Response:
     token = _token(rows[-1].seq, scope) if more else None
     return _json(
         {
-            "jobs": [job_summary(row, reasons[row.name]) for row in rows],
+            "jobs": [job_summary(row, reasons[row.name], server.runtime.predictor) for row in rows],
             "metadata": {"continue": token},
         }
     )

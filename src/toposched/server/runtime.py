@@ -61,6 +61,7 @@ from toposched.core import (
 from toposched.executors.local import ExecutorError, LocalExecutor, RunSpec, WorkerExit
 from toposched.executors.supervisor import read_exit, read_pids
 from toposched.server.localnode import LocalNode
+from toposched.server.predicted import Predictor
 from toposched.store import DuplicateJob, JobRow, NewJob, Store, StoreError, write_fault
 from toposched.topology.cluster import Cluster, ClusterError
 from toposched.topology.resources import parse_cpus
@@ -191,6 +192,7 @@ class Runtime(Driver):
         self._intake: deque[_Submission] = deque()
         self._intake_lock = threading.Lock()
         self.node = local.node
+        self.predictor = Predictor(local.node)
         super().__init__(self._new_core())
         self.attempts: dict[str, int] = {}
         self.exits: dict[tuple[str, int], dict[int, WorkerExit]] = {}
@@ -441,6 +443,9 @@ class Runtime(Driver):
                 return
         self._usable()
         entry.name = entry.name or f"job-{secrets.token_hex(4)}"
+        unknown = self.predictor.check_model(entry.spec.get("model"))
+        if unknown:
+            raise SubmitRefused(unknown, "model")
         core = core_spec(entry.name, entry.owner, entry.queue, entry.spec)
         never = self.core.never_fits(core)
         if never:

@@ -180,6 +180,17 @@ class JobSubmit(Strict):
         "runs on one type unless mixed_types",
     )
     mixed_types: bool = Field(False, description="Whether one gang may span GPU types")
+    gputopology: bool = Field(
+        True,
+        description="Arena's switch: false places the job as plain GPU counting does (the "
+        "lowest free indices, first fit), true by the GPUs' topology",
+    )
+    model: str | None = Field(
+        None,
+        max_length=100,
+        description="What the job trains, a model of the performance catalog (`toposched perf "
+        "--list`), for its predicted speed (default resnet50)",
+    )
     elastic: ElasticIn | None = None
     checkpoint: CheckpointIn | None = None
     restart: Literal["never", "on-failure"] = "never"
@@ -312,6 +323,15 @@ class WorkerOut(BaseModel):
     gpus: list[int]
 
 
+class PredictedOut(BaseModel):
+    """The performance model's prediction for a placement (server/predicted.py)."""
+
+    model: str
+    samples_per_s: float
+    best_samples_per_s: float = Field(description="Of the best placement of as many GPUs")
+    share: float = Field(description="samples_per_s over best_samples_per_s")
+
+
 class HistoryOut(BaseModel):
     time: float
     old: str | None
@@ -332,6 +352,12 @@ class JobSummary(BaseModel):
     workers: int
     gpus_per_worker: int
     placement: list[WorkerOut]
+    ring_gbps: float | None = Field(
+        None, description="The ring bandwidth of the GPUs it holds (None: none, or one GPU)"
+    )
+    predicted: PredictedOut | None = Field(
+        None, description="The performance model's speed of its placement, while it holds one"
+    )
     attempt: int
     restarts: int
     submitted_at: float
