@@ -872,3 +872,42 @@ def test_the_seeds_comparison_topology_on_and_off_with_predicted_speeds(
     ).json()
     assert waiting["state"] == "pending" and waiting["predicted"] is None
     assert job(server, "seeds-busy")["predicted"]["model"] == "resnet50"
+
+
+def test_arenas_quoted_command_without_dashes_is_split_as_a_shell_would() -> None:
+    """`arena submit mpi --gpus=1 --workers=4 --gang "mpirun python train.py"`: the command
+    quoted as one word after the options, no `--`."""
+    result, body = submitted_body(
+        "mpi", "--gpus=1", "--workers=4", "--gang", "mpirun python train.py --lr 'a b'"
+    )
+    assert result.code == 0, result.err
+    assert body is not None and body["kind"] == "mpi" and body["workers"] == 4
+    assert body["command"] == ["mpirun", "python", "train.py", "--lr", "a b"]
+    _, body = submitted_body("tfjob", "train.sh")  # after a kind, one word is the command
+    assert body is not None and body["command"] == ["train.sh"]
+    _, body = submitted_body("python train.py")  # no kind: a quoted line of several words
+    assert body is not None and body["command"] == ["python", "train.py"]
+    # One bare word with no kind stays refused: more likely a misspelt kind than a command.
+    refused, body = submitted_body("pytorh")
+    assert refused.code == 2 and body is None
+    bad, body = submitted_body("mpi", "echo 'unbalanced")
+    assert bad.code == 2 and body is None
+    assert bad.err.startswith("error: the command: cannot split"), bad.err
+
+
+def test_get_type_checks_the_kind_and_a_worker_that_cannot_start_says_why(
+    server: ServerProcess, cli: Callable[..., Result]
+) -> None:
+    assert cli("submit", "--name", "no-prog", "--", "no-such-program-xyz", "--flag").code == 0
+    failed = wait_for(server, "no-prog", "failed")
+    assert failed["reason"] == "worker 0: cannot run 'no-such-program-xyz': not found on PATH"
+    right, wrong, bad = run_all(
+        user_env(server),
+        ("get", "no-prog", "--type", "pytorchjob"),
+        ("get", "no-prog", "--type", "mpijob"),
+        ("get", "no-prog", "--type", "caffe"),
+    )
+    assert right.code == 0 and "cannot run 'no-such-program-xyz': not found on PATH" in right.out
+    assert wrong.code == 3
+    assert wrong.err == "error: no mpi job named 'no-prog' (no-prog is a pytorch job)\n"
+    assert bad.code == 2 and "--type: unknown job kind 'caffe'" in bad.err

@@ -346,14 +346,23 @@ def test_a_worker_whose_supervisor_vanishes_is_lost_and_killed(
 def test_a_command_that_cannot_run_reports_127_or_126(
     executor: LocalExecutor, tmp_path: Path
 ) -> None:
-    missing = spec(tmp_path, "x", command=(str(tmp_path / "no-such-program"),))
-    executor.start(missing)
-    assert collect(executor, 1)[0].returncode == 127
+    """With the reason the job's `get` shows, not only the status (`exited 127`)."""
+    program = str(tmp_path / "no-such-program")
+    executor.start(spec(tmp_path, "x", command=(program,)))
+    missing = collect(executor, 1)[0]
+    assert missing.returncode == 127
+    assert missing.reason == f"cannot run {program!r}: No such file or directory"
     assert "cannot run" in executor.log_path("job", 0, 0).read_text()
     not_executable = tmp_path / "script"
     not_executable.write_text("#!/bin/sh\n")
     executor.start(spec(tmp_path, "x", attempt=1, command=(str(not_executable),)))
-    assert collect(executor, 1)[0].returncode == 126
+    denied = collect(executor, 1)[0]
+    assert denied.returncode == 126
+    assert denied.reason == f"cannot run {str(not_executable)!r}: Permission denied"
+    executor.start(spec(tmp_path, "x", attempt=2, command=("no-such-program-on-path",)))
+    unfound = collect(executor, 1)[0]
+    assert unfound.returncode == 127
+    assert unfound.reason == "cannot run 'no-such-program-on-path': not found on PATH"
 
 
 def test_starting_a_run_twice_is_an_error(

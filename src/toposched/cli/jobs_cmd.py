@@ -417,7 +417,9 @@ def kind_and_command(
 ) -> tuple[str | None, list[str] | None]:
     """The job kind among the words before `--` (at most that one word), and the command
     after it: one word is a command line split as a shell would (as a job file's string).
-    Anything else before `--` is refused, showing `usage`."""
+    Without `--`, Arena's form: the command line quoted as one word after the kind (or, with
+    no kind, a quoted line of several words). Anything else before `--` is refused, showing
+    `usage`."""
     kind: str | None = None
     rest = list(words)
     if rest:
@@ -427,6 +429,8 @@ def kind_and_command(
         except KindError as err:
             if command is not None and len(rest) == 1:
                 fail(f"{err}; the command goes after `--`: {usage}", EXIT_BAD_INPUT)
+    if command is None and len(rest) == 1 and (kind is not None or len(rest[0].split()) > 1):
+        command, rest = rest, []
     if rest:
         shown = shlex.join(rest)
         fail(
@@ -692,12 +696,28 @@ def _finite(flag: str, value: float | None) -> None:
 
 def get(
     name: str = typer.Argument(..., help="Job name."),
+    kind: str = typer.Option(
+        None,
+        "--type",
+        metavar="KIND",
+        help="Arena's check: the job must be of this kind (pytorchjob, tfjob, mpijob, or "
+        "pytorch, tensorflow, mpi), else it is not found.",
+    ),
     server: str = SERVER,
     as_json: bool = JSON,
 ) -> None:
     """Show a job: state and why, placement (worker, node, GPUs), history."""
+    wanted = None
+    if kind is not None:
+        try:
+            wanted = kind_of(kind).value
+        except KindError as err:
+            fail(f"--type: {err}", EXIT_BAD_INPUT)
     with api(server) as client:
         job = client.job(name)
+    actual = (job.get("spec") or {}).get("kind") or "pytorch"
+    if wanted is not None and actual != wanted:
+        fail(f"no {wanted} job named {name!r} ({name} is a {actual} job)", EXIT_NOT_FOUND)
     if as_json:
         emit_json(job)
     else:

@@ -145,7 +145,8 @@ def _end(run: _Run, worker: _Worker, returncode: int | None, reason: str) -> Wor
 
 
 def _ended(run: _Run, worker: _Worker, record: ExitRecord) -> WorkerExit:
-    return _end(run, worker, record.returncode, _reason(record.returncode))
+    why = record.error or _reason(record.returncode)
+    return _end(run, worker, record.returncode, why)
 
 
 def _parse_signal(name: str) -> Signals:

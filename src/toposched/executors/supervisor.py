@@ -108,13 +108,16 @@ class ExitRecord:
 
     returncode: int
     ended_at: float
+    # Why the command never ran (`cannot run 'mpirun': not found on PATH`); empty if it ran.
+    error: str = ""
 
     @property
     def signal(self) -> str | None:
         return signal_name(-self.returncode) if self.returncode < 0 else None
 
     def to_json(self) -> dict[str, Any]:
-        return {"returncode": self.returncode, "signal": self.signal, "ended_at": self.ended_at}
+        out = {"returncode": self.returncode, "signal": self.signal, "ended_at": self.ended_at}
+        return {**out, "error": self.error} if self.error else out
 
 
 def signal_name(number: int) -> str:
@@ -155,8 +158,11 @@ def read_exit(run_dir: Path, rank: int) -> ExitRecord | None:
     if data is None or not _is_int(data.get("returncode")):
         return None
     ended_at = data.get("ended_at")
+    error = data.get("error")
     return ExitRecord(
-        int(data["returncode"]), float(ended_at) if isinstance(ended_at, int | float) else 0.0
+        int(data["returncode"]),
+        float(ended_at) if isinstance(ended_at, int | float) else 0.0,
+        error if isinstance(error, str) else "",
     )
 
 
@@ -255,11 +261,18 @@ def _as(user: tuple[int, int] | None) -> dict[str, Any]:
     return {"user": uid, "group": gid, "extra_groups": [], "umask": 0o077}
 
 
-def _start_failure(args: _Args, exc: OSError) -> int:
-    where = f"working directory {args.cwd!r}" if exc.filename == args.cwd else repr(args.command[0])
-    _say(f"worker {args.rank}: cannot run {where}: {exc.strerror or exc}")
-    # The shell's conventions: 127 for not found, 126 for found but not runnable
-    return 127 if isinstance(exc, FileNotFoundError) else 126
+def _start_failure(args: _Args, exc: OSError) -> tuple[int, str]:
+    """The shell's status (127 for not found, 126 for found but not runnable) and why, in
+    the words `get` shows as the job's reason."""
+    program = args.command[0]
+    if exc.filename == args.cwd:
+        why = f"cannot run in working directory {args.cwd!r}: {exc.strerror or exc}"
+    elif isinstance(exc, FileNotFoundError) and "/" not in program:
+        why = f"cannot run {program!r}: not found on PATH"
+    else:
+        why = f"cannot run {program!r}: {exc.strerror or exc}"
+    _say(f"worker {args.rank}: {why}")
+    return (127 if isinstance(exc, FileNotFoundError) else 126), why
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -271,10 +284,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, _ignore)
     _pin(args)
+    error = ""
     try:
         proc = subprocess.Popen(args.command, process_group=0, cwd=args.cwd, **_as(args.user))
     except OSError as exc:
-        returncode = _start_failure(args, exc)
+        returncode, error = _start_failure(args, exc)
     else:
         # The worker cannot have been reaped yet, so its /proc entry is there even if it ended
         worker = proc_stat(proc.pid)
@@ -290,7 +304,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         returncode = _wait(proc)
         if returncode < 0:
             _say(f"worker {args.rank} killed by {signal_name(-returncode)}")
-    ended = ExitRecord(returncode, time.time())
+    ended = ExitRecord(returncode, time.time(), error)
     write_json_atomic(exit_path(args.run_dir, args.rank), ended.to_json(), durable=True)
     return 0
 
