@@ -911,3 +911,51 @@ def test_get_type_checks_the_kind_and_a_worker_that_cannot_start_says_why(
     assert wrong.code == 3
     assert wrong.err == "error: no mpi job named 'no-prog' (no-prog is a pytorch job)\n"
     assert bad.code == 2 and "--type: unknown job kind 'caffe'" in bad.err
+
+
+def test_submit_exports_the_submitters_environment_as_sbatch_does(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """By default, for a server on this machine, the variables that choose the programs a job
+    runs (a virtualenv's python); --export NAMES, ALL (never the token) or NONE otherwise."""
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "whoami-py").write_text("#!/bin/sh\necho venv-python\n")
+    (venv / "bin" / "whoami-py").chmod(0o755)
+    env = user_env(server)
+    env.update(
+        PATH=f"{venv / 'bin'}{os.pathsep}{env['PATH']}",
+        VIRTUAL_ENV=str(venv),
+        SECRET_KEY="hunter2",
+        TOPOSCHED_TOKEN=server.token,
+    )
+    show = (
+        "whoami-py; echo venv=$VIRTUAL_ENV secret=${SECRET_KEY:-unset} "
+        "token=${TOPOSCHED_TOKEN:-unset}"
+    )
+    made = run_all(
+        env,
+        ("submit", "--name", "exp-default", "--", "sh", "-c", show),
+        ("submit", "--name", "exp-none", "--export", "NONE", "--", "sh", "-c", "echo ${VIRTUAL_ENV:-none}"),
+        ("submit", "--name", "exp-named", "--export", "SECRET_KEY", "--", "sh", "-c", show),
+        ("submit", "--name", "exp-all", "--export", "ALL", "--", "sh", "-c", show),
+        ("submit", "--name", "exp-env", "-e", "VIRTUAL_ENV=/given", "--", "sh", "-c", "echo $VIRTUAL_ENV"),
+        ("submit", "--export", "NOT_SET_HERE", "--", "true"),
+        ("submit", "--export", "BAD-NAME", "--", "true"),
+    )  # fmt: skip
+    assert all(r.code == 0 for r in made[:5]), [r.err for r in made[:5]]
+    assert made[5].code == 2
+    assert made[5].err == "error: --export: NOT_SET_HERE is not set in your environment\n"
+    assert made[6].code == 2 and "'BAD-NAME' is not a variable name" in made[6].err
+    for name in ("exp-default", "exp-none", "exp-named", "exp-all", "exp-env"):
+        wait_for(server, name, "succeeded")
+    logs = {name: run(env, "logs", name).out for name in ("exp-default", "exp-none",
+                                                          "exp-named", "exp-all", "exp-env")}  # fmt: skip
+    assert logs["exp-default"] == f"venv-python\nvenv={venv} secret=unset token=unset\n"
+    assert logs["exp-none"] == "none\n"
+    assert logs["exp-named"].endswith("venv= secret=hunter2 token=unset\n")
+    assert logs["exp-all"] == f"venv-python\nvenv={venv} secret=hunter2 token=unset\n"
+    assert logs["exp-env"] == "/given\n"  # --env wins over the export
+    shown = run(env, "get", "exp-default").out
+    assert re.search(r"exported +PATH, VIRTUAL_ENV \(from the submitter's environment\)", shown)
+    assert job(server, "exp-env")["spec"]["exported"] == ["PATH"]

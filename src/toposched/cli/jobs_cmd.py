@@ -10,6 +10,7 @@ import itertools
 import json
 import math
 import os
+import re
 import shlex
 import sys
 import time
@@ -216,6 +217,9 @@ def print_job(job: dict[str, Any]) -> None:
         rows.append(("checkpoint", f"{cp['signal']}, {cp['grace_s']:g} s grace"))
     if spec.get("workdir"):
         rows.append(("workdir", escape(spec["workdir"])))
+    if spec.get("exported"):
+        names = ", ".join(spec["exported"])
+        rows.append(("exported", f"{escape(names)} (from the submitter's environment)"))
     rows += [
         ("submitted", when(job["submitted_at"])),
         ("started", when(job["started_at"])),
@@ -322,6 +326,41 @@ def _workdir(spec: dict[str, Any], url: str) -> None:
     spec["workdir"] = os.path.abspath(workdir) if workdir else os.getcwd()
 
 
+# What `submit` sends of the submitter's environment to a server on this machine unless
+# --export says otherwise: what chooses the programs and libraries a job runs, no secrets.
+DEFAULT_EXPORT = ("PATH", "VIRTUAL_ENV", "CONDA_PREFIX", "CONDA_DEFAULT_ENV", "PYTHONPATH")
+# Never sent, even with ALL: a job holding it could act as its submitter on the server.
+NEVER_EXPORTED = frozenset({"TOPOSCHED_TOKEN"})
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _export(spec: dict[str, Any], url: str, export: str | None) -> None:
+    """Add the submitter's variables that --export names (or the default) to the job's env,
+    as sbatch does; what env already holds (--env, the job file) is kept."""
+    said = (export or "").strip()
+    if export is None:
+        names = [n for n in DEFAULT_EXPORT if n in os.environ] if is_local(url) else []
+    elif said.upper() == "NONE":
+        names = []
+    elif said.upper() == "ALL":
+        names = sorted(n for n in os.environ if n not in NEVER_EXPORTED and ENV_NAME.match(n))
+    else:
+        names = [n.strip() for n in said.split(",")]
+        bad = [n for n in names if not ENV_NAME.match(n)]
+        if bad:
+            fail(f"--export: {bad[0]!r} is not a variable name (NAMES, ALL or NONE)")
+        unset = [n for n in names if n not in os.environ]
+        if unset:
+            fail(f"--export: {', '.join(unset)} is not set in your environment")
+    env = dict(spec.get("env") or {})
+    sent = [n for n in names if n not in env]
+    if not sent:
+        return
+    env.update({n: os.environ[n] for n in sent})
+    spec["env"] = env
+    spec["exported"] = sent
+
+
 def _refusal(err: ApiError, jobfile: JobFile | None, overridden: set[str]) -> str:
     """A 422's fields in the user's words: the job file's field and line when the file gave
     it, else the flag that gave it (`--gpus must be at least 1`)."""
@@ -368,6 +407,7 @@ SUBMIT_FLAGS = {
     "limit_s": "--limit",
     "command": "the command",
     "env": "--env",
+    "exported": "--export",
     "workdir": "--workdir",
     "command_visible": "--command-visible",
 }
@@ -557,6 +597,16 @@ def submit(
     env: list[str] = typer.Option(
         None, "--env", "-e", metavar="KEY=VALUE", help="An environment variable; repeatable."
     ),
+    export: str = typer.Option(
+        None,
+        "--export",
+        metavar="NAMES|ALL|NONE",
+        help="Which of your environment variables the workers get, as sbatch's --export: "
+        "comma-separated names, ALL (but TOPOSCHED_TOKEN) or NONE. Default, for this "
+        "machine's server: PATH, VIRTUAL_ENV, CONDA_PREFIX, CONDA_DEFAULT_ENV and PYTHONPATH "
+        "where set (your virtualenv's python runs the job); for a remote one, none. --env "
+        "and the job file's env win over it.",
+    ),
     workdir: str = typer.Option(
         None,
         "--workdir",
@@ -649,6 +699,7 @@ def submit(
         fail(f"no command to run: give it after `--`{where}", EXIT_BAD_INPUT)
     with api(server) as client:
         _workdir(spec, client.url)
+        _export(spec, client.url, export)
         try:
             job = client.submit(spec)
         except ApiError as err:

@@ -198,6 +198,11 @@ class JobSubmit(Strict):
     limit_s: Annotated[Seconds, Field(gt=0)] | None = None
     command: Annotated[list[str], Field(min_length=1)]
     env: dict[str, str] = Field(default_factory=dict)
+    exported: list[str] = Field(
+        default_factory=list,
+        description="The names in `env` that came from the submitter's environment "
+        "(`submit --export`), which `get` shows",
+    )
     workdir: str | None = None
     command_visible: bool = Field(
         False, description="Whether other teams may see the command (their view hides it)."
@@ -314,6 +319,9 @@ class JobSubmit(Strict):
                 f"workers ({self.workers}) must lie in the elastic range "
                 f"{self.elastic.min}:{self.elastic.max}"
             )
+        missing = [name for name in self.exported if name not in self.env]
+        if missing:
+            raise ValueError(f"exported names {missing[0][:60]!r}, which env does not hold")
         return self
 
 
