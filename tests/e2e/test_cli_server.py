@@ -933,24 +933,35 @@ def test_submit_exports_the_submitters_environment_as_sbatch_does(
         "whoami-py; echo venv=$VIRTUAL_ENV secret=${SECRET_KEY:-unset} "
         "token=${TOPOSCHED_TOKEN:-unset}"
     )
+    none = "echo ${VIRTUAL_ENV:-none}"
     made = run_all(
         env,
         ("submit", "--name", "exp-default", "--", "sh", "-c", show),
-        ("submit", "--name", "exp-none", "--export", "NONE", "--", "sh", "-c", "echo ${VIRTUAL_ENV:-none}"),
+        ("submit", "--name", "exp-none", "--export", "NONE", "--", "sh", "-c", none),
         ("submit", "--name", "exp-named", "--export", "SECRET_KEY", "--", "sh", "-c", show),
         ("submit", "--name", "exp-all", "--export", "ALL", "--", "sh", "-c", show),
-        ("submit", "--name", "exp-env", "-e", "VIRTUAL_ENV=/given", "--", "sh", "-c", "echo $VIRTUAL_ENV"),
+        (
+            "submit",
+            "--name",
+            "exp-env",
+            "-e",
+            "VIRTUAL_ENV=/given",
+            "--",
+            "sh",
+            "-c",
+            "echo $VIRTUAL_ENV",
+        ),
         ("submit", "--export", "NOT_SET_HERE", "--", "true"),
         ("submit", "--export", "BAD-NAME", "--", "true"),
-    )  # fmt: skip
+    )
     assert all(r.code == 0 for r in made[:5]), [r.err for r in made[:5]]
     assert made[5].code == 2
     assert made[5].err == "error: --export: NOT_SET_HERE is not set in your environment\n"
     assert made[6].code == 2 and "'BAD-NAME' is not a variable name" in made[6].err
-    for name in ("exp-default", "exp-none", "exp-named", "exp-all", "exp-env"):
+    names = ("exp-default", "exp-none", "exp-named", "exp-all", "exp-env")
+    for name in names:
         wait_for(server, name, "succeeded")
-    logs = {name: run(env, "logs", name).out for name in ("exp-default", "exp-none",
-                                                          "exp-named", "exp-all", "exp-env")}  # fmt: skip
+    logs = {name: run(env, "logs", name).out for name in names}
     assert logs["exp-default"] == f"venv-python\nvenv={venv} secret=unset token=unset\n"
     assert logs["exp-none"] == "none\n"
     assert logs["exp-named"].endswith("venv= secret=hunter2 token=unset\n")
