@@ -50,6 +50,7 @@ cpus: 2.5
 memory: 64Gi
 gputopology: false
 model: resnet50
+image: nvcr.io/nvidia/pytorch:24.05-py3
 """
 
 
@@ -81,6 +82,7 @@ def test_every_field_is_read_with_its_type() -> None:
         "memory": "64Gi",
         "gputopology": False,
         "model": "resnet50",
+        "image": "nvcr.io/nvidia/pytorch:24.05-py3",
     }
     assert set(job.spec) == set(FIELDS)
     assert job.path == "job.yaml"
@@ -176,7 +178,8 @@ def test_a_file_without_command_is_fine_here() -> None:
         ("name: x\npriority: [1]\n", 2, "priority", "expected a whole number, got a list"),
         ("priority:\n", 1, "priority", "needs a value"),
         ("name: x\n\ngpu: 2\n", 3, "gpu", "unknown field; did you mean 'gpus'?"),
-        ("image: x\n", 1, "image", "unknown field; known fields: name, queue"),
+        ("imagefile: x\n", 1, "imagefile", "unknown field; did you mean 'image'?"),
+        ("zzz: x\n", 1, "zzz", "unknown field; known fields: name, queue"),
         ("gpus: 1\nname: a\ngpus: 2\n", 3, "gpus", "given twice (first on line 1)"),
         ("name: {a: 1}\n", 1, "name", "expected text, got a mapping"),
         ("restart: always\n", 1, "restart", "expected one of never, on-failure, got 'always'"),

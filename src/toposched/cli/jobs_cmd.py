@@ -217,6 +217,8 @@ def print_job(job: dict[str, Any]) -> None:
         rows.append(("checkpoint", f"{cp['signal']}, {cp['grace_s']:g} s grace"))
     if spec.get("workdir"):
         rows.append(("workdir", escape(spec["workdir"])))
+    if spec.get("image"):
+        rows.append(("image", escape(spec["image"])))
     if spec.get("exported"):
         names = ", ".join(spec["exported"])
         rows.append(("exported", f"{escape(names)} (from the submitter's environment)"))
@@ -339,7 +341,9 @@ def _export(spec: dict[str, Any], url: str, export: str | None) -> None:
     as sbatch does; what env already holds (--env, the job file) is kept."""
     said = (export or "").strip()
     if export is None:
-        names = [n for n in DEFAULT_EXPORT if n in os.environ] if is_local(url) else []
+        # An image has its own programs: this machine's PATH would hide them.
+        local = is_local(url) and not spec.get("image")
+        names = [n for n in DEFAULT_EXPORT if n in os.environ] if local else []
     elif said.upper() == "NONE":
         names = []
     elif said.upper() == "ALL":
@@ -399,6 +403,7 @@ SUBMIT_FLAGS = {
     "mixed_types": "--mixed-types",
     "gputopology": "--gputopology",
     "model": "--model",
+    "image": "--image",
     "elastic": "--elastic",
     "checkpoint.signal": "--checkpoint-signal",
     "checkpoint.grace_s": "--checkpoint-grace",
@@ -547,6 +552,14 @@ def submit(
         "GPU indices); true (the default) by how the GPUs are linked.",
         show_default=False,
     ),
+    image: str = typer.Option(
+        None,
+        "--image",
+        metavar="IMAGE",
+        help="Run the workers in this container image (podman or docker on the server; "
+        "GPUs passed as devices). Nothing is exported by default then: the image has its "
+        "own programs.",
+    ),
     model: str = typer.Option(
         None,
         "--model",
@@ -661,6 +674,7 @@ def submit(
         "mixed_types": mixed_types,
         "gputopology": None if gputopology is None else _truth("--gputopology", gputopology),
         "model": model,
+        "image": image,
         "cpus": _checked("--cpus", cpus, parse_cpus),
         "memory": _checked("--memory", memory, parse_memory),
         "gpu_memory": _checked("--gpu-memory", gpu_memory, parse_memory),

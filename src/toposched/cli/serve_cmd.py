@@ -74,6 +74,20 @@ def serve_cmd(
         help="Where uids of teams (or users) with no --job-account come from (default: "
         "systemd's DynamicUser range, free of passwd entries).",
     ),
+    container_runtime: str = typer.Option(
+        "auto",
+        "--container-runtime",
+        metavar="auto|podman|docker|PATH",
+        help="What runs the jobs that name an image (submit --image); auto: the first of "
+        "podman and docker that answers `version`, looked for at the first such job.",
+    ),
+    container_arg: list[str] = typer.Option(
+        [],
+        "--container-arg",
+        metavar="ARG",
+        help="An argument the runtime's `run` gets for every container, before the image "
+        "(repeatable), e.g. --container-arg=--runtime=runc.",
+    ),
 ) -> None:
     """Run the scheduler server: jobs run as local processes on this machine's GPUs."""
     # The web stack loads only here, so the other commands start fast.
@@ -117,6 +131,8 @@ def serve_cmd(
         job_accounts=job_accounts,
         job_account=named,
         job_uids=uids,
+        container_runtime=container_runtime,
+        container_args=tuple(container_arg),
     )
     try:
         serve(options, say=lambda line: typer.echo(line, err=True))

@@ -11,6 +11,7 @@
     gpu_type: [V100, A100]       # the GPU types it accepts (default any); or one: V100
     mixed_types: false           # true: one gang may span GPU types
     gputopology: true            # false: the lowest free GPU indices, as plain GPU counting
+    image: nvcr.io/nvidia/pytorch:24.05-py3   # run in this image (podman or docker)
     model: vgg16                 # what it trains (`toposched perf --list`): its predicted speed
     gpu_memory: 32Gi             # the least memory each GPU must have
     cpus: 8                      # per worker: 8, 2.5 or 500m
@@ -459,6 +460,7 @@ FIELDS: dict[str, tuple[Reader, bool]] = {
     "mixed_types": (_Reader.boolean, False),
     "gputopology": (_Reader.boolean, False),
     "model": (_Reader.text, True),
+    "image": (_Reader.text, True),
     "gpu_memory": (_Reader.memory, True),
     "cpus": (_Reader.cpus, True),
     "memory": (_Reader.memory, True),

@@ -39,6 +39,7 @@ from toposched.common.frameworks import (
     local_members,
 )
 from toposched.executors.accounts import Account, AccountError, Accounts
+from toposched.executors.containers import Containers, NoContainerRuntime
 from toposched.executors.cores import CoreChoice, cores_path, cpu_list, plan, read_cores
 from toposched.executors.supervisor import (
     ExitRecord,
@@ -83,6 +84,7 @@ class RunSpec:
     ps: int = 0  # TensorFlow parameter servers, which hold no GPU
     cpus: int = 0  # millicores each worker (and parameter server) asked for; 0: none asked
     owner: str = ""  # the user who submitted it: whose account runs it, where accounts are by user
+    image: str | None = None  # each process runs in this container image (executors/containers.py)
 
 
 @dataclass(frozen=True)
@@ -124,6 +126,11 @@ class _Run:
     def describe(self, rank: int | None = None) -> str:
         where = f"job {self.job!r} attempt {self.attempt}"
         return where if rank is None else f"{where} worker {rank}"
+
+
+def _container_name(run: RunSpec, rank: int) -> str:
+    """One container per process and attempt (a job's name is a valid container name)."""
+    return f"toposched-{run.job}-{run.attempt}-{rank}"
 
 
 def _reason(returncode: int) -> str:
@@ -227,8 +234,10 @@ class LocalExecutor:
         topology: NodeTopology | None = None,
         host_cores: Collection[int] | None = None,
         accounts: Accounts | None = None,
+        containers: Containers | None = None,
     ) -> None:
         self.root = Path(root).absolute()
+        self.containers = containers  # None: a job with an image cannot start here
         self.root.mkdir(parents=True, exist_ok=True)
         self.accounts = accounts
         if accounts is not None:
@@ -576,9 +585,14 @@ class LocalExecutor:
             argv += ["--cwd", cwd]
         if cores.cores:
             argv += ["--cpus", cpu_list(cores.cores)]
-        if account is not None:
+        command = list(run.command)
+        if run.image is not None:
+            command, env = self._contained(run, run_dir, rank, env, cwd, account)
+            name = _container_name(run, rank)
+            argv += ["--container-rm", f"{command[0]}:{name}"]
+        elif account is not None:
             argv += ["--user", f"{account.uid}:{account.gid}"]
-        argv += ["--", *run.command]
+        argv += ["--", *command]
         # Owner-only from its creation; a job's own account owns its log (the server reads it
         # as root), no other job can read it.
         fd = os.open(run_dir / f"worker-{rank}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
@@ -599,6 +613,42 @@ class LocalExecutor:
                 env=env,
                 start_new_session=True,
             )
+
+    def _contained(
+        self,
+        run: RunSpec,
+        run_dir: Path,
+        rank: int,
+        env: dict[str, str],
+        cwd: str | None,
+        account: Account | None,
+    ) -> tuple[list[str], dict[str, str]]:
+        """The runtime's `run` of rank `rank` in the job's image, and the environment its
+        client passes in: the job's own variables and the executor's (not the server's)."""
+        if self.containers is None or run.image is None:
+            raise ExecutorError(f"job {run.job!r}: no container runtime to run image {run.image}")
+        try:
+            runtime = self.containers.get()
+        except NoContainerRuntime as err:
+            raise ExecutorError(f"job {run.job!r}: {err}") from None
+        visible = env.get("CUDA_VISIBLE_DEVICES", "")
+        gpus = [int(g) for g in visible.split(",") if g]
+        env = runtime.inner_env(env, gpus)
+        inner = {k: v for k, v in env.items() if k in run.env or os.environ.get(k) != v}
+        checkpoints = str(self.checkpoint_dir(run.job))
+        mounts = sorted({p for p in (cwd, checkpoints, str(run_dir)) if p is not None})
+        user = (account.uid, account.gid) if account is not None else None
+        argv = runtime.run_argv(
+            run.image,
+            run.command,
+            name=_container_name(run, rank),
+            env=inner,
+            gpus=gpus,
+            mounts=mounts,
+            workdir=cwd,
+            user=user,
+        )
+        return argv, env
 
     def _await_pids(
         self, run: _Run, members: list[Member], started: list[subprocess.Popen[bytes]]

@@ -40,9 +40,9 @@ __all__ = [
 
 USAGE = (
     "usage: python -m toposched.executors.supervisor RUN_DIR RANK [--cwd DIR] [--cpus LIST] "
-    "[--user UID:GID] -- CMD [ARGS...]"
+    "[--user UID:GID] [--container-rm PROGRAM:NAME] -- CMD [ARGS...]"
 )
-OPTIONS = ("--cwd", "--cpus", "--user")
+OPTIONS = ("--cwd", "--cpus", "--user", "--container-rm")
 
 
 def pid_path(run_dir: Path, rank: int) -> Path:
@@ -190,6 +190,9 @@ class _Args:
     cpus: str | None
     user: tuple[int, int] | None  # (uid, gid) the worker runs as; None: this process's own
     command: list[str]
+    # The runtime and name of the worker's container, removed once the worker has ended: a
+    # runtime's client killed by SIGKILL leaves its container running.
+    container: tuple[str, str] | None = None
 
 
 def _parse(argv: Sequence[str]) -> _Args | None:
@@ -209,8 +212,20 @@ def _parse(argv: Sequence[str]) -> _Args | None:
         if not sep or not uid.isdigit() or not gid.isdigit():
             return None
         user = (int(uid), int(gid))
+    container = None
+    if "--container-rm" in options:
+        program, sep, name = options["--container-rm"].rpartition(":")
+        if not sep or not program or not name:
+            return None
+        container = (program, name)
     return _Args(
-        Path(head[0]), int(head[1]), options.get("--cwd"), options.get("--cpus"), user, command
+        Path(head[0]),
+        int(head[1]),
+        options.get("--cwd"),
+        options.get("--cpus"),
+        user,
+        command,
+        container,
     )
 
 
@@ -261,6 +276,17 @@ def _as(user: tuple[int, int] | None) -> dict[str, Any]:
     return {"user": uid, "group": gid, "extra_groups": [], "umask": 0o077}
 
 
+def _remove_container(program: str, name: str) -> None:
+    """Remove the worker's container if it is still there (its client was killed)."""
+    with suppress(OSError, subprocess.TimeoutExpired):
+        subprocess.run(
+            [program, "rm", "--force", name],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=60,
+        )
+
+
 def _start_failure(args: _Args, exc: OSError) -> tuple[int, str]:
     """The shell's status (127 for not found, 126 for found but not runnable) and why, in
     the words `get` shows as the job's reason."""
@@ -302,6 +328,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         write_json_atomic(pid_path(args.run_dir, args.rank), record.to_json(), durable=False)
         returncode = _wait(proc)
+        if args.container is not None:
+            _remove_container(*args.container)
         if returncode < 0:
             _say(f"worker {args.rank} killed by {signal_name(-returncode)}")
     ended = ExitRecord(returncode, time.time(), error)

@@ -232,7 +232,7 @@ def _submit(
 
 
 # Fields a job that does not use them leaves out of its stored spec (read with defaults).
-UNASKED = ("cpus", "memory", "gpu_memory", "gpu_type", "mixed_types", "model", "exported")
+UNASKED = ("cpus", "memory", "gpu_memory", "gpu_type", "mixed_types", "model", "exported", "image")
 
 
 def _taken(server: ServerState, name: str | None, err: Exception) -> str:

@@ -58,6 +58,7 @@ from toposched.core import (
     Transition,
     WorkerFailed,
 )
+from toposched.executors.containers import NoContainerRuntime
 from toposched.executors.local import ExecutorError, LocalExecutor, RunSpec, WorkerExit
 from toposched.executors.supervisor import read_exit, read_pids
 from toposched.server.localnode import LocalNode
@@ -446,6 +447,8 @@ class Runtime(Driver):
         unknown = self.predictor.check_model(entry.spec.get("model"))
         if unknown:
             raise SubmitRefused(unknown, "model")
+        if entry.spec.get("image") is not None:
+            self._container_runtime()
         core = core_spec(entry.name, entry.owner, entry.queue, entry.spec)
         never = self.core.never_fits(core)
         if never:
@@ -500,6 +503,15 @@ class Runtime(Driver):
                 with suppress(*STORE_ERRORS):
                     row = self.store.job(row.name) or row
             entry.outcome = (row, False, self._reason_held(row))
+
+    def _container_runtime(self) -> None:
+        """A job with an image is refused where nothing can run it, saying what is missing."""
+        if self.executor.containers is None:
+            raise SubmitRefused("this server runs no container images", "image")
+        try:
+            self.executor.containers.get()
+        except NoContainerRuntime as err:
+            raise SubmitRefused(str(err), "image") from None
 
     def _bound_elastic(self, spec: JobSpec) -> None:
         """An elastic job may grow no further than the cluster holds, as its workers may not:
@@ -830,6 +842,7 @@ class Runtime(Driver):
             ps=ps,
             cpus=parse_cpus(row.spec.get("cpus") or 0),
             owner=row.owner,
+            image=row.spec.get("image"),
         )
         self._later(self._start_run, run)
 

@@ -31,6 +31,7 @@ from toposched.topology.resources import (
 
 NAME = re.compile(r"^[a-z0-9]([a-z0-9._-]{0,62}[a-z0-9])?$")
 ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+IMAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@-]*")
 NAME_RULE = (
     "lower-case letters, digits, '.', '_' and '-', 1-64 long, starting and ending alphanumeric"
 )
@@ -185,6 +186,12 @@ class JobSubmit(Strict):
         description="Arena's switch: false places the job as plain GPU counting does (the "
         "lowest free indices, first fit), true by the GPUs' topology",
     )
+    image: str | None = Field(
+        None,
+        min_length=1,
+        max_length=512,
+        description="A container image the workers run in (podman or docker on the server)",
+    )
     model: str | None = Field(
         None,
         max_length=100,
@@ -305,6 +312,14 @@ class JobSubmit(Strict):
                 raise ValueError(f"environment variable name {key[:60]!r} is not valid")
             no_nul(text, f"the value of environment variable {key}")
         check_size(utf8_len([*value, *value.values()]), MAX_ENV_BYTES, "the environment")
+        return value
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, value: str | None) -> str | None:
+        # A reference as registries write them: no spaces, and never read as an option.
+        if value is not None and (not IMAGE.fullmatch(value) or value.startswith("-")):
+            raise ValueError(f"{value[:80]!r} is not an image reference (e.g. nvcr.io/x/y:1.0)")
         return value
 
     @field_validator("workdir")

@@ -23,6 +23,7 @@ import uvicorn
 from toposched.common.paths import DB_FILE, loopback
 from toposched.core import make_scheduler_policy
 from toposched.executors.accounts import DYNAMIC_UIDS, AccountError, Accounts, KeyedBy
+from toposched.executors.containers import Containers
 from toposched.executors.local import LocalExecutor
 from toposched.server.app import create_app
 from toposched.server.auth import ensure_admin_token
@@ -54,6 +55,9 @@ class ServeOptions:
     job_accounts: str = "team"
     job_account: Mapping[str, str] = field(default_factory=dict)
     job_uids: tuple[int, int] = DYNAMIC_UIDS
+    # What runs jobs that name an image (executors/containers.py), and its site's arguments.
+    container_runtime: str = "auto"
+    container_args: tuple[str, ...] = ()
 
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -207,7 +211,17 @@ def serve(options: ServeOptions, say: Callable[[str], None] = print) -> None:
     lock = lock_data_dir(data_dir)
     accounts = _accounts(options, say)
     store = _open_store(options)
-    executor = LocalExecutor(data_dir / "runs", topology=local.node.topology, accounts=accounts)
+    containers = Containers(
+        options.container_runtime,
+        options.container_args,
+        devices=not local.source.startswith("emulated"),  # emulated GPUs have no devices
+    )
+    executor = LocalExecutor(
+        data_dir / "runs",
+        topology=local.node.topology,
+        accounts=accounts,
+        containers=containers,
+    )
     metrics = Metrics()
     runtime = Runtime(store, executor, local, policy, observe=metrics.latency.observe)
     metrics.watch(runtime)
