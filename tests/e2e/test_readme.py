@@ -99,6 +99,24 @@ def test_make_serve_then_the_tour(tmp_path: Path) -> None:
             "mpi",
             "vgg16-4gpu",
         ]
+        # The comparison, on the idle node.
+        shell = {**env, "PATH": f"{REPO / '.venv' / 'bin'}{os.pathsep}{env['PATH']}"}
+        compared = subprocess.run(  # in the tour's shell, which has the venv on its PATH
+            ["bash", "-e", "-c", bash_blocks()[2]],
+            cwd=REPO,
+            env=shell,
+            capture_output=True,
+            text=True,
+        )
+        assert compared.returncode == 0, compared.stderr
+        lines = [" ".join(line.split()) for line in compared.stdout.splitlines()]
+        keys = [line.split(" ", 1)[0] for line in lines if line.startswith(("reason", "speed"))]
+        assert keys == ["reason", "speed", "reason", "speed"]
+        got = "\n".join(lines)
+        assert "GPUs 4,5,6,7 (ring 25 GB/s): best placement now" in got
+        assert "speed ring 25 GB/s, predicted 855 samples/s (100% of best)" in got
+        assert "GPUs 1,2,3,4 (ring 6 GB/s): topology off for this job" in got
+        assert "speed ring 6 GB/s, predicted 438 samples/s (51% of best)" in got
         said = (tmp_path / "serve.log").read_text()
         assert "job vgg16-4gpu: pending -> cancelled: cancelled while pending" in said
         assert "job pt: running -> succeeded: all workers exited 0" in said
