@@ -113,6 +113,15 @@ def wait_for(server: ServerProcess, name: str, *states: str) -> dict[str, Any]:
         time.sleep(0.1)
 
 
+def wait_gone(server: ServerProcess, name: str) -> None:
+    """Until job `name` is deleted (its name free)."""
+    deadline = time.monotonic() + WAIT_S
+    with server.client() as http:
+        while http.get(f"/api/v1/jobs/{name}").status_code != 404:
+            assert time.monotonic() < deadline, f"job {name} was not deleted"
+            time.sleep(0.1)
+
+
 @pytest.fixture(autouse=True)
 def _cancel_leftovers(request: pytest.FixtureRequest) -> Iterator[None]:
     """Each test starts on an idle node: what a test left running is cancelled after it."""
@@ -184,10 +193,12 @@ def test_gang_of_two_by_two_is_listed_and_cancelled(
     table = cli("list")
     assert "pairs" in table.out and "running" in table.out and "2x2" in table.out
 
-    cancelled = cli("delete", "pairs")
-    assert cancelled.code == 0, cancelled.err
-    assert "pairs" in cancelled.out and "stopping" in cancelled.out
-    wait_for(server, "pairs", "cancelled")
+    deleted = cli("delete", "pairs")
+    assert deleted.code == 0, deleted.err
+    assert deleted.out == (
+        "deleting pairs: stopping its workers; its name is free once they have stopped\n"
+    )
+    wait_gone(server, "pairs")
 
 
 def test_example_vgg16_job_file(server: ServerProcess, cli: Callable[..., Result]) -> None:
@@ -696,14 +707,17 @@ def test_delete_takes_several_names_and_says_which_failed(
         assert cli("submit", "--name", name, "--", "sleep", "60").code == 0
     both = cli("delete", "d1", "d2")
     assert both.code == 0, both.err
-    assert "d1" in both.out and "d2" in both.out
-    wait_for(server, "d1", "cancelled")
-    wait_for(server, "d2", "cancelled")
-    some = cli("delete", "no-such-job", "d1")
+    assert "deleting d1" in both.out and "deleting d2" in both.out
+    wait_gone(server, "d1")
+    wait_gone(server, "d2")
+    assert cli("submit", "--name", "d3", "--", "true").code == 0
+    wait_for(server, "d3", "succeeded")
+    some = cli("delete", "no-such-job", "d1", "d3")
     assert some.code == 3, some.err  # the first failure's status: not found
     assert "error: no-such-job: no job named 'no-such-job'" in some.err
-    assert "not deleted: no-such-job (1 of 2)" in some.err
-    assert "deleted d1" in some.out  # the others are still deleted
+    assert "error: d1: no job named 'd1'" in some.err  # gone already
+    assert "not deleted: no-such-job, d1 (2 of 3)" in some.err
+    assert "deleted d3 (succeeded): its name is free" in some.out  # the others still go
 
 
 def test_a_name_is_free_once_its_job_has_ended_and_been_deleted(
@@ -732,18 +746,36 @@ def test_a_name_is_free_once_its_job_has_ended_and_been_deleted(
     assert logs.out == "second\n", logs.err
 
 
-def test_a_live_jobs_name_stays_taken_after_a_delete(
+def test_a_deleted_live_jobs_name_is_free_once_it_has_stopped(
     server: ServerProcess, cli: Callable[..., Result]
 ) -> None:
-    assert cli("submit", "--name", "busy", "--", "sleep", "60").code == 0
-    cancelled = cli("delete", "busy")
-    assert cancelled.code == 0 and "busy" in cancelled.out
+    """`delete` means gone, as kubectl's and Arena's: no second delete; `--keep` only cancels."""
+    # A worker that takes its 3 s grace to stop: its name is taken meanwhile.
+    slow = ["--checkpoint-signal", "SIGUSR1", "--checkpoint-grace", "3", "--", "sh", "-c",
+            "trap '' USR1; sleep 60"]  # fmt: skip
+    assert cli("submit", "--name", "busy", *slow).code == 0
+    wait_for(server, "busy", "running")
+    deleting = cli("delete", "busy")
+    assert deleting.code == 0 and deleting.out.startswith("deleting busy: stopping")
     taken = cli("submit", "--name", "busy", "--", "true")
-    assert taken.code == 5 and "already exists" in taken.err
-    wait_for(server, "busy", "cancelled")
-    assert cli("delete", "busy").code == 0
+    assert taken.code == 5
+    assert "(stopping); its name is free once it has stopped: it is being deleted" in taken.err
+    wait_gone(server, "busy")
     assert cli("submit", "--name", "busy", "--", "true").code == 0
     wait_for(server, "busy", "succeeded")
+    assert cli("delete", "busy").code == 0
+    # --keep: cancelled, and kept until deleted again.
+    assert cli("submit", "--name", "kept", "--", "sleep", "60").code == 0
+    wait_for(server, "kept", "running")
+    assert cli("delete", "--keep", "kept").out == "cancelling kept: stopping its workers\n"
+    wait_for(server, "kept", "cancelled")
+    assert cli("delete", "kept").out == "deleted kept (cancelled): its name is free\n"
+    # A waiting job deleted is gone at once.
+    assert cli("submit", "--name", "blocker", "--", "sleep", "60").code == 0
+    waits = cli("submit", "--name", "waits", "--workers", "8", "--json", "--", "true").json()
+    assert waits["state"] == "pending"
+    assert cli("delete", "waits").out == "deleted waits (cancelled): its name is free\n"
+    assert cli("get", "waits").code == 3
 
 
 def test_logs_tail_prints_the_last_lines(server: ServerProcess, cli: Callable[..., Result]) -> None:
@@ -846,7 +878,7 @@ def test_the_seeds_comparison_topology_on_and_off_with_predicted_speeds(
     assert "predicted 855 samples/s (100% of best)" in shown_on.out
     assert re.search(r"seeds-on .* vgg16 +│ 855/s \(100%\)", wide.out), wide.out
     assert cli("delete", "seeds-on").code == 0
-    wait_for(server, "seeds-on", "cancelled")
+    wait_gone(server, "seeds-on")
     spec = tmp_path / "off.yaml"
     spec.write_text(
         "name: seeds-off\nworkers: 4\nmodel: vgg16\ngputopology: false\ncommand: sleep 60\n"

@@ -471,3 +471,35 @@ def test_a_bad_policy_param_is_refused_before_anything_is_written(tmp_path: Path
         "--param: policy 'toposched': demote_after_gpu_h must be positive, got -1.0" in proc.stderr
     )
     assert not data.exists()
+
+
+def test_a_delete_asked_live_survives_a_crash_and_removes_the_job_once_it_has_stopped(
+    tmp_path: Path, db_url: str
+) -> None:
+    """`DELETE ?when_ended=delete` of a running job, then kill -9 while it stops: the restarted
+    server finishes the stop and removes the job, its name free, no second delete."""
+    with running_server(tmp_path, db_url) as server:
+        api = Api(server)
+        # A worker that ignores its checkpoint signal: the stop takes the whole 3 s grace.
+        api.submit(
+            name="going",
+            checkpoint={"signal": "SIGUSR1", "grace_s": 3},
+            command=["sh", "-c", "trap '' USR1; sleep 60"],
+        )
+        api.until("going", "running")
+        answer = api.http.delete("/api/v1/jobs/going", params={"when_ended": "delete"})
+        assert answer.status_code == 202
+        assert answer.json()["state"] == "stopping" and answer.json()["deleted"] is False
+        server.kill()
+        server.restart()
+        api = Api(server)
+        wait_for(lambda: api.http.get("/api/v1/jobs/going").status_code == 404, "it to go", 30)
+        assert api.submit(name="going", command=["true"])["name"] == "going"
+        api.until("going", "succeeded")
+        # A waiting job deleted so is gone in the answer itself.
+        api.submit(name="hog", gpus=8, command=["sleep", "60"])
+        api.submit(name="waits", gpus=8, command=["true"])
+        gone = api.http.delete("/api/v1/jobs/waits", params={"when_ended": "delete"}).json()
+        assert (gone["state"], gone["deleted"]) == ("cancelled", True)
+        assert api.http.get("/api/v1/jobs/waits").status_code == 404
+        api.drain()

@@ -508,10 +508,14 @@ def test_a_version_1_database_is_migrated_with_its_jobs(db_url: str) -> None:
     engine.dispose()
     store = Store(db_url)
     try:
-        assert store.version == SCHEMA_VERSION == 3
+        assert store.version == SCHEMA_VERSION == 4
         assert names(store.jobs()) == ["before"]
         before = store.job("before")
         assert before is not None and before.service_gpu_s == 0.0  # v3: no service yet
+        assert not before.delete_when_ended  # v4: no delete asked
+        store.delete_when_ended("before")
+        marked = store.job("before")
+        assert marked is not None and marked.delete_when_ended
         store.transition("before", "pending", "running", "started", 3.0, service_gpu_s=42.5)
         after_start = store.job("before")
         assert after_start is not None and after_start.service_gpu_s == 42.5
@@ -670,3 +674,16 @@ def test_a_row_with_a_lone_surrogate_is_read_with_u_fffd_in_its_place(
     assert names(store.jobs()) == ["good", "bad"]
     assert "lone surrogate" in caplog.text
     store.close()
+
+
+def test_a_delete_asked_live_is_found_once_the_job_has_ended(store: Store) -> None:
+    add(store, "j")
+    add(store, "k")
+    store.delete_when_ended("j")
+    assert store.ended_to_delete(["succeeded", "cancelled"]) == []  # still live
+    store.transition("j", "pending", "cancelled", "cancelled", 2.0)
+    store.transition("k", "pending", "cancelled", "cancelled", 2.0)
+    [ended] = store.ended_to_delete(["succeeded", "cancelled"])
+    assert ended.name == "j" and ended.delete_when_ended
+    assert store.remove_job("j", ["cancelled"], 3.0)
+    assert store.ended_to_delete(["succeeded", "cancelled"]) == []  # deleted rows are not ended

@@ -914,21 +914,27 @@ def _json_lines(name: str, worker: int, chunks: Iterator[bytes]) -> None:
 
 def delete(
     names: list[str] = typer.Argument(..., metavar="NAME...", help="Job names."),
+    keep: bool = typer.Option(
+        False,
+        "--keep",
+        help="Only cancel a live job: it stays (state, logs) until deleted again.",
+    ),
     server: str = SERVER,
     as_json: bool = typer.Option(
         False, "--json", help="Print each job as the server answers, one JSON object a line."
     ),
 ) -> None:
-    """Delete jobs: cancel each live one, remove each ended one.
+    """Delete jobs, as kubectl and Arena do: each is gone once it has stopped.
 
-    A waiting job ends at once; a running one gets its stop signal (its checkpoint signal, else
-    SIGTERM), then SIGKILL after its grace time. An ended job is removed: its name is free
-    again. Each job is tried; the exit status is that of the first that failed."""
+    A waiting job ends and goes at once; a running one gets its stop signal (its checkpoint
+    signal, else SIGTERM), then SIGKILL after its grace time, and goes once its workers have
+    stopped. A job that is gone has a free name; its record is kept, its logs are not.
+    Each job is tried; the exit status is that of the first that failed."""
     failed: list[tuple[str, ApiError]] = []
     with api(server) as client:
         for name in names:
             try:
-                job = client.cancel(name)
+                job = client.cancel(name, delete_when_ended=not keep)
             except ApiError as err:
                 for line in err.message.splitlines():
                     sys.stderr.write(f"error: {name}: {line}\n")
@@ -937,7 +943,7 @@ def delete(
             if as_json:
                 emit_json(job)
             else:
-                _deleted(job)
+                _deleted(job, keep)
     if failed:
         if len(names) > 1:
             said = ", ".join(name for name, _ in failed)
@@ -945,12 +951,17 @@ def delete(
         raise typer.Exit(exit_code(failed[0][1]))
 
 
-def _deleted(job: dict[str, Any]) -> None:
+def _deleted(job: dict[str, Any], keep: bool) -> None:
     name = escape(job["name"])
     if job.get("deleted"):
         console.print(f"deleted [bold]{name}[/] ({state_text(job['state'])}): its name is free")
-    elif job["state"] == "stopping":
+    elif job["state"] == "stopping" and keep:
         console.print(f"cancelling [bold]{name}[/]: {state_text('stopping')} its workers")
+    elif job["state"] == "stopping":
+        console.print(
+            f"deleting [bold]{name}[/]: {state_text('stopping')} its workers; "
+            "its name is free once they have stopped"
+        )
     elif job["state"] == "cancelled":
         console.print(f"cancelled [bold]{name}[/]")
     else:

@@ -394,8 +394,11 @@ class Client:
         result: dict[str, Any] = self._request("GET", f"/jobs/{_segment(name)}")
         return result
 
-    def cancel(self, name: str) -> dict[str, Any]:
-        result: dict[str, Any] = self._request("DELETE", f"/jobs/{_segment(name)}")
+    def cancel(self, name: str, *, delete_when_ended: bool = False) -> dict[str, Any]:
+        """DELETE: cancel a live job (and, with `delete_when_ended`, remove it once it has
+        ended), or remove an ended one."""
+        params = {"when_ended": "delete"} if delete_when_ended else None
+        result: dict[str, Any] = self._request("DELETE", f"/jobs/{_segment(name)}", params=params)
         return result
 
     def explain(self, name: str) -> dict[str, Any]:

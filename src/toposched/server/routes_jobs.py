@@ -10,7 +10,7 @@ import json
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import orjson
 from fastapi import APIRouter, Header, HTTPException, Query, Response, status
@@ -240,6 +240,8 @@ def _taken(server: ServerState, name: str | None, err: Exception) -> str:
     held = None if name is None else server.runtime.store.job(name)
     if held is None or held.name not in str(err):
         return str(err)
+    if held.state in LIVE and held.delete_when_ended:
+        return f"{err} ({held.state}); its name is free once it has stopped: it is being deleted"
     if held.state in LIVE:
         return f"{err} ({held.state}); its name is free once it has ended and been deleted"
     return f"{err} ({held.state}); delete it to free its name"
@@ -322,17 +324,32 @@ def get_job(name: str, server: Server, who: Caller) -> JobOut:
 
 
 @router.delete("/{name}", response_model=JobOut, status_code=status.HTTP_202_ACCEPTED)
-async def cancel(name: str, server: Server, who: Caller) -> JobOut:
+async def cancel(
+    name: str,
+    server: Server,
+    who: Caller,
+    when_ended: Annotated[
+        Literal["keep", "delete"],
+        Query(
+            description="What becomes of a live job once cancelled: `keep` it (a second "
+            "DELETE removes it), or `delete` it as soon as it has ended, its name free then."
+        ),
+    ] = "keep",
+) -> JobOut:
     """Delete a job. A live one is cancelled: a waiting one ends now, a running one is stopped
-    (signal, grace, kill). An ended one is removed with its history (`deleted: true` in the
-    answer): its name is free for a new job."""
-    return await writing(server, _cancel, server, name, who)
+    (signal, grace, kill); with `when_ended=delete` it is also removed once it has ended
+    (`deleted: true` in the answer if that is already so). An ended one is removed with its
+    history (`deleted: true`): its name is free for a new job."""
+    return await writing(server, _cancel, server, name, who, when_ended == "delete")
 
 
-def _cancel(server: ServerState, name: str, who: Principal) -> JobOut:
+def _cancel(server: ServerState, name: str, who: Principal, delete: bool = False) -> JobOut:
     row = _row(server.runtime, name)
     _owned(who, row, "cancel")
     try:
+        if row.state in LIVE and delete:
+            after, removed = server.runtime.delete_live(name)
+            return job_out(server.runtime, after, who).model_copy(update={"deleted": removed})
         if row.state in LIVE:
             return job_out(server.runtime, server.runtime.cancel(name), who)
         gone = server.runtime.remove(name)

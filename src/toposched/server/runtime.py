@@ -208,6 +208,10 @@ class Runtime(Driver):
         self._next_probe = 0.0
         self._snapshot = Snapshot()
         self._last_tick = 0.0
+        # Jobs deleted while live, removed once they have ended (store.delete_when_ended);
+        # and those removed in the last feed, for the answer of the delete that ended them.
+        self._deleting: set[str] = set()
+        self._just_removed: dict[str, JobRow] = {}
 
     def _new_core(self) -> Scheduler:
         """A core for the node and queues as stored (at start, and when rebuilt)."""
@@ -225,6 +229,10 @@ class Runtime(Driver):
         notes: list[str] = []
         with self.lock:
             rows = self.store.jobs(states=LIVE)
+            self._deleting = {r.name for r in rows if r.delete_when_ended}
+            for row in self.store.ended_to_delete(ENDED):  # ended before a crash let them go
+                if self._removed(row):
+                    notes.append(f"{row.name}: deleted (it had ended; its delete was asked live)")
             running = [r for r in rows if r.state != "pending"]
             waiting = [r for r in rows if r.state == "pending"]
             for row in running:
@@ -556,13 +564,45 @@ class Runtime(Driver):
             row = self.store.job(name)
             if row is None:
                 raise NotFound(f"no job named {name!r}")
-            now = self.clock()
-            if row.state in LIVE or not self._write(self.store.remove_job, name, ENDED, now):
+            if row.state in LIVE or not self._removed(row):
                 raise Conflict(f"job {name!r} is {row.state}: only an ended job can be deleted")
-            self.core.forget(name)
-            self._discard_runs(name)
-            log.info("job %s: %s -> deleted: its name is free again", name, row.state)
             return row
+
+    def delete_live(self, name: str) -> tuple[JobRow, bool]:
+        """Cancel live job `name` and remove it once it has ended (at once if cancelling ended
+        it): the job as it is now, and whether it is removed already. The wish is stored, so
+        a server restarted meanwhile still removes it."""
+        with self.lock:
+            self._usable()
+            row = self.store.job(name)
+            if row is None:
+                raise NotFound(f"no job named {name!r}")
+            if row.state not in LIVE:
+                raise Conflict(f"job {name!r} has already ended ({row.state})")
+            self._write(self.store.delete_when_ended, name)
+            self._deleting.add(name)
+            after = self.cancel(name)
+            removed = self._just_removed.pop(name, None)
+            return (removed, True) if removed is not None else (after, False)
+
+    def _removed(self, row: JobRow) -> bool:
+        """Remove ended job `row` from the store, the core and the disk; whether it was."""
+        if not self._write(self.store.remove_job, row.name, ENDED, self.clock()):
+            return False
+        self.core.forget(row.name)
+        self._discard_runs(row.name)
+        self._deleting.discard(row.name)
+        log.info("job %s: %s -> deleted: its name is free again", row.name, row.state)
+        return True
+
+    def _remove_deleted(self) -> None:
+        """Remove the jobs deleted while live that have ended since."""
+        for name in sorted(self._deleting):
+            row = self.store.job(name)
+            if row is None:
+                self._deleting.discard(name)
+            elif row.state in ENDED and self._removed(row):
+                self._just_removed[name] = row
 
     def _discard_runs(self, name: str) -> None:
         """A deleted job's runs (logs, pid and exit files) and checkpoints go with it: a new job
@@ -676,6 +716,8 @@ class Runtime(Driver):
         runtime is known to be usable."""
         self._usable()
         super().feed(*events)
+        if self._deleting:
+            self._remove_deleted()
 
     def decide(self, event: Event) -> list[Action]:
         began = time.perf_counter()

@@ -90,6 +90,7 @@ class JobRow:
     started_at: float | None
     ended_at: float | None
     service_gpu_s: float = 0.0  # attained service as of the last start or stop
+    delete_when_ended: bool = False  # deleted while live: removed once it has ended
 
 
 @dataclass(frozen=True)
@@ -403,6 +404,21 @@ class Store:
                 dict(job_seq=seq, time=time, old=old, new=new, reason=reason),
             )
             _keep_stop(conn, seq, old, new, stop_deadline)
+
+    def ended_to_delete(self, ended: Iterable[str]) -> list[JobRow]:
+        """The jobs in a state of `ended` whose delete was asked while they were live (a crash
+        came between their end and their removal)."""
+        j = schema.jobs
+        query = select(*_JOB_COLUMNS).where(j.c.delete_when_ended == 1, j.c.state.in_(list(ended)))
+        with self.engine.connect() as conn:
+            return [_job(row) for row in conn.execute(query)]
+
+    def delete_when_ended(self, name: str) -> None:
+        """Mark live job `name` to be removed once it has ended (a delete of a live job)."""
+        with self.engine.begin() as conn:
+            conn.execute(
+                schema.jobs.update().where(schema.jobs.c.name == name).values(delete_when_ended=1)
+            )
 
     def set_stop_kind(self, name: str, kind: str | None) -> None:
         with self.engine.begin() as conn:

@@ -78,7 +78,12 @@ def _v3(conn: Connection) -> None:
     conn.execute(text("ALTER TABLE jobs ADD COLUMN service_gpu_s FLOAT DEFAULT 0 NOT NULL"))
 
 
-MIGRATIONS: list[Callable[[Connection], None]] = [_v1, _v2, _v3]
+def _v4(conn: Connection) -> None:
+    # A live job deleted: removed once it has ended (0 for the jobs stored before).
+    conn.execute(text("ALTER TABLE jobs ADD COLUMN delete_when_ended INTEGER DEFAULT 0 NOT NULL"))
+
+
+MIGRATIONS: list[Callable[[Connection], None]] = [_v1, _v2, _v3, _v4]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

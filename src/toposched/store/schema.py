@@ -46,6 +46,9 @@ jobs = Table(
     # GPU-seconds of service as least attained service counts it (since the job's last
     # promotion), as of its last start or stop: a restart hands it back to the core (v3).
     Column("service_gpu_s", Float, nullable=False, server_default="0"),
+    # 1: deleted while live (`toposched delete` of a running job): removed once it has ended,
+    # its name free without a second delete (v4).
+    Column("delete_when_ended", Integer, nullable=False, server_default="0"),
 )
 Index("jobs_state", jobs.c.state)
 
