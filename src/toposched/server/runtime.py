@@ -534,12 +534,17 @@ class Runtime(Driver):
                 "elastic.max",
             )
 
+    def _job_row(self, name: str) -> JobRow:
+        """Job `name` as stored; NotFound if there is none."""
+        row = self.store.job(name)
+        if row is None:
+            raise NotFound(f"no job named {name!r}")
+        return row
+
     def cancel(self, name: str) -> JobRow:
         with self.lock:
             self._usable()
-            row = self.store.job(name)
-            if row is None:
-                raise NotFound(f"no job named {name!r}")
+            row = self._job_row(name)
             if row.state not in LIVE:
                 raise Conflict(f"job {name!r} has already ended ({row.state})")
             try:
@@ -561,9 +566,7 @@ class Runtime(Driver):
         Returns the job as it was; Conflict for a live one (cancel it first)."""
         with self.lock:
             self._usable()
-            row = self.store.job(name)
-            if row is None:
-                raise NotFound(f"no job named {name!r}")
+            row = self._job_row(name)
             if row.state in LIVE or not self._removed(row):
                 raise Conflict(f"job {name!r} is {row.state}: only an ended job can be deleted")
             return row
@@ -574,9 +577,7 @@ class Runtime(Driver):
         a server restarted meanwhile still removes it."""
         with self.lock:
             self._usable()
-            row = self.store.job(name)
-            if row is None:
-                raise NotFound(f"no job named {name!r}")
+            row = self._job_row(name)
             if row.state not in LIVE:
                 raise Conflict(f"job {name!r} has already ended ({row.state})")
             self._write(self.store.delete_when_ended, name)
@@ -674,9 +675,7 @@ class Runtime(Driver):
         return found
 
     def explain(self, name: str) -> tuple[JobRow, str]:
-        row = self.store.job(name)
-        if row is None:
-            raise NotFound(f"no job named {name!r}")
+        row = self._job_row(name)
         with self.peek() as current:
             if current and self.view.knows(row.name):
                 return row, self.view.explain(name, clock_time)
