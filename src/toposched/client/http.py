@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -188,9 +189,45 @@ def _text(resp: httpx.Response, limit: int = 300) -> str:
 def _httpx() -> Any:
     # Imported on first use: every `toposched` command imports this module, and the commands
     # that never talk to a server (place, sim, ...) need not pay for httpx.
+    if "httpx" not in sys.modules:
+        _import_httpx_without_its_cli()
     import httpx
 
     return httpx
+
+
+# httpx's own command line (`httpx URL`), which httpx imports with itself when it can: click,
+# pygments and rich's progress bars and syntax, some 30 ms of every server command's start.
+HTTPX_CLI = "httpx._main"
+
+
+def _import_httpx_without_its_cli() -> None:
+    """Import httpx without its command line: while it loads, HTTPX_CLI cannot be imported,
+    and httpx's `main` becomes the stub it has for an install without the CLI's extras (only
+    the `httpx` command calls it). Importable again afterwards, as before, for whoever wants
+    it."""
+    sys.modules[HTTPX_CLI] = None  # type: ignore[assignment]
+    try:
+        import httpx  # noqa: F401
+    finally:
+        if sys.modules.get(HTTPX_CLI, 0) is None:
+            del sys.modules[HTTPX_CLI]
+
+
+def _tls_verify(url: str) -> Any:
+    """What httpx verifies TLS with for a client of `url`: its default (True: certifi's CA
+    bundle, which httpx loads as the client is made, some 50 ms of every command's start),
+    except for a server reached over plain HTTP without a proxy. Every request of a Client
+    goes to its own URL, so that one never makes a TLS connection: it gets a context that
+    trusts no CA, made at no cost, which would refuse any TLS connection were one made."""
+    if urlsplit(url).scheme != "http":
+        return True
+    import ssl
+    import urllib.request
+
+    if urllib.request.getproxies():  # a proxy may be reached over TLS: as httpx does
+        return True
+    return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
 
 
 class Client:
@@ -219,7 +256,11 @@ class Client:
             check_token(token, token_source)
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._http: httpx.Client = _httpx().Client(
-            base_url=self.url + API, headers=headers, timeout=timeout, transport=transport
+            base_url=self.url + API,
+            headers=headers,
+            timeout=timeout,
+            transport=transport,
+            verify=_tls_verify(self.url),
         )
 
     @classmethod
