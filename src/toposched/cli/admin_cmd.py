@@ -15,7 +15,9 @@ from rich.table import Table
 
 from toposched.cli.jobs_cmd import JSON, SERVER, api, duration, placement_text, shape, state_text
 from toposched.cli.output import EXIT_BAD_INPUT, console, emit_json, fail
-from toposched.topology.resources import cpus_text, gib_text
+
+# toposched.topology (for its quantities' texts) is imported where a node's GPUs, CPUs and
+# memory are written: `top job` and the other server commands start without it.
 
 top_app = typer.Typer(no_args_is_help=True, help="What runs where: GPUs of each node, jobs.")
 node_app = typer.Typer(no_args_is_help=True, help="Nodes: their GPUs and labels.")
@@ -81,6 +83,8 @@ def print_nodes(nodes: list[dict[str, Any]]) -> None:
 
 def gpu_type_text(node: dict[str, Any]) -> str:
     """`V100 16 GiB`, or `-` when the node does not say."""
+    from toposched.topology.resources import gib_text
+
     kind = node.get("gpu_type") or "-"
     memory = node.get("gpu_memory") or 0
     return f"{kind} {gib_text(memory)}" if memory else kind
@@ -89,6 +93,8 @@ def gpu_type_text(node: dict[str, Any]) -> str:
 def held_texts(node: dict[str, Any]) -> tuple[str, str]:
     """CPUs and memory its workers hold, of what it has: `16/80`, `32 GiB/512 GiB`, or the
     held amount alone where the node's total is not counted."""
+    from toposched.topology.resources import cpus_text, gib_text
+
     cpus, memory = node.get("cpus"), node.get("memory")
     used_cpus, used_memory = node.get("cpus_used", 0), node.get("memory_used", 0)
     cpu_text = cpus_text(used_cpus) + (f"/{cpus_text(cpus)}" if cpus is not None else "")

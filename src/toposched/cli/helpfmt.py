@@ -11,8 +11,11 @@ TYPE_WORDS = {int: "INTEGER", float: "NUMBER", str: "TEXT", bool: "BOOLEAN"}
 
 
 def _walk(command: Any) -> list[Any]:
+    """`command` and its sub-commands; of a lazy group's (toposched.cli.main.LazyCommands),
+    only those loaded: the others are made plain as they load, not imported here."""
     found = [command]
-    for sub in getattr(command, "commands", {}).values():
+    subs = getattr(command, "commands", {})
+    for sub in getattr(subs, "loaded", subs).values():
         found.extend(_walk(sub))
     return found
 

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
 from rich.markup import escape
@@ -36,17 +36,13 @@ from toposched.client.http import (
     JobFilters,
     is_local,
 )
-from toposched.client.jobfile import (
-    JobFile,
-    JobFileError,
-    load_job_file,
-    merge_spec,
-    parse_elastic,
-    parse_env_pairs,
-    split_command,
-)
 from toposched.common.frameworks import KindError, kind_of
-from toposched.topology.resources import QuantityError, parse_cpus, parse_memory
+
+if TYPE_CHECKING:
+    from toposched.client.jobfile import JobFile
+
+# The job file's reader (PyYAML) and the quantities (toposched.topology) are imported by the
+# functions of `submit` that use them: `list`, `get`, `logs` and `delete` start without them.
 
 EXIT_SERVER_ERROR = 1
 EXIT_NOT_FOUND = 3
@@ -465,6 +461,8 @@ def kind_and_command(
     Without `--`, Arena's form: the command line quoted as one word after the kind (or, with
     no kind, a quoted line of several words). Anything else before `--` is refused, showing
     `usage`."""
+    from toposched.client.jobfile import split_command
+
     kind: str | None = None
     rest = list(words)
     if rest:
@@ -643,6 +641,15 @@ def submit(
 
     Example: toposched submit tfjob --name tf1 --workers 2 --gpus 1 --ps 1 -- python train.py
     """
+    from toposched.client.jobfile import (
+        JobFileError,
+        load_job_file,
+        merge_spec,
+        parse_elastic,
+        parse_env_pairs,
+    )
+    from toposched.topology.resources import parse_cpus, parse_memory
+
     del gang  # every job is a gang: the flag is only accepted
     kind, command = kind_and_command(words or [], ctx.meta.get(AFTER_DASHES))
     _finite("--limit", limit)
@@ -742,6 +749,8 @@ def _truth(flag: str, value: str) -> bool:
 
 def _checked(flag: str, value: str | None, parse: Callable[[object, str], int]) -> str | None:
     """A quantity flag as given, once it reads (exit 2 saying what is accepted otherwise)."""
+    from toposched.topology.resources import QuantityError
+
     if value is not None:
         try:
             parse(value, flag)
