@@ -6,6 +6,7 @@ const BIG_POLL_MS = 5000; // a cluster of hundreds of nodes: one map is ~1 kB a 
 const TOKEN = "toposched.token";
 const SAMPLES = "toposched.samples";
 const ENDED = new Set(["succeeded", "failed", "cancelled"]);
+const HOLDING = new Set(["running", "stopping"]); // the states in which a job holds its GPUs
 const SMALL_GPUS = 800; // up to this many GPUs the cluster page fetches the running jobs' teams
 const RESERVING = 200; // the waiting jobs (oldest first) whose reasons are read for reservations
 const LEGEND = 40; // jobs named in the cluster page's legend
@@ -14,7 +15,7 @@ const main = document.getElementById("main");
 const notice = document.getElementById("notice");
 const who = document.getElementById("who");
 const state = { health: null, me: null, bandwidth: {}, presets: {}, teams: new Map(), page: null, busy: false, worker: 0,
-  logs: new Map(), confirm: false, nodes: 0, lastPoll: 0 };
+  logs: new Map(), confirm: false, nodes: 0, lastPoll: 0, missing: null };
 
 const esc = (v) => String(v ?? "").replace(/[&<>"']/g, (c) =>
   ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]);
@@ -67,6 +68,20 @@ function detail(body, reply) {
     if (Array.isArray(d)) return d.map((e) => e.msg).join("; ");
   } catch { /* not JSON: say the status */ }
   return `${reply.status} ${reply.statusText}`;
+}
+
+// What the API lets this user do to a job: users act on their own team's jobs, admins on all.
+const mayTouch = (job) => state.me?.role === "admin" || state.me?.team === job.queue;
+
+// `2 × 1 GPU`; an elastic job says how many of its workers run now and its range.
+function shape(job, long = false) {
+  const per = long ? `${job.gpus_per_worker} GPU(s)` : `${job.gpus_per_worker} GPU`;
+  const elastic = job.spec?.elastic;
+  if (!elastic) return long ? `${job.workers} worker(s) × ${per}` : `${job.workers}×${per}`;
+  const running = HOLDING.has(job.state) ? job.placement.length : 0;
+  const range = `elastic ${elastic.min}:${elastic.max}`; // as `get` writes it
+  if (!long) return `${running || elastic.min}×${per} (${range})`;
+  return `${running ? `${running} running` : "none running"} (${range}) × ${per}`;
 }
 
 const jobPath = (name) => `/api/v1/jobs/${encodeURIComponent(name).replace(/%2F/g, "/")}`;
@@ -181,13 +196,13 @@ function gpuCell(node, gpu, reserved, mark) {
   const holder = reserved.get(`${node.name}:${gpu.index}`);
   const nv = nvOf(node, gpu.index).map((o) => `${o} (${node.links[gpu.index][o]})`);
   const info = [`GPU ${gpu.index} on ${node.name}`,
-    gpu.job ? `job ${gpu.job}${team ? `, team ${team}` : ""}` : "free",
+    gpu.job ? `job ${gpu.job}${team ? `, team ${team}` : ""}` : gpu.past ? "not this job's" : "free",
     gpu.healthy ? null : "UNHEALTHY", holder ? `reserved for ${holder}` : null,
     nv.length ? `NVLink to ${nv.join(", ")}` : null].filter(Boolean).join(" · ");
   const cls = ["gpu", gpu.job ? "busy" : "free", gpu.healthy ? "" : "sick",
     holder ? "reserved" : "", mark && !mark.has(gpu.index) ? "dim" : ""].join(" ").trim();
   const colour = gpu.job ? ` style="--c:${jobColour(gpu.job)}"` : "";
-  const label = mark && mark.has(gpu.index) ? `w${mark.get(gpu.index)}` : gpu.job ?? (gpu.healthy ? "free" : "down");
+  const label = mark && mark.has(gpu.index) ? `w${mark.get(gpu.index)}` : gpu.past ? "" : gpu.job ?? (gpu.healthy ? "free" : "down");
   return `<button class="${cls}"${colour} data-action="gpu" data-node="${esc(node.name)}" ` +
     `data-gpu="${gpu.index}" data-job="${esc(gpu.job ?? "")}" data-nv="${nvOf(node, gpu.index).join(",")}" title="${esc(info)}">` +
     `<b>${gpu.index}</b><span>${esc(label)}</span></button>`;
@@ -372,7 +387,7 @@ pages.queue = {
     const waiting = considered(live.jobs.filter((j) => j.state === "pending"));
     patch(document.getElementById("waiting"), table(["#", "job", "team", "priority", "shape", "waiting since", "why it waits", "blocked by"],
       waiting.map((j, i) => `<tr data-job="${esc(j.name)}"><td>${i + 1}</td><td>${jobLink(j.name)}</td><td>${esc(j.queue)}</td>` +
-        `<td>${j.priority}</td><td>${j.workers}×${j.gpus_per_worker} GPU</td><td title="${esc(when(j.submitted_at))}">${ago(j.submitted_at)}</td>` +
+        `<td>${j.priority}</td><td>${esc(shape(j))}</td><td title="${esc(when(j.submitted_at))}">${ago(j.submitted_at)}</td>` +
         `<td class="reason">${esc(j.reason)}</td><td class="blockers">${blockers(j, nodes, waiting)}</td></tr>`), "Nobody waits."));
     const running = live.jobs.filter((j) => j.state === "running" || j.state === "stopping");
     patch(document.getElementById("running"), table(["job", "team", "state", "GPUs", "since", "why here"],
@@ -421,22 +436,19 @@ pages.job = {
     patch(document.getElementById("job-state"), badge(job.state));
     state.teams.set(job.name, job.queue);
     const live = !ENDED.has(job.state);
-    patch(document.getElementById("job-actions"), !live ? "" : state.confirm
+    // A job waiting again after a stop holds nothing, whatever its reason says of its last run.
+    const holding = HOLDING.has(job.state) && job.placement.length > 0;
+    patch(document.getElementById("job-actions"), !live || !mayTouch(job) ? "" : state.confirm
       ? `Cancel ${esc(job.name)}? <button class="danger" data-action="cancel-yes">Yes, cancel it</button> <button data-action="cancel-no">No</button>`
       : `<button class="danger" data-action="cancel">Cancel job</button>`);
-    const ring = /\(ring ([\d.]+) GB\/s\)/.exec(explained.text) ?? /\(ring ([\d.]+) GB\/s\)/.exec(job.reason);
     patch(document.getElementById("job-summary"), `<dl class="facts">` + [["team", esc(job.queue)], ["owner", esc(job.owner)],
-      ["priority", job.priority], ["shape", `${job.workers} worker(s) × ${job.gpus_per_worker} GPU(s)`],
-      ["ring bandwidth", ring ? `${ring[1]} GB/s` : "—"], ["attempt", job.attempt], ["restarts", job.restarts],
-      ["submitted", esc(when(job.submitted_at))], ["started", esc(when(job.started_at))], ["ended", esc(when(job.ended_at))],
-      ["now", esc(job.reason)]].map(([k, v]) => `<dt>${k}</dt><dd>${v}</dd>`).join("") + `</dl>`);
-    const mine = new Map();
-    for (const w of job.placement) for (const g of w.gpus) mine.set(`${w.node}:${g}`, w.worker);
-    const placed = nodes.filter((n) => job.placement.some((w) => w.node === n.name));
-    patch(document.getElementById("job-placement"), placed.length ? placed.map((n) => {
-      const mark = new Map(n.gpus.filter((g) => mine.has(`${n.name}:${g.index}`)).map((g) => [g.index, mine.get(`${n.name}:${g.index}`)]));
-      return `<article class="node"><header>${nodeHead(n)}</header>${groupsHtml(n, new Map(), mark)}</article>`;
-    }).join("") : `<p class="muted">${live ? "Not placed yet." : "No GPUs held."}</p>`);
+      ["priority", job.priority], ["shape", esc(shape(job, true))],
+      ["topology", job.spec?.gputopology === false ? "off (--gputopology=false): the lowest free GPU indices" : "on"],
+      ["ring bandwidth", job.ring_gbps != null ? `${+job.ring_gbps.toFixed(1)} GB/s` : "—"],
+      ["speed", speed(job)], ["attempt", job.attempt], ["restarts", job.restarts],
+      ["submitted", esc(when(job.submitted_at))], ["started", started(job, holding)], ["ended", esc(when(job.ended_at))],
+      ["now", esc(job.reason)]].map(([k, v]) => `<dt>${k}</dt><dd data-fact="${k}">${v}</dd>`).join("") + `</dl>`);
+    patch(document.getElementById("job-placement"), placementHtml(job, nodes, holding, live));
     patch(document.getElementById("job-explain"), esc(explained.text));
     patch(document.getElementById("job-history"), (job.history ?? []).map((h) =>
       `<li><time title="${esc(when(h.time))}">${esc(new Date(h.time * 1000).toLocaleTimeString())}</time>` +
@@ -445,6 +457,40 @@ pages.job = {
     await refreshLog(job, path);
   },
 };
+
+// `predicted 437 samples/s (51% of best) for resnet50`, while the job holds GPUs.
+function speed(job) {
+  const p = job.predicted;
+  if (!p) return "—";
+  return `predicted ${p.samples_per_s.toFixed(0)} samples/s (${(100 * p.share).toFixed(0)}% of best) ` +
+    `<span class="muted">for ${esc(p.model)}; the best placement of as many GPUs: ${p.best_samples_per_s.toFixed(0)} samples/s</span>`;
+}
+
+// A job waiting again after a stop has a start time from its last run, not a current one.
+function started(job, holding) {
+  if (job.started_at == null) return "";
+  if (holding || job.state !== "pending") return esc(when(job.started_at));
+  return `<span class="muted">not running now (last started ${esc(when(job.started_at))})</span>`;
+}
+
+// The job's GPUs on their nodes. While it holds them the map is the live one; an ended job's
+// GPUs are drawn alone, as it held them: their current holders are another job's story.
+function placementHtml(job, nodes, holding, live) {
+  if (!holding && live) {
+    const was = job.started_at != null ? " It ran, was stopped and gave its GPUs back; it waits to be placed again." : "";
+    return `<p class="muted">Not placed now.${was}</p>`;
+  }
+  if (!job.placement.length) return `<p class="muted">No GPUs held.</p>`;
+  const mine = new Map();
+  for (const w of job.placement) for (const g of w.gpus) mine.set(`${w.node}:${g}`, w.worker);
+  return nodes.filter((n) => job.placement.some((w) => w.node === n.name)).map((n) => {
+    const mark = new Map(n.gpus.filter((g) => mine.has(`${n.name}:${g.index}`)).map((g) => [g.index, mine.get(`${n.name}:${g.index}`)]));
+    if (holding) return `<article class="node"><header>${nodeHead(n)}</header>${groupsHtml(n, new Map(), mark)}</article>`;
+    const past = { ...n, gpus: n.gpus.map((g) => ({ index: g.index, healthy: true, past: true, job: mark.has(g.index) ? job.name : null })) };
+    return `<article class="node past"><header><h3>${esc(n.name)}</h3><span class="muted">the GPUs it held until it ended ` +
+      `(their current holders are not shown)</span></header>${groupsHtml(past, new Map(), mark)}</article>`;
+  }).join("");
+}
 
 async function refreshLog(job, path) {
   const box = document.getElementById("job-log");
@@ -461,6 +507,11 @@ async function refreshLog(job, path) {
     html = esc(text.split("\n").slice(-300).join("\n")) || `<span class="muted">(no output yet)</span>`;
   } catch (e) {
     html = `<span class="refused">The API refused the logs (${e.status}): ${esc(e.message)}</span>`;
+    // A refusal does not change while the page is open: asked once, not every second.
+    if (e.status === 403) {
+      state.logs.set(key, { html, done: true });
+      return patch(box, html);
+    }
   }
   state.logs.set(key, { html, done: ENDED.has(job.state) });
   const atEnd = box.scrollTop + box.clientHeight >= box.scrollHeight - 4;
@@ -549,11 +600,13 @@ async function render(force) {
   const key = location.hash || "#/cluster";
   if (state.page !== key) {
     state.page = key;
+    state.missing = null;
     state.worker = 0;
     state.confirm = false;
     main.innerHTML = `<div class="page ${r.page}">${pages[r.page].skeleton(r)}</div>`;
     document.querySelectorAll("nav a").forEach((a) => a.classList.toggle("on", a.dataset.page === r.page));
   }
+  if (state.missing === key) return; // a job that is not there: said once, not asked every second
   const slow = state.nodes > 100 && !force && Date.now() - state.lastPoll < BIG_POLL_MS;
   if (slow) return;
   state.lastPoll = Date.now();
@@ -572,7 +625,9 @@ async function tick(force = false) {
       signOut();
       signInForm(`The server refused this token: ${e.message}`);
     } else if (e.status === 404 && route().page === "job") {
-      main.innerHTML = `<h1>Not found</h1><p class="refused">${esc(e.message)}</p>`;
+      state.missing = state.page;
+      main.innerHTML = `<h1>Not found</h1><p class="refused">${esc(e.message)}</p>` +
+        `<p><a href="#/queue">See the queue</a>; this page does not ask again until it is reloaded.</p>`;
     } else {
       say(`Cannot load this page: ${e.message}`);
     }
