@@ -25,6 +25,7 @@ class StopKind(StrEnum):
     PREEMPT = "preempt"
     MIGRATE = "migrate"
     RESIZE = "resize"
+    IDLE = "idle"  # its GPUs sat idle for its idle rule's time
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from toposched.core.records import JobRecord
 from toposched.placement.gang import Placement
 
 # Stops after which the job runs again on its checkpoint: its own grace is all it needs.
-CHECKPOINTED = (StopKind.PREEMPT, StopKind.MIGRATE, StopKind.RESIZE)
+CHECKPOINTED = (StopKind.PREEMPT, StopKind.MIGRATE, StopKind.RESIZE, StopKind.IDLE)
 
 
 def stop_signal(spec: JobSpec, kind: StopKind, policy: SchedulerPolicy) -> tuple[str, float]:

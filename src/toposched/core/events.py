@@ -53,6 +53,15 @@ class JobFinished(Event):
 
 
 @dataclass(frozen=True)
+class JobIdle(Event):
+    """The driver saw every GPU of a running job stay below its idle rule's threshold for the
+    rule's time (`why` says it in figures), and the rule says stop: the core stops the job."""
+
+    job: str
+    why: str
+
+
+@dataclass(frozen=True)
 class WorkerFailed(Event):
     """One worker died: the rest of the gang must be stopped."""
 

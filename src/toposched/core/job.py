@@ -112,6 +112,29 @@ class Checkpoint:
             raise JobError(f"checkpoint grace_s must be >= 0, got {self.grace_s}")
 
 
+class IdleAction(StrEnum):
+    """What happens to a job whose GPUs sat idle for its rule's time."""
+
+    NOTIFY = "notify"  # say so (event, reason, metric); it keeps its GPUs
+    STOP = "stop"  # stop it as a preemption would: requeued if checkpointable, else ended
+
+
+@dataclass(frozen=True)
+class IdleRule:
+    """A job is idle once every GPU it holds stays below `below_pct` percent busy for
+    `after_s` seconds (docs/idle.md)."""
+
+    after_s: float
+    below_pct: float = 5.0
+    action: IdleAction = IdleAction.NOTIFY
+
+    def __post_init__(self) -> None:
+        if not 0 < self.after_s < math.inf:
+            raise JobError(f"idle: after must be a positive time, got {self.after_s!r}")
+        if not 0 < self.below_pct <= 100:
+            raise JobError(f"idle: below must be a percentage in (0, 100], got {self.below_pct!r}")
+
+
 @dataclass(frozen=True)
 class Elastic:
     """The job runs with any number of workers in [min_workers, max_workers]."""
@@ -181,6 +204,8 @@ class JobSpec:
     # False: the job is placed by plain GPU counting (the lowest free indices, first fit), as
     # a topology-unaware device plugin would place it (Arena's `--gputopology=false`).
     topology: bool = True
+    # Given back when its GPUs sit idle (None: the queue's default rule, if any, applies).
+    idle: IdleRule | None = None
 
     def __post_init__(self) -> None:
         if not self.name or not isinstance(self.name, str):
@@ -265,6 +290,7 @@ class JobState(StrEnum):
     FAILED = "failed"
     CANCELLED = "cancelled"
     REJECTED = "rejected"
+    IDLE_STOPPED = "idle-stopped"  # stopped by its idle rule, and not checkpointable
 
     @property
     def terminal(self) -> bool:
@@ -273,4 +299,5 @@ class JobState(StrEnum):
             JobState.FAILED,
             JobState.CANCELLED,
             JobState.REJECTED,
+            JobState.IDLE_STOPPED,
         )

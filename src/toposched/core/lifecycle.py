@@ -195,6 +195,13 @@ class Lifecycle:
             rec, StopKind.FAILURE, f"worker {worker} failed: {why or 'no reason'}"
         )
 
+    def idle(self, rec: JobRecord, why: str) -> list[Action]:
+        """Stop a job whose GPUs sat idle; a job not running (stopped or ended meanwhile) is
+        left alone: the driver's samples lag the core."""
+        if rec.state is not JobState.RUNNING:
+            return []
+        return self.changes.stop(rec, StopKind.IDLE, why)
+
     def stopped(self, rec: JobRecord) -> list[Action]:
         if rec.state is not JobState.STOPPING:
             raise SchedulingError(f"job {rec.name!r} is {rec.state.value}, not stopping")
@@ -209,6 +216,10 @@ class Lifecycle:
         if kind is StopKind.FAILURE:
             self.changes.release_all(rec)
             return self._failed(rec, rec.stop_why)
+        if kind is StopKind.IDLE and not rec.spec.checkpointable:
+            # Restarted from scratch it would only sit idle again, having lost its work.
+            self.changes.release_all(rec)
+            return self.changes.end(rec, JobState.IDLE_STOPPED, f"idle-stopped: {rec.stop_why}")
         # Preempted: back to the queue, keeping its place in submission order.
         self.changes.release_all(rec)
         return self.changes.requeue(rec, f"requeued after {kind.value if kind else 'stop'}")

@@ -31,6 +31,7 @@ from toposched.core.events import (
     GpuHealth,
     JobCancelled,
     JobFinished,
+    JobIdle,
     JobRestored,
     JobStopped,
     JobSubmitted,
@@ -188,6 +189,8 @@ class Scheduler:
                 return life.cancel(self.books.job(name))
             case JobFinished(job=name, succeeded=ok, reason=why):
                 return life.finished(self.books.job(name), ok, why)
+            case JobIdle(job=name, why=why):
+                return life.idle(self.books.job(name), why)
             case WorkerFailed(job=name, worker=worker, reason=why):
                 return life.worker_failed(self.books.job(name), worker, why)
             case JobStopped(job=name):
