@@ -10,7 +10,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +43,8 @@ class ServerProcess:
     proc: subprocess.Popen[bytes] | None = None
     # Run in the server's process before it starts (e.g. a resource limit).
     preexec: Callable[[], None] | None = None
+    # Environment variables the server process gets besides the test's own.
+    environ: Mapping[str, str] = field(default_factory=dict)
     log_path: Path = field(init=False)
 
     def __post_init__(self) -> None:
@@ -78,7 +80,12 @@ class ServerProcess:
         ]
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
-            command, stdout=log, stderr=log, cwd=REPO, preexec_fn=self.preexec
+            command,
+            stdout=log,
+            stderr=log,
+            cwd=REPO,
+            preexec_fn=self.preexec,
+            env={**os.environ, **self.environ} if self.environ else None,
         )
         log.close()
         deadline = time.monotonic() + timeout_s
@@ -123,14 +130,34 @@ def running_server(
     db: str | None = None,
     args: Sequence[str] = ("--emulate", "dgx1-v100"),
     preexec: Callable[[], None] | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> Iterator[ServerProcess]:
-    server = ServerProcess(tmp / "data", db, free_port(), args, preexec=preexec)
+    server = ServerProcess(
+        tmp / "data", db, free_port(), args, preexec=preexec, environ=environ or {}
+    )
     server.start()
     try:
         yield server
     finally:
         server.stop()
         kill_leftover_workers(server.data_dir)
+
+
+FAKE_NVML_MODULE = REPO / "tests" / "fakes" / "nvml_module"
+
+
+@contextmanager
+def fake_nvml_server(tmp: Path, preset: str = "dgx1-v100") -> Iterator[tuple[ServerProcess, Path]]:
+    """A server whose NVML is FakeNvml (tests/fakes/nvml_module), sampling every 0.5 s; the
+    JSON file yielded sets each GPU's busy percent, memory in use and pids while it runs."""
+    state = tmp / "nvml.json"
+    state.write_text(json.dumps({"preset": preset, "gpus": {}}))
+    environ = {
+        "PYTHONPATH": os.pathsep.join([str(FAKE_NVML_MODULE), str(REPO)]),
+        "TOPOSCHED_FAKE_NVML": str(state),
+    }
+    with running_server(tmp, args=("--sample-every", "0.5"), environ=environ) as server:
+        yield server, state
 
 
 def kill_leftover_workers(data_dir: Path) -> None:

@@ -59,6 +59,26 @@ class FakeGpu:
     numa: int | None = None
     cpus: frozenset[int] = frozenset()
     memory: int | None = H100_MEMORY  # bytes; None: NOT_SUPPORTED, as on some virtual GPUs
+    # What a sample of it reads: percent busy, bytes of memory in use, pids of its processes.
+    busy: float = 0.0
+    memory_used: int = 0
+    pids: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class FakeUtilization:
+    """pynvml's c_nvmlUtilization_t: percents."""
+
+    gpu: int
+    memory: int
+
+
+@dataclass(frozen=True)
+class FakeProcess:
+    """pynvml's c_nvmlProcessInfo_t (the fields read)."""
+
+    pid: int
+    usedGpuMemory: int  # pynvml's field name
 
 
 @dataclass(frozen=True)
@@ -232,11 +252,21 @@ class FakeNvml:
     def nvmlDeviceGetName(self, handle: FakeHandle) -> str | bytes:
         return self._str(self._gpu(handle).name)
 
+    def nvmlDeviceGetUtilizationRates(self, handle: FakeHandle) -> FakeUtilization:
+        gpu = self._gpu(handle)
+        return FakeUtilization(round(gpu.busy), 0)
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: FakeHandle) -> list[FakeProcess]:
+        gpu = self._gpu(handle)
+        share = gpu.memory_used // max(1, len(gpu.pids))
+        return [FakeProcess(pid, share) for pid in gpu.pids]
+
     def nvmlDeviceGetMemoryInfo(self, handle: FakeHandle) -> FakeMemory:
         memory = self._gpu(handle).memory
         if memory is None:
             raise FakeNvmlError(NVML_ERROR_NOT_SUPPORTED)
-        return FakeMemory(memory, memory, 0)
+        used = self._gpu(handle).memory_used
+        return FakeMemory(memory, memory - used, used)
 
     def nvmlDeviceGetPciInfo(self, handle: FakeHandle) -> FakePciInfo:
         return FakePciInfo(self._str(self._gpu(handle).bus_id))

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import create_engine, event, func, inspect, select
+from sqlalchemy import create_engine, event, func, inspect, select, text
 from sqlalchemy.exc import IntegrityError, OperationalError
 
 from tests.integration.postgres import free_port
@@ -505,10 +505,19 @@ def test_a_version_1_database_is_migrated_with_its_jobs(db_url: str) -> None:
                 submitted_at=1.0,
             )
         )
+        conn.execute(text("INSERT INTO queues (name, guaranteed_gpus) VALUES ('q', 4)"))
     engine.dispose()
     store = Store(db_url)
     try:
-        assert store.version == SCHEMA_VERSION == 4
+        assert store.version == SCHEMA_VERSION == 5
+        assert store.queues() == {"q": 4} and store.queue_idle_rules() == {}  # v5: no rule
+        rule = {"after": 1800.0, "below": 5.0, "action": "stop"}
+        store.set_queue("q", idle=rule)
+        assert store.queues() == {"q": 4} and store.queue_idle_rules() == {"q": rule}
+        store.set_queue("q", 2)
+        assert store.queues() == {"q": 2} and store.queue_idle_rules() == {"q": rule}
+        store.set_queue("q", idle=None)
+        assert store.queue_idle_rules() == {}
         assert names(store.jobs()) == ["before"]
         before = store.job("before")
         assert before is not None and before.service_gpu_s == 0.0  # v3: no service yet

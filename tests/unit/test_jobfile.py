@@ -51,6 +51,7 @@ memory: 64Gi
 gputopology: false
 model: resnet50
 image: nvcr.io/nvidia/pytorch:24.05-py3
+idle: {after: 30m, below: 5, action: stop}
 """
 
 
@@ -83,6 +84,7 @@ def test_every_field_is_read_with_its_type() -> None:
         "gputopology": False,
         "model": "resnet50",
         "image": "nvcr.io/nvidia/pytorch:24.05-py3",
+        "idle": {"after": "30m", "below": 5.0, "action": "stop"},
     }
     assert set(job.spec) == set(FIELDS)
     assert job.path == "job.yaml"
@@ -205,6 +207,9 @@ def test_a_file_without_command_is_fine_here() -> None:
         ("checkpoint:\n  signal: [x]\n", 2, "checkpoint.signal", "expected text, got a list"),
         ("checkpoint:\n  grace: 5\n", 2, "checkpoint.grace", "did you mean 'grace_s'?"),
         ("checkpoint:\n  grace_s: x\n", 2, "checkpoint.grace_s", "expected a number"),
+        ("idle: 30m\n", 1, "idle", "expected {after: 30m, below: 5, action: stop}"),
+        ("idle: {after: 30m, below: low}\n", 1, "idle.below", "expected a number"),
+        ("idle: {after: 30m, when: 5}\n", 1, "idle.when", "known fields: after, below, action"),
         ("[a, b]: 1\n", 1, None, "a field name must be text, not a list"),
         ("cpus: 4 cores\n", 1, "cpus", "expected a count of CPUs such as 4 or 2.5"),
         ("cpus: -1\n", 1, "cpus", "must not be negative"),

@@ -483,8 +483,21 @@ class Client:
         result: list[dict[str, Any]] = self._request("GET", "/queues")["queues"]
         return result
 
-    def set_queue(self, name: str, guaranteed_gpus: int) -> list[dict[str, Any]]:
-        body = {"guaranteed_gpus": guaranteed_gpus}
+    def set_queue(
+        self,
+        name: str,
+        guaranteed_gpus: int | None = None,
+        *,
+        idle: dict[str, Any] | None = None,
+        no_idle: bool = False,
+    ) -> list[dict[str, Any]]:
+        """Set what is given: the queue's guaranteed GPUs, its idle rule for the jobs that set
+        none (`{"after": "30m", "below": 5, "action": "stop"}`), or remove the rule."""
+        body: dict[str, Any] = {}
+        if guaranteed_gpus is not None:
+            body["guaranteed_gpus"] = guaranteed_gpus
+        if idle is not None or no_idle:
+            body["idle"] = None if no_idle else idle
         path = f"/queues/{_segment(name)}"
         result: list[dict[str, Any]] = self._request("PUT", path, json=body)["queues"]
         return result

@@ -18,6 +18,7 @@
     memory: 64Gi                 # per worker: 64Gi, 512Mi, 64G or bytes
     elastic: {min: 2, max: 4}    # or "2:4"
     checkpoint: {signal: SIGUSR1, grace_s: 60}
+    idle: {after: 30m, below: 5, action: stop}   # give the GPUs back when they sit idle
     restart: on-failure          # never | on-failure
     max_restarts: 3
     limit_s: 3600
@@ -135,11 +136,11 @@ def parse_env_pairs(pairs: Iterable[str]) -> dict[str, str]:
 
 
 def merge_spec(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
-    """The file's spec with the command line's fields on top: `env`, `checkpoint` and
-    `selector` are merged key by key, every other field given replaces the file's."""
+    """The file's spec with the command line's fields on top: `env`, `checkpoint`, `idle`
+    and `selector` are merged key by key, every other field given replaces the file's."""
     merged = dict(base)
     for key, value in overrides.items():
-        if key in ("env", "checkpoint", "selector") and isinstance(merged.get(key), dict):
+        if key in ("env", "checkpoint", "idle", "selector") and isinstance(merged.get(key), dict):
             merged[key] = {**merged[key], **value}
         else:
             merged[key] = value
@@ -431,6 +432,22 @@ class _Reader:
             out[key] = self.text(value, path) if key == "signal" else self.number(value, path)
         return out
 
+    def idle(self, node: Node, name: str) -> dict[str, Any]:
+        if not isinstance(node, MappingNode):
+            raise self.fail(
+                node, name, f"expected {{after: 30m, below: 5, action: stop}}, got {_kind(node)}"
+            )
+        out: dict[str, Any] = {}
+        for key, value in self.items(node, f"{name}.", ("after", "below", "action")):
+            path = f"{name}.{key}"
+            if key == "below":
+                out[key] = self.number(value, path)
+            elif key == "after" and isinstance(value, ScalarNode) and value.tag == INT:
+                out[key] = self.number(value, path)  # seconds
+            else:
+                out[key] = self.text(value, path)
+        return out
+
 
 def _construct(node: ScalarNode) -> Any:
     return yaml.SafeLoader("").construct_object(node, deep=True)
@@ -450,6 +467,7 @@ FIELDS: dict[str, tuple[Reader, bool]] = {
     "locality": (_Reader.text, False),
     "elastic": (_Reader.elastic, True),
     "checkpoint": (_Reader.checkpoint, True),
+    "idle": (_Reader.idle, True),
     "restart": (_Reader.restart, False),
     "max_restarts": (_Reader.integer, False),
     "limit_s": (_Reader.number, True),

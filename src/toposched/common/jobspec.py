@@ -6,7 +6,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from toposched.common.frameworks import Kind, Member, kind_of, local_members
-from toposched.core.job import Checkpoint, Elastic, JobSpec, LocalityRule, RestartPolicy
+from toposched.core.job import (
+    Checkpoint,
+    Elastic,
+    IdleAction,
+    IdleRule,
+    JobSpec,
+    LocalityRule,
+    RestartPolicy,
+)
 from toposched.placement.gang import Placement, WorkerSlot
 from toposched.topology.cluster import NodeSelector, Tier
 from toposched.topology.resources import parse_cpus, parse_memory
@@ -37,7 +45,15 @@ def core_spec(name: str, owner: str, queue: str, spec: dict[str, Any]) -> JobSpe
         mixed_types=bool(spec.get("mixed_types")),
         model=spec.get("model"),
         topology=bool(spec.get("gputopology", True)),
+        idle=idle_rule(spec.get("idle")),
     )
+
+
+def idle_rule(stored: Mapping[str, Any] | None) -> IdleRule | None:
+    """A stored idle rule (the wire's IdleIn, its `after` in seconds) as the core's."""
+    if not stored:
+        return None
+    return IdleRule(float(stored["after"]), float(stored["below"]), IdleAction(stored["action"]))
 
 
 def job_kind(spec: Mapping[str, Any]) -> tuple[Kind, int]:

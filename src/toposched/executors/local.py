@@ -442,6 +442,15 @@ class LocalExecutor:
         with self._lock:
             return {w.rank for w in self._get(job, attempt).workers if not w.reported}
 
+    def process_groups(self) -> dict[tuple[str, int], list[int]]:
+        """The process group of each live worker, per tracked run (job, attempt): what the
+        CPU-time stand-in for GPU activity reads."""
+        with self._lock:
+            return {
+                key: [w.pids.pgid for w in run.workers if w.pids is not None and not w.reported]
+                for key, run in self._runs.items()
+            }
+
     def forget(self, job: str, attempt: int) -> None:
         """Stop tracking a run whose workers have all been reported ended; unknown runs are fine."""
         with self._lock:

@@ -114,6 +114,7 @@ def make_app(runner: Runner) -> FastAPI:
                     used_gpus=used,
                     pending=counts.get(name, (0, 0))[0],
                     running=counts.get(name, (0, 0))[1],
+                    idle=None,  # a PodGroup carries its own rule on a cluster
                 )
                 for name, (guaranteed, used) in sorted(usage.items())
             ]

@@ -8,7 +8,7 @@ from contextlib import suppress
 
 import anyio
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -45,7 +45,7 @@ class _StateCollector(Collector):
         self.runtime = runtime
         self.counts: dict[str, int] = {}
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[Metric]:
         degraded = GaugeMetricFamily(
             "toposched_degraded",
             "1 while the server cannot store changes, by cause (it refuses them; the whole "
@@ -88,3 +88,62 @@ class _StateCollector(Collector):
         alloc.add_metric([node.name], len(seen.owners))
         yield free
         yield alloc
+        yield from self._activity(seen.owners)
+
+    def _activity(self, owners: dict[int, str]) -> Iterator[Metric]:
+        """How busy each GPU and job is (server/activity.py), labelled with job and queue."""
+        activity = self.runtime.activity
+        if activity is None:
+            return
+        node = self.runtime.node.name
+        gpu_busy = GaugeMetricFamily(
+            "toposched_gpu_busy_percent",
+            "How busy each GPU was at the last sample: NVML utilization, or without NVML the "
+            "CPU time of its job's processes (source label).",
+            labels=["node", "gpu", "job", "queue", "source"],
+        )
+        job_busy = GaugeMetricFamily(
+            "toposched_job_busy_percent",
+            "How busy a running job's GPUs were at the last sample, the mean over them.",
+            labels=["job", "queue", "source"],
+        )
+        job_mean = GaugeMetricFamily(
+            "toposched_job_busy_mean_percent",
+            "The mean of a running job's samples since it started.",
+            labels=["job", "queue", "source"],
+        )
+        job_idle = GaugeMetricFamily(
+            "toposched_job_idle",
+            "1 while every GPU of a job with an idle rule is below its threshold.",
+            labels=["job", "queue"],
+        )
+        outside = GaugeMetricFamily(
+            "toposched_gpu_outside_processes",
+            "Processes on a GPU that no job holds: run outside the scheduler.",
+            labels=["node", "gpu"],
+        )
+        queues = self.runtime.queues_of(set(owners.values()))
+        for gpu in range(self.runtime.node.size):
+            now = activity.gpu(gpu)
+            if now is None:
+                continue
+            job = owners.get(gpu)
+            queue = queues.get(job, "") if job else ""
+            gpu_busy.add_metric([node, str(gpu), job or "", queue, activity.source], now.busy_pct)
+            outside.add_metric([node, str(gpu)], len(now.outside))
+        for job in sorted(set(owners.values())):
+            of = activity.of(job)
+            if of is None:
+                continue
+            labels = [job, queues.get(job, ""), activity.source]
+            job_busy.add_metric(labels, of["busy_pct"])
+            job_mean.add_metric(labels, of["mean_pct"])
+            job_idle.add_metric(labels[:2], int(of["idle_since"] is not None))
+        events = CounterMetricFamily(
+            "toposched_idle_events",
+            "Jobs found idle under their rule, by the rule's action (notify or stop).",
+            labels=["action"],
+        )
+        for action, count in sorted(activity.idle_events.items()):
+            events.add_metric([action], count)
+        yield from (gpu_busy, job_busy, job_mean, job_idle, outside, events)

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter, HTTPException, Response, status
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from toposched.server import auth
+from toposched.server.activity import SOURCE_TEXT, ActivityMonitor
 from toposched.server.deps import Admin, Caller, Server
 from toposched.server.localnode import topology_name
 from toposched.server.runtime import Conflict, NotFound
 from toposched.server.schemas import (
     GpuOut,
     Health,
+    IdleOut,
     LabelIn,
     NodeList,
     NodeOut,
@@ -23,6 +27,7 @@ from toposched.server.schemas import (
     WhoAmI,
     check_name,
 )
+from toposched.store.db import KEEP
 
 router = APIRouter()
 
@@ -69,16 +74,15 @@ def nodes(server: Server, _who: Caller) -> NodeList:
     node = runtime.node
     seen = runtime.snapshot()
     owners, sick, labels = seen.owners, seen.sick, seen.labels
+    activity = runtime.activity
     return NodeList(
         nodes=[
             NodeOut(
                 name=node.name,
                 topology=topology_name(node.topology),
                 source=runtime.local.source,
-                gpus=[
-                    GpuOut(index=g, job=owners.get(g), healthy=g not in sick)
-                    for g in range(node.size)
-                ],
+                gpus=[gpu_out(g, owners.get(g), g not in sick, activity) for g in range(node.size)],
+                activity_source=None if activity is None else SOURCE_TEXT[activity.source],
                 labels=labels,
                 links=node.topology.codes(),
                 gpu_type=node.hardware.gpu_type,
@@ -89,6 +93,21 @@ def nodes(server: Server, _who: Caller) -> NodeList:
                 memory_used=seen.held[1],
             )
         ]
+    )
+
+
+def gpu_out(index: int, job: str | None, healthy: bool, activity: ActivityMonitor | None) -> GpuOut:
+    """A GPU of the map, with how busy it was at the last sample where that is known."""
+    now = None if activity is None else activity.gpu(index)
+    if now is None or now.job != job:  # sampled before the GPU changed hands: not its figure
+        return GpuOut(index=index, job=job, healthy=healthy)
+    return GpuOut(
+        index=index,
+        job=job,
+        healthy=healthy,
+        busy_pct=now.busy_pct,
+        memory_used=now.memory_used,
+        outside=list(now.outside),
     )
 
 
@@ -109,6 +128,7 @@ def label(name: str, body: LabelIn, server: Server, who: Admin) -> NodeList:
 def queues(server: Server, _who: Caller) -> QueueList:
     runtime = server.runtime
     counts = runtime.store.count_by_queue(("pending", "running", "stopping"))
+    rules = runtime.store.queue_idle_rules()
     usage = dict(runtime.snapshot().usage)
     for name, gpus in runtime.store.queues().items():
         usage.setdefault(name, (gpus, 0))
@@ -120,6 +140,7 @@ def queues(server: Server, _who: Caller) -> QueueList:
                 used_gpus=used,
                 pending=counts.get((name, "pending"), 0),
                 running=counts.get((name, "running"), 0) + counts.get((name, "stopping"), 0),
+                idle=IdleOut(**rules[name]) if name in rules else None,
             )
             for name, (guaranteed, used) in sorted(usage.items())
         ]
@@ -128,13 +149,17 @@ def queues(server: Server, _who: Caller) -> QueueList:
 
 @router.put("/api/v1/queues/{name}", response_model=QueueList, tags=["queues"])
 def set_queue(name: str, body: QueueIn, server: Server, who: Admin) -> QueueList:
-    """Set a queue's guaranteed share in GPUs (admin)."""
+    """Set a queue's guaranteed share in GPUs and/or the idle rule of its jobs that set none
+    (admin): the fields given change, `"idle": null` removes the rule."""
     try:
         check_name(name, "queue")
     except ValueError as err:
         detail = [{"loc": ["path", "name"], "msg": str(err), "type": "value_error"}]
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, detail) from None
-    server.runtime.configure_queue(name, body.guaranteed_gpus)
+    idle: Any = KEEP
+    if "idle" in body.model_fields_set:
+        idle = None if body.idle is None else body.idle.model_dump()
+    server.runtime.configure_queue(name, body.guaranteed_gpus, idle)
     return queues(server, who)
 
 

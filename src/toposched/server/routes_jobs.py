@@ -21,11 +21,11 @@ from toposched.common.jobspec import job_kind, local_processes
 from toposched.core import JobState
 from toposched.server.auth import Principal
 from toposched.server.deps import Caller, Server, ServerState, writing
-from toposched.server.predicted import Predictor
 from toposched.server.runtime import LIVE, Conflict, NotFound, Runtime, SubmitRefused
 from toposched.server.schemas import (
     MAX_IDEMPOTENCY_KEY,
     MAX_PAGE,
+    ActivityHistory,
     Explanation,
     HistoryOut,
     JobOut,
@@ -61,9 +61,12 @@ def visible_spec(row: JobRow, viewer: Principal) -> dict[str, Any]:
 HOLDING = (JobState.RUNNING.value, JobState.STOPPING.value)
 
 
-def _common(row: JobRow, reason: str, predictor: Predictor) -> dict[str, Any]:
+def _common(row: JobRow, reason: str, runtime: Runtime) -> dict[str, Any]:
     """What `get` and a list row share."""
     holding = row.state in HOLDING and bool(row.placement)
+    activity = runtime.activity.of(row.name) if holding and runtime.activity else None
+    if activity and activity["idle_notice"]:
+        reason = f"{reason}; {activity['idle_notice']}"
     first = (row.placement or [{}])[0]
     return dict(
         name=row.name,
@@ -79,7 +82,8 @@ def _common(row: JobRow, reason: str, predictor: Predictor) -> dict[str, Any]:
             for rank, slot in enumerate(row.placement or [])
         ],
         ring_gbps=first.get("ring_gbps") if holding else None,
-        predicted=predictor.of(row.spec, row.placement) if holding else None,
+        predicted=runtime.predictor.of(row.spec, row.placement) if holding else None,
+        activity=activity,
         attempt=row.attempt,
         restarts=row.restarts,
         submitted_at=row.submitted_at,
@@ -98,9 +102,7 @@ def job_out(
 ) -> JobOut:
     """The whole job as `viewer` may see it (`visible_spec`). `reason`: the core's, if the
     caller has it already."""
-    out = job_fields(
-        row, viewer, runtime.reason(row) if reason is None else reason, runtime.predictor
-    )
+    out = job_fields(row, viewer, runtime.reason(row) if reason is None else reason, runtime)
     if history:
         out["history"] = [HistoryOut(**vars(h)) for h in runtime.store.history(row.name)]
         if row.placement and row.attempt >= 0:  # the CPU cores its processes are pinned to
@@ -111,12 +113,12 @@ def job_out(
     return JobOut(**out)
 
 
-def job_fields(row: JobRow, viewer: Principal, reason: str, predictor: Predictor) -> dict[str, Any]:
+def job_fields(row: JobRow, viewer: Principal, reason: str, runtime: Runtime) -> dict[str, Any]:
     """JobOut without its history, in plain data: a submit's answer is written without
     building and checking a model (tests check it against JobOut)."""
     spec = visible_spec(row, viewer)
     return {
-        **_common(row, reason, predictor),
+        **_common(row, reason, runtime),
         "spec": spec,
         "command": spec["command"],
         "history": None,
@@ -129,13 +131,13 @@ def job_fields(row: JobRow, viewer: Principal, reason: str, predictor: Predictor
 UNLISTED = ("command", "env", "workdir")
 
 
-def job_summary(row: JobRow, reason: str, predictor: Predictor) -> dict[str, Any]:
+def job_summary(row: JobRow, reason: str, runtime: Runtime) -> dict[str, Any]:
     """A list row, as JobSummary defines it, in plain data: a page of them is written without
     building and checking a model per job (tests check pages against JobPage)."""
     spec = row.spec.copy()  # a copy and three pops: a fifth of filtering every key
     for key in UNLISTED:
         spec.pop(key, None)
-    return {**_common(row, reason, predictor), "spec": spec}
+    return {**_common(row, reason, runtime), "spec": spec}
 
 
 def _row(runtime: Runtime, name: str) -> JobRow:
@@ -228,11 +230,21 @@ def _submit(
         raise _refused(["body", *err.field.split(".")], str(err)) from None
     except (DuplicateJob, Conflict) as err:
         raise HTTPException(status.HTTP_409_CONFLICT, _taken(server, body.name, err)) from None
-    return job_fields(row, who, reason, server.runtime.predictor), replayed
+    return job_fields(row, who, reason, server.runtime), replayed
 
 
 # Fields a job that does not use them leaves out of its stored spec (read with defaults).
-UNASKED = ("cpus", "memory", "gpu_memory", "gpu_type", "mixed_types", "model", "exported", "image")
+UNASKED = (
+    "cpus",
+    "memory",
+    "gpu_memory",
+    "gpu_type",
+    "mixed_types",
+    "model",
+    "exported",
+    "image",
+    "idle",
+)
 
 
 def _taken(server: ServerState, name: str | None, err: Exception) -> str:
@@ -280,7 +292,7 @@ def page(server: ServerState, query: ListQuery) -> Response:
     token = _token(rows[-1].seq, scope) if more else None
     return _json(
         {
-            "jobs": [job_summary(row, reasons[row.name], server.runtime.predictor) for row in rows],
+            "jobs": [job_summary(row, reasons[row.name], server.runtime) for row in rows],
             "metadata": {"continue": token},
         }
     )
@@ -368,6 +380,17 @@ def explain(name: str, server: Server, _who: Caller) -> Explanation:
     except NotFound as err:
         raise HTTPException(status.HTTP_404_NOT_FOUND, str(err)) from None
     return Explanation(name=row.name, state=row.state, text=text)
+
+
+@router.get("/{name}/activity", response_model=ActivityHistory)
+def job_activity(name: str, server: Server, _who: Caller) -> ActivityHistory:
+    """How busy the job's GPUs have been, sample by sample, while it runs (the last 10
+    minutes at the default period); no samples for a job that does not run."""
+    row = _row(server.runtime, name)
+    monitor = server.runtime.activity
+    if monitor is None:
+        return ActivityHistory(name=row.name, source=None, samples=[])
+    return ActivityHistory(name=row.name, source=monitor.source, samples=monitor.history(name))
 
 
 @router.get("/{name}/logs")

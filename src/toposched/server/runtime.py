@@ -25,7 +25,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field, replace
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -42,6 +42,7 @@ from toposched.core import (
     Event,
     JobCancelled,
     JobFinished,
+    JobIdle,
     JobSpec,
     JobState,
     JobStopped,
@@ -64,6 +65,10 @@ from toposched.executors.supervisor import read_exit, read_pids
 from toposched.server.localnode import LocalNode
 from toposched.server.predicted import Predictor
 from toposched.store import DuplicateJob, JobRow, NewJob, Store, StoreError, write_fault
+from toposched.store.db import KEEP
+
+if TYPE_CHECKING:
+    from toposched.server.activity import ActivityMonitor
 from toposched.topology.cluster import Cluster, ClusterError
 from toposched.topology.resources import parse_cpus
 
@@ -212,6 +217,8 @@ class Runtime(Driver):
         # and those removed in the last feed, for the answer of the delete that ended them.
         self._deleting: set[str] = set()
         self._just_removed: dict[str, JobRow] = {}
+        # How busy each job's GPUs are (server/activity.py), once `serve` has started it.
+        self.activity: ActivityMonitor | None = None
 
     def _new_core(self) -> Scheduler:
         """A core for the node and queues as stored (at start, and when rebuilt)."""
@@ -620,10 +627,14 @@ class Runtime(Driver):
             return
         self._later(shutil.rmtree, trash, True)
 
-    def configure_queue(self, name: str, guaranteed_gpus: int) -> None:
+    def configure_queue(self, name: str, guaranteed_gpus: int | None, idle: Any = KEEP) -> None:
+        """Set a queue's share and/or its idle rule (`idle`: the wire's IdleIn as stored, None
+        to remove it, KEEP to leave it)."""
         with self.lock:
             self._usable()
-            self._write(self.store.set_queue, name, guaranteed_gpus)
+            self._write(self.store.set_queue, name, guaranteed_gpus, idle)
+            if guaranteed_gpus is None:
+                return  # the rule is read by the activity monitor, not the core
             # Stored, so done: a decision that could not be stored is made again by the
             # rebuilt core, from the stored share.
             with suppress(Unavailable):
@@ -707,6 +718,44 @@ class Runtime(Driver):
 
     def gpu_owners(self) -> dict[int, str]:
         return self.snapshot().owners
+
+    def queues_of(self, names: set[str]) -> dict[str, str]:
+        """The queue of each job named that the core holds (none while it is busy)."""
+        found: dict[str, str] = {}
+        with self.peek() as current:
+            for name in names if current else ():
+                spec = self.view.job(name).spec if self.view.knows(name) else None
+                if spec is not None:
+                    found[name] = spec.queue
+        return found
+
+    def spec_of(self, name: str) -> JobSpec | None:
+        """The core's spec of a job it holds, or None (not held, or the core busy or degraded)."""
+        with self.peek() as current:
+            if current and self.view.knows(name):
+                return self.view.job(name).spec
+        return None
+
+    # ------------------------------------------------------------------ idle GPUs
+
+    def idle(self, name: str, attempt: int, why: str, *, stop: bool) -> None:
+        """The activity monitor found attempt `attempt` of job `name` idle under its rule: stop
+        it (the core decides how), or note it in its history. News about an attempt that has
+        ended meanwhile changes nothing."""
+        with self.lock:
+            if self.attempts.get(name) != attempt or self.degraded is not None:
+                return
+            now = self.clock()
+            log.info("job %s: idle: %s", name, why)
+            try:
+                if stop:
+                    self.feed(JobIdle(now, name, why))
+                else:
+                    self._write(
+                        self.store.transition, name, "running", "running", f"idle: {why}", now
+                    )
+            except Unavailable:
+                pass  # degraded, and said so; the monitor tries again on a later idle run
 
     # ------------------------------------------------------------------ the core loop
 

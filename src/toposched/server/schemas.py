@@ -18,6 +18,7 @@ from pydantic import (
 )
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
+from toposched.common.durations import DurationError, parse_duration
 from toposched.common.frameworks import MAX_PS, Kind, KindError, kind_of
 from toposched.common.wiretext import faults
 from toposched.core.job import Checkpoint, JobError, LocalityRule
@@ -146,6 +147,31 @@ class CheckpointIn(Strict):
         return value
 
 
+class IdleIn(Strict):
+    """Give back a job's GPUs when every one stays below `below` percent busy for `after`."""
+
+    after: str | Annotated[float, Field(gt=0, allow_inf_nan=False)] = Field(
+        description="How long, e.g. 30m, 1h30m, 45s, or seconds"
+    )
+    below: Annotated[float, Field(gt=0, le=100, allow_inf_nan=False)] = Field(
+        5.0, description="Percent busy (NVML utilization, or the CPU stand-in without NVML)"
+    )
+    action: Literal["notify", "stop"] = Field(
+        "notify", description="notify: say so and keep the GPUs; stop: stop as a preemption"
+    )
+
+    @field_validator("after")
+    @classmethod
+    def _after(cls, value: str | float) -> float:
+        try:
+            seconds = parse_duration(value, "idle after")
+        except DurationError as err:
+            raise ValueError(str(err)) from None
+        if seconds > 30 * 86_400:
+            raise ValueError(f"idle after must be at most 30 days, got {value!r}")
+        return seconds
+
+
 class JobSubmit(Strict):
     """A job as a client submits it (the YAML job spec has the same fields)."""
 
@@ -200,6 +226,9 @@ class JobSubmit(Strict):
     )
     elastic: ElasticIn | None = None
     checkpoint: CheckpointIn | None = None
+    idle: IdleIn | None = Field(
+        None, description="Give its GPUs back when they sit idle (default: the queue's rule)"
+    )
     restart: Literal["never", "on-failure"] = "never"
     max_restarts: Annotated[int, Field(ge=0, le=100)] = 3
     limit_s: Annotated[Seconds, Field(gt=0)] | None = None
@@ -346,6 +375,28 @@ class WorkerOut(BaseModel):
     gpus: list[int]
 
 
+class ActivityOut(BaseModel):
+    """How busy a running job's GPUs are (server/activity.py; docs/idle.md)."""
+
+    source: str = Field(description="nvml, or cpu: the CPU time of its processes (no NVML)")
+    busy_pct: float = Field(description="At the last sample, the mean over its GPUs")
+    mean_pct: float = Field(description="The mean of its samples since it started")
+    samples: int
+    idle_since: float | None = Field(
+        default=None,
+        description="Since when every GPU it holds has been below its idle rule's threshold",
+    )
+    idle_notice: str | None = Field(default=None, description="What its `notify` idle rule said")
+
+
+class ActivityHistory(BaseModel):
+    """A running job's samples: [time, percent busy (mean over its GPUs)], oldest first."""
+
+    name: str
+    source: str | None
+    samples: list[tuple[float, float]]
+
+
 class PredictedOut(BaseModel):
     """The performance model's prediction for a placement (server/predicted.py)."""
 
@@ -380,6 +431,9 @@ class JobSummary(BaseModel):
     )
     predicted: PredictedOut | None = Field(
         None, description="The performance model's speed of its placement, while it holds one"
+    )
+    activity: ActivityOut | None = Field(
+        default=None, description="How busy its GPUs are, while it runs (after its first sample)"
     )
     attempt: int
     restarts: int
@@ -465,12 +519,25 @@ class GpuOut(BaseModel):
     index: int
     job: str | None
     healthy: bool
+    busy_pct: float | None = Field(
+        default=None, description="How busy at the last sample (activity_source says how measured)"
+    )
+    memory_used: int | None = Field(default=None, description="Bytes in use (NVML only)")
+    outside: list[int] = Field(
+        default_factory=list,
+        description="Pids on this GPU while no job holds it: run outside the scheduler",
+    )
 
 
 class NodeOut(BaseModel):
     name: str
     topology: str
     source: str
+    activity_source: str | None = Field(
+        default=None,
+        description="How busy_pct is measured: NVML GPU utilization, or (no NVML) the CPU "
+        "time of the jobs' processes as a stand-in; None where nothing is sampled",
+    )
     gpus: list[GpuOut]
     labels: dict[str, str]
     links: list[list[str]]
@@ -500,12 +567,23 @@ class LabelIn(Strict):
         return None if value is None else no_nul(value, f"label {info.field_name}")
 
 
+class IdleOut(BaseModel):
+    """An idle rule as stored: `after` in seconds."""
+
+    after: float
+    below: float
+    action: str
+
+
 class QueueOut(BaseModel):
     name: str
     guaranteed_gpus: int
     used_gpus: int
     pending: int
     running: int
+    idle: IdleOut | None = Field(
+        default=None, description="The idle rule of its jobs that set none of their own (admin-set)"
+    )
 
 
 class QueueList(BaseModel):
@@ -513,7 +591,18 @@ class QueueList(BaseModel):
 
 
 class QueueIn(Strict):
-    guaranteed_gpus: Annotated[int, Field(ge=0, le=1_000_000)]
+    """What a PUT changes: the fields given (`idle: null` removes the queue's rule)."""
+
+    guaranteed_gpus: Annotated[int, Field(ge=0, le=1_000_000)] | None = None
+    idle: IdleIn | None = None
+
+    @model_validator(mode="after")
+    def _something(self) -> QueueIn:
+        if not self.model_fields_set:
+            raise ValueError("give guaranteed_gpus, idle, or both")
+        if "guaranteed_gpus" in self.model_fields_set and self.guaranteed_gpus is None:
+            raise ValueError("guaranteed_gpus must be a number of GPUs >= 0")
+        return self
 
 
 class TokenIn(Strict):

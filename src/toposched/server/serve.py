@@ -22,9 +22,11 @@ import uvicorn
 
 from toposched.common.paths import DB_FILE, loopback
 from toposched.core import make_scheduler_policy
+from toposched.discovery.gpu_usage import open_usage
 from toposched.executors.accounts import DYNAMIC_UIDS, AccountError, Accounts, KeyedBy
 from toposched.executors.containers import Containers
 from toposched.executors.local import LocalExecutor
+from toposched.server.activity import SAMPLE_S, SOURCE_TEXT, ActivityMonitor
 from toposched.server.app import create_app
 from toposched.server.auth import ensure_admin_token
 from toposched.server.localnode import local_node, topology_name
@@ -58,6 +60,8 @@ class ServeOptions:
     # What runs jobs that name an image (executors/containers.py), and its site's arguments.
     container_runtime: str = "auto"
     container_args: tuple[str, ...] = ()
+    # How often each GPU's (or, without NVML, each job's CPU) activity is sampled.
+    sample_s: float = SAMPLE_S
 
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -231,6 +235,10 @@ def serve(options: ServeOptions, say: Callable[[str], None] = print) -> None:
         raise ServeError(f"cannot recover the state from the database: {err}") from None
     for line in notes:
         say(f"recovered: {line}")
+    # Emulated GPUs are not this machine's: NVML's figures would be about other GPUs.
+    usage = open_usage() if local.source == "nvml" else None
+    activity = ActivityMonitor(runtime, usage, period_s=options.sample_s)
+    runtime.activity = activity
     node = runtime.node
     settings = "".join(f", {k}={v}" for k, v in options.policy_params.items())
     say(
@@ -244,6 +252,7 @@ def serve(options: ServeOptions, say: Callable[[str], None] = print) -> None:
         say(f"admin token {'written to' if created else 'in'} {path} (readable by its owner only)")
     else:
         say("auth is off: every caller on this machine acts as admin")
+    say(f"GPU activity: {SOURCE_TEXT[activity.source]}, sampled every {options.sample_s:g} s")
     say(f"listening on http://{options.host}:{options.port} (API docs at /docs)")
     app = create_app(runtime, metrics, auth=options.auth)
     server = uvicorn.Server(
@@ -252,6 +261,7 @@ def serve(options: ServeOptions, say: Callable[[str], None] = print) -> None:
     thresholds = gc.get_threshold()
     gc.set_threshold(*GC_THRESHOLDS)
     runtime.start()
+    activity.start()
     watch = threading.Thread(target=_watch, args=(runtime, server), daemon=True)
     watch.start()
     # uvicorn stops on SIGTERM as on SIGINT, then raises the signal again with the handler it
@@ -264,6 +274,7 @@ def serve(options: ServeOptions, say: Callable[[str], None] = print) -> None:
     finally:
         signal.signal(signal.SIGTERM, previous)
         gc.set_threshold(*thresholds)  # as they were, for a process that goes on (tests)
+        activity.stop()
         runtime.stop()
         # Read once the loop has stopped: nothing starts or ends in the core after this.
         held = sorted(set(runtime.gpu_owners().values()))

@@ -203,6 +203,7 @@ _UPDATES: dict[tuple[str, ...], Any] = {}
 
 
 BUSY_TIMEOUT_S = 5.0
+KEEP = object()  # `set_queue`: leave the queue's idle rule as it is
 # The state of a deleted job's row: no job state, so no list or count shows it.
 DELETED = "deleted"
 
@@ -541,20 +542,32 @@ class Store:
 
     # ------------------------------------------------------------------ queues and labels
 
-    def set_queue(self, name: str, guaranteed_gpus: int) -> None:
+    def set_queue(self, name: str, guaranteed_gpus: int | None = None, idle: Any = KEEP) -> None:
+        """Set what is given of a queue's share and idle rule (`idle=None` removes the rule);
+        a new queue's share is 0 unless given."""
         q = schema.queues
+        values: dict[str, Any] = {}
+        if guaranteed_gpus is not None:
+            values["guaranteed_gpus"] = guaranteed_gpus
+        if idle is not KEEP:
+            values["idle"] = None if idle is None else json.dumps(idle, sort_keys=True)
         with self.engine.begin() as conn:
-            done = conn.execute(
-                q.update().where(q.c.name == name).values(guaranteed_gpus=guaranteed_gpus)
-            ).rowcount
+            done = conn.execute(q.update().where(q.c.name == name).values(**values)).rowcount
             if not done:
-                conn.execute(q.insert().values(name=name, guaranteed_gpus=guaranteed_gpus))
+                conn.execute(q.insert().values(name=name, **{"guaranteed_gpus": 0, **values}))
 
     def queues(self) -> dict[str, int]:
         q = schema.queues
         with self.engine.connect() as conn:
             rows = conn.execute(select(q.c.name, q.c.guaranteed_gpus).order_by(q.c.name))
             return {name: int(gpus) for name, gpus in rows}
+
+    def queue_idle_rules(self) -> dict[str, dict[str, Any]]:
+        """Each queue's idle rule, as stored (the wire's IdleIn), for the queues that have one."""
+        q = schema.queues
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(q.c.name, q.c.idle).where(q.c.idle.is_not(None)))
+            return {name: read_json(idle) for name, idle in rows}
 
     def set_label(self, node: str, key: str, value: str | None) -> None:
         t = schema.node_labels

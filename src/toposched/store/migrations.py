@@ -28,7 +28,8 @@ class MigrationError(RuntimeError):
     """The database cannot be brought to this version of toposched."""
 
 
-# `jobs` as version 1 made it, frozen here because v3 alters the live definition.
+# `jobs` and `queues` as version 1 made them, frozen here because v3 and v5 alter the live
+# definitions.
 _V1 = MetaData()
 _V1_JOBS = Table(
     "jobs",
@@ -50,18 +51,23 @@ _V1_JOBS = Table(
     Column("ended_at", Float, nullable=True),
 )
 Index("jobs_state", _V1_JOBS.c.state)
+_V1_QUEUES = Table(
+    "queues",
+    _V1,
+    Column("name", String(200), primary_key=True),
+    Column("guaranteed_gpus", Integer, nullable=False),
+)
 
 
 def _v1(conn: Connection) -> None:
     # The first schema: `jobs` as frozen above, the other tables as `schema.py` defines them.
     # A later migration that alters one of those must first freeze it here too, so that v1
     # stays v1.
-    _V1.create_all(conn, tables=[_V1_JOBS])
+    _V1.create_all(conn, tables=[_V1_JOBS, _V1_QUEUES])
     schema.metadata.create_all(
         conn,
         tables=[
             schema.job_history,
-            schema.queues,
             schema.node_labels,
             schema.tokens,
         ],
@@ -83,7 +89,12 @@ def _v4(conn: Connection) -> None:
     conn.execute(text("ALTER TABLE jobs ADD COLUMN delete_when_ended INTEGER DEFAULT 0 NOT NULL"))
 
 
-MIGRATIONS: list[Callable[[Connection], None]] = [_v1, _v2, _v3, _v4]
+def _v5(conn: Connection) -> None:
+    # A queue's idle rule for its jobs that set none (none for the queues stored before).
+    conn.execute(text("ALTER TABLE queues ADD COLUMN idle TEXT"))
+
+
+MIGRATIONS: list[Callable[[Connection], None]] = [_v1, _v2, _v3, _v4, _v5]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -69,6 +69,8 @@ queues = Table(
     metadata,
     Column("name", String(200), primary_key=True),
     Column("guaranteed_gpus", Integer, nullable=False),
+    # The idle rule (JSON text of the wire's IdleIn) of its jobs that set none (v5).
+    Column("idle", Text, nullable=True),
 )
 
 node_labels = Table(
