@@ -13,7 +13,16 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from toposched.cli.jobs_cmd import JSON, SERVER, api, duration, placement_text, shape, state_text
+from toposched.cli.jobs_cmd import (
+    JSON,
+    SERVER,
+    api,
+    duration,
+    idle_rule_text,
+    placement_text,
+    shape,
+    state_text,
+)
 from toposched.cli.output import EXIT_BAD_INPUT, console, emit_json, fail
 
 # toposched.topology (for its quantities' texts) is imported where a node's GPUs, CPUs and
@@ -44,6 +53,7 @@ def node_table(node: dict[str, Any]) -> Table:
     table = Table(title=title, title_justify="left")
     table.add_column("GPU")
     table.add_column("JOB")
+    table.add_column("BUSY", justify="right")
     for j in range(len(gpus)):
         table.add_column(f"GPU{j}", justify="center")
     links = node["links"]
@@ -51,9 +61,21 @@ def node_table(node: dict[str, Any]) -> Table:
         job = escape(gpu["job"]) if gpu["job"] is not None else "[dim]-[/]"
         if not gpu["healthy"]:
             job += " [bold red](unhealthy)[/]"
+        if gpu.get("outside"):
+            pids = ", ".join(map(str, gpu["outside"]))
+            job += f" [bold yellow](pids {pids} outside the scheduler)[/]"
         row = [link_text(code) for code in links[i]] if i < len(links) else []
-        table.add_row(f"GPU{gpu['index']}", job, *row)
+        table.add_row(f"GPU{gpu['index']}", job, busy_text(gpu), *row)
     return table
+
+
+def busy_text(gpu: dict[str, Any]) -> str:
+    """`87%`, `87% 12.0 GiB` with NVML's memory in use, or `-` where not sampled."""
+    busy = gpu.get("busy_pct")
+    if busy is None:
+        return "[dim]-[/]"
+    memory = gpu.get("memory_used")
+    return f"{busy:.0f}%" + (f" {memory / 2**30:.1f} GiB" if memory else "")
 
 
 @top_app.command("node")
@@ -74,6 +96,8 @@ def print_nodes(nodes: list[dict[str, Any]]) -> None:
     """Each node's GPU map, hardware and labels (`top node`, here and on a cluster)."""
     for node in nodes:
         console.print(node_table(node))
+        if node.get("activity_source"):
+            console.print(f"BUSY: {escape(node['activity_source'])}")
         cpus, memory = held_texts(node)
         kind = escape(gpu_type_text(node))
         console.print(f"GPUs: {kind}; CPUs used: {cpus}; memory used: {memory}")
@@ -114,7 +138,7 @@ def top_job(server: str = SERVER, as_json: bool = JSON) -> None:
         console.print("no running jobs")
         return
     table = Table()
-    for column in ("NAME", "QUEUE", "STATE", "SHAPE", "GPUS", "RUNNING"):
+    for column in ("NAME", "QUEUE", "STATE", "SHAPE", "GPUS", "RUNNING", "BUSY", "MEAN"):
         table.add_column(column, overflow="fold")
     now = time.time()
     for job in jobs:
@@ -126,8 +150,23 @@ def top_job(server: str = SERVER, as_json: bool = JSON) -> None:
             shape(job),
             placement_text(job),
             duration(now - started) if started is not None else "-",
+            *busy_columns(job),
         )
     console.print(table)
+    sources = {j["activity"]["source"] for j in jobs if j.get("activity")}
+    if "cpu" in sources:
+        console.print("BUSY, MEAN: the CPU time of each job's processes (no NVML on the server)")
+
+
+def busy_columns(job: dict[str, Any]) -> tuple[str, str]:
+    """How busy its GPUs are now and on average; `idle` marks one idle under its rule."""
+    activity = job.get("activity")
+    if not activity:
+        return "-", "-"
+    now = f"{activity['busy_pct']:.0f}%"
+    if activity.get("idle_since") is not None:
+        now += " [yellow]idle[/]"
+    return now, f"{activity['mean_pct']:.0f}%"
 
 
 @node_app.command("list")
@@ -200,8 +239,8 @@ def queue_list(server: str = SERVER, as_json: bool = JSON) -> None:
         console.print("no queues yet (one appears with its first job or `toposched queue set`)")
         return
     table = Table()
-    for column in ("QUEUE", "GUARANTEED", "USED", "RUNNING", "PENDING"):
-        table.add_column(column, justify="left" if column == "QUEUE" else "right")
+    for column in ("QUEUE", "GUARANTEED", "USED", "RUNNING", "PENDING", "IDLE RULE"):
+        table.add_column(column, justify="left" if column in ("QUEUE", "IDLE RULE") else "right")
     for q in queues:
         table.add_row(
             escape(q["name"]),
@@ -209,6 +248,7 @@ def queue_list(server: str = SERVER, as_json: bool = JSON) -> None:
             str(q["used_gpus"]),
             str(q["running"]),
             str(q["pending"]),
+            idle_rule_text(q["idle"]) if q.get("idle") else "-",
         )
     console.print(table)
 
@@ -216,17 +256,42 @@ def queue_list(server: str = SERVER, as_json: bool = JSON) -> None:
 @queue_app.command("set")
 def queue_set(
     queue: str = typer.Argument(..., help="Queue name (a team)."),
-    gpus: int = typer.Argument(..., min=0, help="GPUs guaranteed to the queue."),
+    gpus: int = typer.Argument(
+        None, min=0, help="GPUs guaranteed to the queue (kept if left out)."
+    ),
+    idle_after: str = typer.Option(
+        None,
+        "--idle-after",
+        metavar="TIME",
+        help="The queue's idle rule, for its jobs that set none: give their GPUs back once "
+        "every one stays below --idle-below percent busy this long (30m, 1h, 45s).",
+    ),
+    idle_below: float = typer.Option(None, "--idle-below", metavar="PERCENT", help="Default 5."),
+    idle_action: str = typer.Option(
+        None, "--idle-action", metavar="notify|stop", help="Default notify."
+    ),
+    no_idle: bool = typer.Option(False, "--no-idle", help="Remove the queue's idle rule."),
     server: str = SERVER,
     as_json: bool = JSON,
 ) -> None:
-    """Set a queue's guaranteed share in GPUs (admin)."""
+    """Set a queue's guaranteed share in GPUs and its idle rule (admin)."""
+    rule = {"after": idle_after, "below": idle_below, "action": idle_action}
+    idle = {key: value for key, value in rule.items() if value is not None} or None
+    if idle is not None and "after" not in idle:
+        fail("--idle-below and --idle-action need --idle-after (how long)", EXIT_BAD_INPUT)
+    if idle is not None and no_idle:
+        fail("--no-idle removes the rule: give it without --idle-* options", EXIT_BAD_INPUT)
+    if gpus is None and idle is None and not no_idle:
+        fail("give GPUS, an idle rule (--idle-after ...), or --no-idle", EXIT_BAD_INPUT)
     with api(server) as client:
-        queues = client.set_queue(queue, gpus)
+        queues = client.set_queue(queue, gpus, idle=idle, no_idle=no_idle)
     if as_json:
         emit_json({"queues": queues})
         return
-    console.print(f"queue {escape(queue)}: {gpus} GPU(s) guaranteed")
+    found = next((q for q in queues if q["name"] == queue), None)
+    share = f"{found['guaranteed_gpus']} GPU(s) guaranteed" if found else "set"
+    rule_text = idle_rule_text(found["idle"]) if found and found.get("idle") else "none"
+    console.print(f"queue {escape(queue)}: {share}; idle rule: {rule_text}")
 
 
 @token_app.command("create")

@@ -173,6 +173,28 @@ def speed_text(job: dict[str, Any]) -> str:
     )
 
 
+def activity_text(job: dict[str, Any]) -> str:
+    """`GPUs 97% busy now, 91% on average (12 samples)`, or `-` before the first sample."""
+    activity = job.get("activity")
+    if not activity:
+        return "-"
+    what = "GPUs" if activity["source"] == "nvml" else "CPU stand-in (no NVML)"
+    text = (
+        f"{what} {activity['busy_pct']:.0f}% busy now, {activity['mean_pct']:.0f}% on average "
+        f"({activity['samples']} samples)"
+    )
+    if activity.get("idle_since") is not None:
+        text += f"; idle since {time.strftime('%H:%M:%S', time.localtime(activity['idle_since']))}"
+    return text
+
+
+def idle_rule_text(rule: dict[str, Any]) -> str:
+    """`stop after 30m below 5%`."""
+    from toposched.common.durations import duration_text
+
+    return f"{rule['action']} after {duration_text(rule['after'])} below {rule['below']:g}%"
+
+
 def workers_text(job: dict[str, Any]) -> str:
     """`4 x 1 GPU(s)`; an elastic job says how many of its workers run now."""
     spec = job.get("spec") or {}
@@ -207,6 +229,10 @@ def print_job(job: dict[str, Any]) -> None:
                 f"{predicted['best_samples_per_s']:.0f} samples/s)",
             )
         )
+    if job.get("activity"):
+        rows.append(("activity", activity_text(job)))
+    if spec.get("idle"):
+        rows.append(("idle rule", idle_rule_text(spec["idle"])))
     rows.append(("command", escape(" ".join(job["command"]))))
     if spec.get("checkpoint"):
         cp = spec["checkpoint"]
@@ -403,6 +429,10 @@ SUBMIT_FLAGS = {
     "elastic": "--elastic",
     "checkpoint.signal": "--checkpoint-signal",
     "checkpoint.grace_s": "--checkpoint-grace",
+    "idle": "--idle-after",
+    "idle.after": "--idle-after",
+    "idle.below": "--idle-below",
+    "idle.action": "--idle-action",
     "restart": "--restart",
     "max_restarts": "--max-restarts",
     "limit_s": "--limit",
@@ -597,6 +627,27 @@ def submit(
         "moved (default 30); a cancel or a failed worker gives at least the server's stop "
         "grace (10 s by default).",
     ),
+    idle_after: str = typer.Option(
+        None,
+        "--idle-after",
+        metavar="TIME",
+        help="Give the GPUs back once every one stays below --idle-below percent busy this "
+        "long (30m, 1h, 45s); default: the queue's rule, if any (docs/idle.md).",
+    ),
+    idle_below: float = typer.Option(
+        None,
+        "--idle-below",
+        metavar="PERCENT",
+        help="The idle threshold, percent busy (default 5): NVML utilization, or the CPU "
+        "stand-in where the server has no NVML.",
+    ),
+    idle_action: str = typer.Option(
+        None,
+        "--idle-action",
+        metavar="notify|stop",
+        help="notify (default): say so in `get`, the history and /metrics; stop: stop it as a "
+        "preemption does (a checkpointable job waits again, others end idle-stopped).",
+    ),
     restart: Restart = typer.Option(None, "--restart", help="never (default) or on-failure."),
     max_restarts: int = typer.Option(None, "--max-restarts", help="Default 3."),
     limit: float = typer.Option(
@@ -714,7 +765,13 @@ def submit(
         checkpoint["grace_s"] = checkpoint_grace
     if checkpoint:
         overrides["checkpoint"] = checkpoint
+    _finite("--idle-below", idle_below)
+    idle = {"after": idle_after, "below": idle_below, "action": idle_action}
+    if any(value is not None for value in idle.values()):
+        overrides["idle"] = {key: value for key, value in idle.items() if value is not None}
     spec = merge_spec(base, overrides)
+    if spec.get("idle") and "after" not in spec["idle"]:
+        fail("--idle-below and --idle-action need --idle-after (how long)", EXIT_BAD_INPUT)
     if not spec.get("command"):
         where = f" or as `command:` in {file}" if file is not None else " (or -f JOB.yaml)"
         fail(f"no command to run: give it after `--`{where}", EXIT_BAD_INPUT)

@@ -88,6 +88,13 @@ def serve_cmd(
         help="An argument the runtime's `run` gets for every container, before the image "
         "(repeatable), e.g. --container-arg=--runtime=runc.",
     ),
+    sample_every: float = typer.Option(
+        5.0,
+        "--sample-every",
+        metavar="SECONDS",
+        help="How often each GPU's utilization is sampled (NVML; without it, each job's CPU "
+        "time as a stand-in), for `top`, `get`, /metrics and the idle rules.",
+    ),
 ) -> None:
     """Run the scheduler server: jobs run as local processes on this machine's GPUs."""
     # The web stack loads only here, so the other commands start fast.
@@ -100,6 +107,8 @@ def serve_cmd(
         fail(f"--port must be 1..65535, got {port}")
     if not 0 <= db_busy_timeout <= 3600:
         fail(f"--db-busy-timeout must be 0..3600 seconds, got {db_busy_timeout:g}")
+    if not 0.1 <= sample_every <= 3600:
+        fail(f"--sample-every must be 0.1..3600 seconds, got {sample_every:g}")
     if log_level.lower() not in LOG_LEVELS:
         fail(f"--log-level must be one of {', '.join(LOG_LEVELS)}, got {log_level!r}")
     try:
@@ -133,6 +142,7 @@ def serve_cmd(
         job_uids=uids,
         container_runtime=container_runtime,
         container_args=tuple(container_arg),
+        sample_s=sample_every,
     )
     try:
         serve(options, say=lambda line: typer.echo(line, err=True))
