@@ -198,13 +198,18 @@ function gpuCell(node, gpu, reserved, mark) {
   const info = [`GPU ${gpu.index} on ${node.name}`,
     gpu.job ? `job ${gpu.job}${team ? `, team ${team}` : ""}` : gpu.past ? "not this job's" : "free",
     gpu.healthy ? null : "UNHEALTHY", holder ? `reserved for ${holder}` : null,
+    gpu.busy_pct != null ? `${gpu.busy_pct.toFixed(0)}% busy` : null,
+    gpu.memory_used ? `${gib(gpu.memory_used)} in use` : null,
+    gpu.outside?.length ? `pids ${gpu.outside.join(", ")} run outside the scheduler` : null,
     nv.length ? `NVLink to ${nv.join(", ")}` : null].filter(Boolean).join(" · ");
   const cls = ["gpu", gpu.job ? "busy" : "free", gpu.healthy ? "" : "sick",
     holder ? "reserved" : "", mark && !mark.has(gpu.index) ? "dim" : ""].join(" ").trim();
-  const colour = gpu.job ? ` style="--c:${jobColour(gpu.job)}"` : "";
+  const vars = [gpu.job ? `--c:${jobColour(gpu.job)}` : "", gpu.busy_pct != null ? `--busy:${gpu.busy_pct.toFixed(0)}` : ""];
+  const colour = vars.some(Boolean) ? ` style="${vars.filter(Boolean).join(";")}"` : "";
+  const busy = gpu.busy_pct != null ? ` data-busy="${gpu.busy_pct.toFixed(0)}"` : "";
   const label = mark && mark.has(gpu.index) ? `w${mark.get(gpu.index)}` : gpu.past ? "" : gpu.job ?? (gpu.healthy ? "free" : "down");
   return `<button class="${cls}"${colour} data-action="gpu" data-node="${esc(node.name)}" ` +
-    `data-gpu="${gpu.index}" data-job="${esc(gpu.job ?? "")}" data-nv="${nvOf(node, gpu.index).join(",")}" title="${esc(info)}">` +
+    `data-gpu="${gpu.index}" data-job="${esc(gpu.job ?? "")}" data-nv="${nvOf(node, gpu.index).join(",")}"${busy} title="${esc(info)}">` +
     `<b>${gpu.index}</b><span>${esc(label)}</span></button>`;
 }
 
@@ -391,7 +396,8 @@ pages.queue = {
         `<td class="reason">${esc(j.reason)}</td><td class="blockers">${blockers(j, nodes, waiting)}</td></tr>`), "Nobody waits."));
     const running = live.jobs.filter((j) => j.state === "running" || j.state === "stopping");
     patch(document.getElementById("running"), table(["job", "team", "state", "GPUs", "since", "why here"],
-      running.map((j) => `<tr data-job="${esc(j.name)}"><td>${jobLink(j.name)}</td><td>${esc(j.queue)}</td><td>${badge(j.state)}</td>` +
+      running.map((j) => `<tr data-job="${esc(j.name)}"><td>${jobLink(j.name)}</td><td>${esc(j.queue)}</td><td>${badge(j.state)}` +
+        `${j.activity?.idle_since != null ? ` <span class="state idle">idle</span>` : ""}</td>` +
         `<td>${j.placement.map((w) => `${esc(w.node)}:${w.gpus.join(",")}`).join(" ")}</td>` +
         `<td title="${esc(when(j.started_at))}">${ago(j.started_at)}</td><td class="reason">${esc(j.reason)}</td></tr>`), "Nothing runs."));
     const ended = recent.jobs.filter((j) => ENDED.has(j.state))
@@ -425,7 +431,7 @@ pages.teams = {
 pages.job = {
   skeleton: (r) => `<h1><span id="job-name">${esc(r.arg)}</span> <span id="job-state"></span></h1>
     <div id="job-actions" class="actions"></div><div id="job-summary"></div>
-    <h2>Placement</h2><div id="job-placement"></div><h2>Why</h2><pre id="job-explain" class="explain"></pre>
+    <h2>Placement</h2><div id="job-placement"></div><div id="job-activity" class="charts"></div><h2>Why</h2><pre id="job-explain" class="explain"></pre>
     <h2>History</h2><ol id="job-history" class="timeline"></ol>
     <h2>Logs</h2><div id="job-workers" class="tabs"></div><pre id="job-log" class="log"></pre>
     <h2>Spec</h2><pre id="job-spec"></pre>`,
@@ -433,7 +439,8 @@ pages.job = {
     const path = jobPath(r.arg);
     const [job, explained, { nodes }] = await Promise.all([api(path),
       api(`${path}/explain`).catch((e) => ({ text: `(no explanation: ${e.message})` })), api("/api/v1/nodes")]);
-    patch(document.getElementById("job-state"), badge(job.state));
+    const idle = job.activity?.idle_since != null;
+    patch(document.getElementById("job-state"), badge(job.state) + (idle ? ` <span class="state idle">idle</span>` : ""));
     state.teams.set(job.name, job.queue);
     const live = !ENDED.has(job.state);
     // A job waiting again after a stop holds nothing, whatever its reason says of its last run.
@@ -445,10 +452,12 @@ pages.job = {
       ["priority", job.priority], ["shape", esc(shape(job, true))],
       ["topology", job.spec?.gputopology === false ? "off (--gputopology=false): the lowest free GPU indices" : "on"],
       ["ring bandwidth", job.ring_gbps != null ? `${+job.ring_gbps.toFixed(1)} GB/s` : "—"],
-      ["speed", speed(job)], ["attempt", job.attempt], ["restarts", job.restarts],
+      ["speed", speed(job)], ["busy", busyText(job)], ["attempt", job.attempt], ["restarts", job.restarts],
       ["submitted", esc(when(job.submitted_at))], ["started", started(job, holding)], ["ended", esc(when(job.ended_at))],
       ["now", esc(job.reason)]].map(([k, v]) => `<dt>${k}</dt><dd data-fact="${k}">${v}</dd>`).join("") + `</dl>`);
     patch(document.getElementById("job-placement"), placementHtml(job, nodes, holding, live));
+    const { samples } = holding ? await api(`${path}/activity`) : { samples: [] };
+    patch(document.getElementById("job-activity"), holding ? spark(samples.map(([t, v]) => [t, Math.round(v)]), "GPUs busy (%)", 100) : "");
     patch(document.getElementById("job-explain"), esc(explained.text));
     patch(document.getElementById("job-history"), (job.history ?? []).map((h) =>
       `<li><time title="${esc(when(h.time))}">${esc(new Date(h.time * 1000).toLocaleTimeString())}</time>` +
@@ -464,6 +473,15 @@ function speed(job) {
   if (!p) return "—";
   return `predicted ${p.samples_per_s.toFixed(0)} samples/s (${(100 * p.share).toFixed(0)}% of best) ` +
     `<span class="muted">for ${esc(p.model)}; the best placement of as many GPUs: ${p.best_samples_per_s.toFixed(0)} samples/s</span>`;
+}
+
+// `87% busy now, 64% on average`, as `get` says it; the CPU stand-in named where it is one.
+function busyText(job) {
+  const a = job.activity;
+  if (!a) return "—";
+  const what = a.source === "nvml" ? "" : ` <span class="muted">(CPU time of its processes: no NVML on the server)</span>`;
+  const idle = a.idle_since != null ? ` · <b class="warn">idle since ${esc(new Date(a.idle_since * 1000).toLocaleTimeString())}</b>` : "";
+  return `${a.busy_pct.toFixed(0)}% busy now, ${a.mean_pct.toFixed(0)}% on average${what}${idle}`;
 }
 
 // A job waiting again after a stop has a start time from its last run, not a current one.
