@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.e2e.conftest import Result, run_cli
@@ -128,3 +129,52 @@ def test_a_bad_idle_rule_is_refused_naming_the_flag(
     assert result.code != 0
     assert said in result.err, result.err
     assert Api(server).get("/api/v1/jobs")["jobs"] == []
+
+
+def test_a_notebook_session_gets_a_port_that_get_shows_and_serves_on(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    # Any command stands in for Jupyter: a web server on the session's port.
+    serve = [sys.executable, "-m", "http.server", "--bind", "127.0.0.1", "$(TOPOSCHED_PORT)"]
+    said = cli(
+        server, "submit", "notebook", "--name", "nb", "--workdir", str(tmp_path), "--", *serve
+    )
+    assert said.code == 0, said.err
+    api = Api(server)
+    job = api.until("nb", "running")
+    port = job["port"]
+    assert isinstance(port, int) and job["spec"]["interactive"] is True
+    get = cli(server, "get", "nb").out
+    assert (
+        f"session    interactive: http://127.0.0.1:{port}/ (port {port}, in TOPOSCHED_PORT)" in get
+    )
+    page = wait_for(lambda: _fetch(f"http://127.0.0.1:{port}/"), "the session to answer")
+    assert "Directory listing" in page
+    # Not restarted: cancelled, it ends.
+    assert cli(server, "delete", "--keep", "nb").code == 0
+    ended = api.until("nb", "cancelled")
+    assert ended["port"] is None and ended["attempt"] == 0  # its first and only run
+
+
+def _fetch(url: str) -> str | None:
+    try:
+        return httpx.get(url, timeout=2).text
+    except httpx.HTTPError:
+        return None
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (("--workers", "2"), "an interactive session runs one worker once: workers must be 1"),
+        (("--restart", "on-failure"), "restart must be never"),
+        (("--checkpoint-signal", "SIGUSR1"), "it cannot checkpoint"),
+        (("--elastic", "1:2"), "it cannot be elastic"),
+    ],
+)
+def test_a_session_that_is_not_one_worker_run_once_is_refused(
+    server: ServerProcess, flags: tuple[str, ...], said: str
+) -> None:
+    result = cli(server, "submit", "--interactive", "--name", "s", *flags, "--", "true")
+    assert result.code != 0
+    assert said in result.err, result.err

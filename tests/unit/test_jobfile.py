@@ -52,6 +52,7 @@ gputopology: false
 model: resnet50
 image: nvcr.io/nvidia/pytorch:24.05-py3
 idle: {after: 30m, below: 5, action: stop}
+interactive: false
 """
 
 
@@ -85,6 +86,7 @@ def test_every_field_is_read_with_its_type() -> None:
         "model": "resnet50",
         "image": "nvcr.io/nvidia/pytorch:24.05-py3",
         "idle": {"after": "30m", "below": 5.0, "action": "stop"},
+        "interactive": False,
     }
     assert set(job.spec) == set(FIELDS)
     assert job.path == "job.yaml"

@@ -195,6 +195,18 @@ def idle_rule_text(rule: dict[str, Any]) -> str:
     return f"{rule['action']} after {duration_text(rule['after'])} below {rule['below']:g}%"
 
 
+def session_text(job: dict[str, Any], server_url: str) -> str:
+    """An interactive session's URL on the server's host while it runs."""
+    port = job.get("port")
+    if port is None:
+        return "interactive; its URL once it runs"
+    from urllib.parse import urlsplit
+
+    host = urlsplit(server_url).hostname or "127.0.0.1"
+    host = f"[{host}]" if ":" in host else host
+    return f"interactive: http://{host}:{port}/ (port {port}, in TOPOSCHED_PORT)"
+
+
 def workers_text(job: dict[str, Any]) -> str:
     """`4 x 1 GPU(s)`; an elastic job says how many of its workers run now."""
     spec = job.get("spec") or {}
@@ -207,7 +219,7 @@ def workers_text(job: dict[str, Any]) -> str:
     return f"{count} x {job['gpus_per_worker']} GPU(s), locality {spec.get('locality', '-')}"
 
 
-def print_job(job: dict[str, Any]) -> None:
+def print_job(job: dict[str, Any], server_url: str = "") -> None:
     spec = job.get("spec") or {}
     rows = [
         ("name", escape(job["name"])),
@@ -241,6 +253,8 @@ def print_job(job: dict[str, Any]) -> None:
         rows.append(("workdir", escape(spec["workdir"])))
     if spec.get("image"):
         rows.append(("image", escape(spec["image"])))
+    if spec.get("interactive"):
+        rows.append(("session", session_text(job, server_url)))
     if spec.get("exported"):
         names = ", ".join(spec["exported"])
         rows.append(("exported", f"{escape(names)} (from the submitter's environment)"))
@@ -441,6 +455,7 @@ SUBMIT_FLAGS = {
     "exported": "--export",
     "workdir": "--workdir",
     "command_visible": "--command-visible",
+    "interactive": "--interactive",
 }
 
 # Pydantic's bounds, said of a flag: `Input should be greater than or equal to 1`.
@@ -464,6 +479,15 @@ def flag_words(flag: str, msg: str) -> str:
 # Where SubmitCommand leaves the words after `--` for `submit`.
 AFTER_DASHES = "toposched.command"
 SUBMIT_USAGE = "toposched submit [KIND] [OPTIONS] -- COMMAND..."
+# `submit notebook`: an interactive session that runs Jupyter unless given a command.
+NOTEBOOK = "notebook"
+NOTEBOOK_COMMAND = (
+    "jupyter",
+    "lab",
+    "--no-browser",
+    "--ip=0.0.0.0",
+    "--port=$(TOPOSCHED_PORT)",
+)
 
 
 class SubmitCommand(TyperCommand):
@@ -525,7 +549,8 @@ KIND_WORD = typer.Argument(
     None,
     metavar="[KIND]",
     help="The job kind: pytorch (the default), tensorflow or mpi, or Arena's pytorchjob, tfjob, "
-    "mpijob. The command goes after `--`.",
+    "mpijob; or notebook, an interactive Jupyter session (--interactive). The command goes "
+    "after `--`.",
     show_default=False,
 )
 
@@ -675,6 +700,14 @@ def submit(
         metavar="DIR",
         help="Working directory of the workers (default, for this machine's server: here).",
     ),
+    interactive: bool = typer.Option(
+        False,
+        "--interactive",
+        help="A session (a notebook, a shell, an editor server): one worker with a port of its "
+        "own, TOPOSCHED_PORT in its environment and $(TOPOSCHED_PORT) in the command replaced "
+        "by it; `get` shows its URL; never restarted; stopped after an hour idle unless it or "
+        "its queue has an idle rule (docs/idle.md).",
+    ),
     command_visible: bool = typer.Option(
         None,
         "--command-visible/--command-hidden",
@@ -702,7 +735,13 @@ def submit(
     from toposched.topology.resources import parse_cpus, parse_memory
 
     del gang  # every job is a gang: the flag is only accepted
-    kind, command = kind_and_command(words or [], ctx.meta.get(AFTER_DASHES))
+    words = list(words or [])
+    notebook = bool(words) and words[0] == NOTEBOOK
+    if notebook:
+        words, interactive = words[1:], True
+    kind, command = kind_and_command(words, ctx.meta.get(AFTER_DASHES))
+    if notebook and command is None and file is None:
+        command = list(NOTEBOOK_COMMAND)
     _finite("--limit", limit)
     _finite("--checkpoint-grace", checkpoint_grace)
     jobfile: JobFile | None = None
@@ -731,6 +770,7 @@ def submit(
         "ps": ps,
         "mixed_types": mixed_types,
         "gputopology": None if gputopology is None else _truth("--gputopology", gputopology),
+        "interactive": interactive or None,
         "model": model,
         "image": image,
         "cpus": _checked("--cpus", cpus, parse_cpus),
@@ -846,13 +886,14 @@ def get(
             fail(f"--type: {err}", EXIT_BAD_INPUT)
     with api(server) as client:
         job = client.job(name)
+        url = client.url
     actual = (job.get("spec") or {}).get("kind") or "pytorch"
     if wanted is not None and actual != wanted:
         fail(f"no {wanted} job named {name!r} ({name} is a {actual} job)", EXIT_NOT_FOUND)
     if as_json:
         emit_json(job)
     else:
-        print_job(job)
+        print_job(job, url)
 
 
 def list_jobs(

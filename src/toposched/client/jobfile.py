@@ -27,6 +27,7 @@
     env: {NCCL_DEBUG: WARN}
     workdir: /data/runs
     command_visible: false       # true: other teams may see the command (hidden from them)
+    interactive: false           # true: a session with a port of its own (docs/idle.md)
 
 Types are checked here, with the file and line of each mistake; ranges and names are the
 server's to check (its 422 names the field, and `JobFile.lines` maps it back to a line).
@@ -484,4 +485,5 @@ FIELDS: dict[str, tuple[Reader, bool]] = {
     "memory": (_Reader.memory, True),
     "workdir": (_Reader.text, True),
     "command_visible": (_Reader.boolean, False),
+    "interactive": (_Reader.boolean, False),
 }

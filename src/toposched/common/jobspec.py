@@ -46,6 +46,7 @@ def core_spec(name: str, owner: str, queue: str, spec: dict[str, Any]) -> JobSpe
         model=spec.get("model"),
         topology=bool(spec.get("gputopology", True)),
         idle=idle_rule(spec.get("idle")),
+        interactive=bool(spec.get("interactive")),
     )
 
 

@@ -206,6 +206,8 @@ class JobSpec:
     topology: bool = True
     # Given back when its GPUs sit idle (None: the queue's default rule, if any, applies).
     idle: IdleRule | None = None
+    # A session (notebook, shell): drivers give it a port and, without a rule, a default one.
+    interactive: bool = False
 
     def __post_init__(self) -> None:
         if not self.name or not isinstance(self.name, str):

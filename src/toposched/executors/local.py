@@ -164,6 +164,15 @@ def _parse_signal(name: str) -> Signals:
         raise ExecutorError(f"unknown signal {name!r}") from None
 
 
+# An interactive session's port: in its environment, and for `$(TOPOSCHED_PORT)` in its command.
+SESSION_PORT = "TOPOSCHED_PORT"
+
+
+def free_port() -> int:
+    """A port free on this machine now (for a session to listen on)."""
+    return _free_ports(1)[0]
+
+
 def _free_ports(count: int) -> list[int]:
     # Free now, not reserved: the job binds them moments later, as torchrun does. All are held
     # open together so that no two are the same.

@@ -32,6 +32,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SAMPLE_S = 5.0
+# An interactive session's rule when neither it nor its queue has one: JupyterHub's culler
+# stops a server idle for an hour by default, and so does this.
+SESSION_IDLE = IdleRule(3600.0, 5.0, IdleAction.STOP)
 KEPT = 120  # samples per job: 10 minutes at the default period; a chart, not an archive
 NVML = "nvml"
 CPU = "cpu"
@@ -220,7 +223,8 @@ class ActivityMonitor:
         return found
 
     def _rules(self, running: Mapping[str, int]) -> dict[str, IdleRule]:
-        """Each running job's idle rule: its own, else its queue's."""
+        """Each running job's idle rule: its own, else its queue's, else for an interactive
+        session SESSION_IDLE."""
         queues = self.runtime.store.queue_idle_rules()
         rules: dict[str, IdleRule] = {}
         for job in running:
@@ -228,6 +232,8 @@ class ActivityMonitor:
             if spec is None:
                 continue
             rule = spec.idle or (idle_rule(queues.get(spec.queue)) if queues else None)
+            if rule is None and spec.interactive:
+                rule = SESSION_IDLE
             if rule is not None:
                 rules[job] = rule
         return rules

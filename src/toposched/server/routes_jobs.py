@@ -83,6 +83,7 @@ def _common(row: JobRow, reason: str, runtime: Runtime) -> dict[str, Any]:
         ],
         ring_gbps=first.get("ring_gbps") if holding else None,
         predicted=runtime.predictor.of(row.spec, row.placement) if holding else None,
+        port=first.get("port") if holding else None,
         activity=activity,
         attempt=row.attempt,
         restarts=row.restarts,
@@ -244,6 +245,7 @@ UNASKED = (
     "exported",
     "image",
     "idle",
+    "interactive",
 )
 
 

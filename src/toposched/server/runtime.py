@@ -60,7 +60,14 @@ from toposched.core import (
     WorkerFailed,
 )
 from toposched.executors.containers import NoContainerRuntime
-from toposched.executors.local import ExecutorError, LocalExecutor, RunSpec, WorkerExit
+from toposched.executors.local import (
+    SESSION_PORT,
+    ExecutorError,
+    LocalExecutor,
+    RunSpec,
+    WorkerExit,
+    free_port,
+)
 from toposched.executors.supervisor import read_exit, read_pids
 from toposched.server.localnode import LocalNode
 from toposched.server.predicted import Predictor
@@ -905,13 +912,22 @@ class Runtime(Driver):
         row = self.store.job(t.job)
         assert row is not None
         attempt = row.attempt + 1
+        placed = placement_json(start.placement)
+        command = tuple(row.spec["command"])
+        env = dict(row.spec.get("env") or {})
+        if row.spec.get("interactive"):
+            # A session's port, chosen now and kept with its worker's placement for `get`.
+            port = free_port()
+            placed[0]["port"] = port
+            env[SESSION_PORT] = str(port)
+            command = tuple(word.replace(f"$({SESSION_PORT})", str(port)) for word in command)
         self.store.transition(
             t.job,
             t.old.value if t.old else None,
             "running",
             t.reason,
             now,
-            placement=placement_json(start.placement),
+            placement=placed,
             attempt=attempt,
             stop_kind=None,
             started_at=now,
@@ -923,8 +939,8 @@ class Runtime(Driver):
             job=t.job,
             attempt=attempt,
             queue=row.queue,
-            command=tuple(row.spec["command"]),
-            env=dict(row.spec.get("env") or {}),
+            command=command,
+            env=env,
             workdir=row.spec.get("workdir"),
             workers=tuple((slot.node, slot.gpus) for slot in start.placement.workers),
             restart_count=row.restarts,

@@ -243,6 +243,12 @@ class JobSubmit(Strict):
     command_visible: bool = Field(
         False, description="Whether other teams may see the command (their view hides it)."
     )
+    interactive: bool = Field(
+        False,
+        description="A session (a notebook, a shell): one worker, a port of its own (in "
+        "TOPOSCHED_PORT, and for $(TOPOSCHED_PORT) in the command) that `get` shows, never "
+        "restarted, given back when idle by default (docs/idle.md)",
+    )
 
     @field_validator("name")
     @classmethod
@@ -366,7 +372,22 @@ class JobSubmit(Strict):
         missing = [name for name in self.exported if name not in self.env]
         if missing:
             raise ValueError(f"exported names {missing[0][:60]!r}, which env does not hold")
+        if self.interactive:
+            self._one_session()
         return self
+
+    def _one_session(self) -> None:
+        """An interactive session is one process that is never restarted or moved."""
+        wrong = [
+            (self.workers != 1, f"workers must be 1, got {self.workers}"),
+            (self.elastic is not None, "it cannot be elastic"),
+            (self.kind != Kind.PYTORCH.value, f"it has no kind ({self.kind}): leave kind out"),
+            (self.restart != "never", "restart must be never: a session is not restarted"),
+            (self.checkpoint is not None, "it cannot checkpoint: leave checkpoint out"),
+        ]
+        for bad, why in wrong:
+            if bad:
+                raise ValueError(f"an interactive session runs one worker once: {why}")
 
 
 class WorkerOut(BaseModel):
@@ -431,6 +452,10 @@ class JobSummary(BaseModel):
     )
     predicted: PredictedOut | None = Field(
         None, description="The performance model's speed of its placement, while it holds one"
+    )
+    port: int | None = Field(
+        default=None,
+        description="An interactive session's port on the server's machine, while it runs",
     )
     activity: ActivityOut | None = Field(
         default=None, description="How busy its GPUs are, while it runs (after its first sample)"
