@@ -29,13 +29,10 @@ requests per second, and errors (answers other than 2xx, or none).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import http.client
 import json
 import os
 import random
-import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -52,83 +49,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from toposched.common.paths import ADMIN_TOKEN_FILE
-from toposched.executors.supervisor import proc_stat, read_pids
-
-
-@dataclass(frozen=True)
-class Server:
-    url: str
-    token: str
-    data_dir: Path
-    pid: int
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-@contextmanager
-def own_server(tmp: Path, timeout_s: float = 30.0) -> Iterator[Server]:
-    """`toposched serve --emulate dgx1-v100` on a free port with its data directory (SQLite) in
-    `tmp`, once /api/v1/health answers; stopped with SIGINT afterwards (SIGKILL after 15 s), and
-    any worker it left behind killed."""
-    data_dir = tmp / "data"
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    command = [
-        sys.executable,
-        "-m",
-        "toposched",
-        "serve",
-        "--port",
-        str(port),
-        "--data-dir",
-        str(data_dir),
-        "--node-name",
-        "node-a",
-        "--emulate",
-        "dgx1-v100",
-    ]
-    log_path = tmp / "server.log"
-    with log_path.open("ab") as log:
-        proc = subprocess.Popen(command, stdout=log, stderr=log)
-    try:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            if proc.poll() is not None:
-                raise SystemExit(f"the server exited {proc.returncode}:\n{log_path.read_text()}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{url}/api/v1/health", timeout=1).status_code == 200:
-                    break
-            if time.monotonic() > deadline:
-                raise SystemExit(f"no answer within {timeout_s} s:\n{log_path.read_text()}")
-            time.sleep(0.1)
-        token = (data_dir / ADMIN_TOKEN_FILE).read_text().strip()
-        yield Server(url, token, data_dir, proc.pid)
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        kill_leftover_workers(data_dir)
-
-
-def kill_leftover_workers(data_dir: Path) -> None:
-    """Workers outlive their server by design (the blocking job's, if the run stopped early).
-    Only a group whose leader is still the recorded worker is killed (its pid may be reused)."""
-    for pid_file in (data_dir / "runs").glob("*/attempt-*/worker-*.pid"):
-        record = read_pids(pid_file.parent, int(pid_file.stem.removeprefix("worker-")))
-        stat = proc_stat(record.worker_pid) if record else None
-        if record and stat and stat.start == record.worker_start:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(record.pgid, signal.SIGKILL)
+from _common import Server, own_server
 
 
 def client_loop(url: str, token: str, names: list[str], latencies: list[float]) -> None:

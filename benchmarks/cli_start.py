@@ -31,54 +31,21 @@ with this environment as it is instead.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import os
 import resource
-import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
-
-from toposched.common.paths import ADMIN_TOKEN_FILE
-from toposched.executors.supervisor import proc_stat, read_pids
+from _common import Server, own_server
 
 TARGET_S = 0.3
 # The tiny job whose output `logs` prints and whose state `get` shows.
 SHOWN = "bench-shown"
 BLOCKER = "bench-blocker"
-
-
-@dataclass(frozen=True)
-class Server:
-    url: str
-    data_dir: Path
-    token: str
-
-    def env(self) -> dict[str, str]:
-        """What a CLI user of this server has in the environment."""
-        return {**os.environ, "TOPOSCHED_URL": self.url, "TOPOSCHED_DATA_DIR": str(self.data_dir)}
-
-    def api(self, method: str, path: str, body: object = None) -> httpx.Response:
-        headers = {"Authorization": f"Bearer {self.token}"}
-        url = f"{self.url}/api/v1{path}"
-        return httpx.request(method, url, headers=headers, json=body, timeout=30)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def entry_point() -> str:
@@ -90,66 +57,6 @@ def entry_point() -> str:
     if not found:
         raise SystemExit("no `toposched` entry point: install the project (make venv)")
     return found
-
-
-@contextmanager
-def own_server(tmp: Path, toposched: str, timeout_s: float = 30.0) -> Iterator[Server]:
-    """`toposched serve --emulate dgx1-v100` on a free port, data in `tmp`, once it answers;
-    stopped with SIGINT afterwards (SIGKILL after 15 s)."""
-    data_dir = tmp / "data"
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    command = [
-        toposched,
-        "serve",
-        "--port",
-        str(port),
-        "--data-dir",
-        str(data_dir),
-        "--node-name",
-        "node-a",
-        "--emulate",
-        "dgx1-v100",
-        # The jobs here are `echo` and `sleep`: they run as the server's user, even as root.
-        "--job-accounts",
-        "server",
-    ]
-    log_path = tmp / "server.log"
-    with log_path.open("ab") as log:
-        proc = subprocess.Popen(command, stdout=log, stderr=log)
-    try:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            if proc.poll() is not None:
-                raise SystemExit(f"the server exited {proc.returncode}:\n{log_path.read_text()}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{url}/api/v1/health", timeout=1).status_code == 200:
-                    break
-            if time.monotonic() > deadline:
-                raise SystemExit(f"no answer within {timeout_s} s:\n{log_path.read_text()}")
-            time.sleep(0.1)
-        token = (data_dir / ADMIN_TOKEN_FILE).read_text().strip()
-        yield Server(url, data_dir, token)
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        kill_leftover_workers(data_dir)
-
-
-def kill_leftover_workers(data_dir: Path) -> None:
-    """Workers outlive their server by design (the blocker's, if the run stopped early). Only a
-    group whose leader is still the recorded worker is killed (its pid may have been reused)."""
-    for pid_file in (data_dir / "runs").glob("*/attempt-*/worker-*.pid"):
-        record = read_pids(pid_file.parent, int(pid_file.stem.removeprefix("worker-")))
-        stat = proc_stat(record.worker_pid) if record else None
-        if record and stat and stat.start == record.worker_start:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(record.pgid, signal.SIGKILL)
 
 
 def submit(server: Server, name: str, command: list[str], gpus: int = 1) -> None:
@@ -230,7 +137,8 @@ def main() -> None:
     medians: dict[str, float] = {}
     with (
         tempfile.TemporaryDirectory(prefix="toposched-cli-start-") as tmp,
-        own_server(Path(tmp), toposched) as server,
+        # The jobs here are `echo` and `sleep`: they run as the server's user, even as root.
+        own_server(Path(tmp), [toposched], ["--job-accounts", "server"]) as server,
     ):
         prepare(server, runs)
         env = server.env()
