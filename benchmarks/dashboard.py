@@ -27,8 +27,9 @@ import uvicorn
 from fastapi import FastAPI, Query, Response
 
 from toposched.dashboard import mount_dashboard
-from toposched.server.routes_jobs import DEFAULT_PAGE, MAX_PAGE
 from toposched.server.schemas import (
+    DEFAULT_PAGE,
+    MAX_PAGE,
     GpuOut,
     Health,
     JobPage,
