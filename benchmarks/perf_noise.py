@@ -10,6 +10,8 @@ one batch, those rows measure the same thing; this prints, per job:
   data predicting itself, with no model.
 
     .venv/bin/python benchmarks/perf_noise.py data/measurements/pollux-t4/{bert,cifar10,imagenet}
+
+`--smoke` (CI, seconds): those three directories when none are named (they take a second).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from toposched.perf.measurements import parse_measurements
 from toposched.perf.protocol import PAIR_GAP
 
 Key = tuple[tuple[int, ...], int]  # (shape, batch)
+POLLUX_T4 = Path(__file__).resolve().parents[1] / "data" / "measurements" / "pollux-t4"
 
 
 def by_shape(directory: Path) -> dict[Key, list[float]]:
@@ -58,9 +61,16 @@ def replicate_pairs(times: dict[Key, list[float]], gap: float) -> tuple[int, int
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("directories", nargs="+", type=Path, help="As `perf fit` reads them.")
+    parser.add_argument("directories", nargs="*", type=Path, help="As `perf fit` reads them.")
     parser.add_argument("--gap", type=float, default=PAIR_GAP, help="As `perf fit --pair-gap`.")
+    parser.add_argument(
+        "--smoke", action="store_true", help="data/measurements/pollux-t4's jobs if none named"
+    )
     args = parser.parse_args()
+    if args.smoke and not args.directories:
+        args.directories = [POLLUX_T4 / job for job in ("bert", "cifar10", "imagenet")]
+    if not args.directories:
+        parser.error("name at least one directory")
     over_gap = f"over {100 * args.gap:g}%"
     print(
         f"job        shapes x batches in 2+ orders  median apart  {over_gap:>8}  pairs"

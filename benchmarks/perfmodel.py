@@ -1,10 +1,10 @@
 """Performance-model speed: microseconds per estimate, as a simulator calls it.
 
-Run: .venv/bin/python benchmarks/perfmodel.py [--requests N]
+Run: .venv/bin/python benchmarks/perfmodel.py [--requests N] [--smoke]
 
 Seeded random jobs (model, 1-8 GPUs, random neighbours) on one or two DGX-1 nodes: first on a
 fresh PerfModel (every question new), then the same questions again (answered from its memo),
-then speed_ratio (estimate plus the memoised ideal).
+then speed_ratio (estimate plus the memoised ideal). `--smoke` (CI): 200 requests.
 """
 
 from __future__ import annotations
@@ -23,7 +23,10 @@ MODELS = ("vgg16", "resnet50", "inception3", "alexnet", "bert-large", "gpt2", "l
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--requests", type=int, default=20_000)
+    parser.add_argument("--smoke", action="store_true", help="200 requests (CI)")
     args = parser.parse_args()
+    if args.smoke:
+        args.requests = 200
     node = preset("dgx1-v100")
     rng = random.Random(0)
     jobs = []

@@ -1,6 +1,6 @@
 """Fit the performance model's free parameters to the seed measurements; print every residual.
 
-Run: .venv/bin/python benchmarks/perfmodel_fit.py [--check] [--separate-overlap] [--loo]
+Run: .venv/bin/python benchmarks/perfmodel_fit.py [--check] [--separate-overlap] [--loo] [--smoke]
 
 The fitted parameters (docs/perfmodel.md lists them) are the V100 throughput of VGG16 and
 ResNet-50, PyTorch's compute scale, the NCCL link efficiency shared by all frameworks, the
@@ -15,6 +15,8 @@ minimised by Nelder-Mead from a few seeded starts, then polished one coordinate 
 --loo        held-out check: refit without each case in turn (and without the two
              without-topology medians, and without the two CNTK ratios, together) and print how
              far the model then misses what it never saw (minutes).
+--smoke      CI, seconds: one start of 40 Nelder-Mead iterations polished to steps of 0.01 (a
+             poor fit, its residuals printed all the same), and --loo of the first two groups.
 """
 
 from __future__ import annotations
@@ -132,10 +134,12 @@ def nelder_mead(
     return simplex[i], scores[i]
 
 
-def pattern_search(f: Objective, x: list[float], score: float) -> tuple[list[float], float]:
-    """Polish a Nelder-Mead result one coordinate at a time, halving the step."""
+def pattern_search(
+    f: Objective, x: list[float], score: float, finest: float = 1e-5
+) -> tuple[list[float], float]:
+    """Polish a Nelder-Mead result one coordinate at a time, halving the step to `finest`."""
     step = 0.05
-    while step > 1e-5:
+    while step > finest:
         improved = True
         while improved:
             improved = False
@@ -158,7 +162,11 @@ def fit(
     tied: dict[str, str],
     starts: int,
     warm: Params | None = None,
+    effort: tuple[int, float] = (1500, 1e-5),
 ) -> Params:
+    """`effort`: Nelder-Mead's iterations per run, and the pattern search's finest step."""
+    iters, finest = effort
+
     def decode(x: Sequence[float]) -> Params:
         p = {}
         for name, u in zip(names, x, strict=True):
@@ -179,9 +187,9 @@ def fit(
     best_x, best_score = first, math.inf
     for attempt in range(starts):
         start = [rng.random() for _ in names] if attempt else first
-        x, score = nelder_mead(objective, start, 0.2, 1500)
-        x, score = nelder_mead(objective, x, 0.05, 1500)  # a restart: Nelder-Mead stalls
-        x, score = pattern_search(objective, x, score)
+        x, score = nelder_mead(objective, start, 0.2, iters)
+        x, score = nelder_mead(objective, x, 0.05, iters)  # a restart: Nelder-Mead stalls
+        x, score = pattern_search(objective, x, score, finest)
         if score < best_score:
             best_x, best_score = x, score
     return decode(best_x)
@@ -230,7 +238,13 @@ def main() -> None:
     parser.add_argument("--separate-overlap", action="store_true", help="overlap per Horovod")
     parser.add_argument("--loo", action="store_true", help="leave-one-out residuals too")
     parser.add_argument("--starts", type=int, default=4, help="Nelder-Mead starts")
+    parser.add_argument(
+        "--smoke", action="store_true", help="1 short start, --loo of 2 groups (CI)"
+    )
     args = parser.parse_args()
+    effort = (40, 1e-2) if args.smoke else (1500, 1e-5)
+    if args.smoke:
+        args.starts, args.loo = 1, True
     base = Catalog.load()
     targets = cases()
     if args.check:
@@ -241,7 +255,7 @@ def main() -> None:
     if not args.separate_overlap:
         names.remove("overlap_pytorch_horovod")
         tied["overlap_pytorch_horovod"] = "overlap_tensorflow_horovod"
-    params = fit(base, targets, names, tied, args.starts)
+    params = fit(base, targets, names, tied, args.starts, effort=effort)
     print(f"fitted {len(names)} parameters to {len(targets)} cases:")
     for name in names:
         print(f"  {name:28} {params[name]:.4g}")
@@ -256,12 +270,14 @@ def main() -> None:
     groups = [[i] for i, case in enumerate(targets) if "LSTM" not in case.case]
     groups.append([i for i, case in enumerate(targets) if "without topology" in case.case])
     groups.append([i for i, case in enumerate(targets) if case.source.endswith("CNTK")][:2])
+    if args.smoke:
+        groups = groups[:2]
     print("\nheld out: refit without the case(s), then predict them")
     print("| held out | source | case | measured | predicted | residual | tolerance |")
     print("|---|---|---|---|---|---|---|")
     for group in groups:
         rest = [case for j, case in enumerate(targets) if j not in group]
-        refit = fit(base, rest, names, tied, 1, warm=params)
+        refit = fit(base, rest, names, tied, 1, warm=params, effort=effort)
         model = PerfModel(with_params(base, refit))
         label = "this case" if len(group) == 1 else f"these {len(group)}"
         for i in group:

@@ -2,7 +2,7 @@
 
 Run: .venv/bin/python benchmarks/scheduler.py [--nodes 1000] [--jobs 10000] [--seed 7]
      [--preset dgx1-v100] [--queue-mix 1,1,1,1] [--guarantees] [--no-limits] [--tracemalloc]
-     [--profile]
+     [--profile] [--smoke]
 
 The cluster is --nodes identical nodes of --preset, eight nodes to a rack and eight racks to a pod.
 Jobs are drawn (seeded) from the GPU-count mix of the Microsoft Philly trace as prepared for the
@@ -29,6 +29,8 @@ Admissions/s is admissions over the time spent inside handle(). Peak memory is t
 RSS, and with --tracemalloc also tracemalloc's peak: tracing makes every call about three times
 slower, so the timings of such a run are not the scheduler's.
 --profile runs the whole thing under cProfile and prints the top 25 functions by cumulative time.
+--smoke (CI, seconds): 8 nodes, 300 jobs, --guarantees with --queue-mix 4,3,2,1, so that jobs
+wait, and some are stopped and queue again.
 """
 
 from __future__ import annotations
@@ -318,7 +320,12 @@ def main() -> None:
         "--tracemalloc", action="store_true", help="trace Python allocations (about 3x slower)"
     )
     parser.add_argument("--profile", action="store_true", help="cProfile; top 25 by cumulative")
+    parser.add_argument(
+        "--smoke", action="store_true", help="8 nodes, 300 jobs, uneven guaranteed queues (CI)"
+    )
     args = parser.parse_args()
+    if args.smoke:
+        args.nodes, args.jobs, args.guarantees, args.queue_mix = 8, 300, True, "4,3,2,1"
     if args.profile and args.tracemalloc:
         parser.error("--profile and --tracemalloc distort each other; pick one")
     if not args.profile:

@@ -1,7 +1,7 @@
 """Heterogeneous clusters: GPU-type-aware placement against type-blind first fit (issue 19).
 
 Run: .venv/bin/python benchmarks/sim_hetero.py [--philly-limit 10000] [--typed-share 0.3]
-     [--only philly|openb] [--workers 2] [--json]
+     [--only philly|openb] [--openb-limit N] [--workers 2] [--json] [--smoke]
 
 (a) Philly: the first --philly-limit jobs of data/traces/philly/philly.csv (CC BY 4.0 and
 Apache-2.0, see its SOURCE.md), --typed-share of them given one GPU type (drawn with seed 0 in
@@ -31,6 +31,8 @@ A type-blind placement depends on the node order, so (a) runs the blind ones wit
 nodes listed first (the file's order) and last (`T4 first`: the node list reversed); (b) keeps
 the node list's order (P100 nodes first).
 Each replay runs in its own process, --workers at a time; wall times are each replay's own.
+--openb-limit N replays the first N pods of openb only (0, the default: all).
+--smoke (CI, seconds): the first 50 Philly jobs and the first 50 openb pods, every replay.
 """
 
 from __future__ import annotations
@@ -111,13 +113,13 @@ def philly(label: str, config: str, cluster: str, reverse: bool, limit: int, sha
     return label, summary
 
 
-def openb(label: str, config: str, mode: str) -> Any:
+def openb(label: str, config: str, mode: str, limit: int) -> Any:
     from toposched.sim.clusters import read_machine_list
     from toposched.sim.engine import Simulation
     from toposched.sim.traces import read_trace
 
     policy, params = CONFIGS[config]
-    trace = read_trace(OPENB_TRACE)
+    trace = read_trace(OPENB_TRACE, limit=limit or None)
     cluster = read_machine_list(OPENB_NODES)
     if mode == "fill":
         jobs = tuple(replace(j, duration_s=STAY_S) for j in trace.jobs)
@@ -155,9 +157,13 @@ def main() -> None:
     parser.add_argument("--philly-limit", type=int, default=10_000)
     parser.add_argument("--typed-share", type=float, default=0.3)
     parser.add_argument("--only", choices=("philly", "openb"))
+    parser.add_argument("--openb-limit", type=int, default=0, help="first N pods (0: all)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--smoke", action="store_true", help="50 Philly jobs, 50 openb pods (CI)")
     args = parser.parse_args()
+    if args.smoke:
+        args.philly_limit, args.openb_limit = 50, 50
     began = time.perf_counter()
     ctx = mp.get_context("spawn")
     with ctx.Pool(args.workers) as pool:
@@ -169,7 +175,7 @@ def main() -> None:
             ]
         openb_runs = []
         if args.only != "philly":
-            openb_runs = [pool.apply_async(openb, run) for run in OPENB_RUNS]
+            openb_runs = [pool.apply_async(openb, (*run, args.openb_limit)) for run in OPENB_RUNS]
         philly_results = dict(r.get() for r in philly_runs)
         openb_results = [r.get() for r in openb_runs]
     if args.json:

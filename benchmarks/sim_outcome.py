@@ -1,7 +1,7 @@
 """Every policy's decisions on the first N Philly jobs, as digests: a refactor must keep them.
 
 Run: .venv/bin/python benchmarks/sim_outcome.py [--policy P1,P2] [--limit N]
-     [--cluster 64*dgx1-v100/8] [--seed N] [--json]
+     [--cluster 64*dgx1-v100/8] [--seed N] [--json] [--smoke]
 
 Each policy replays the trace in this process, one after another, through the public
 simulator API (read_trace, load_cluster, Simulation(...).run()), and prints the headline
@@ -19,6 +19,7 @@ gives `result_digest` (the SimResult fields alone) and `stream_digest`
 even where each job's own story is the same).
 The same seed gives the same digests on every run; wall time is printed but is not the point
 (benchmarks/sim_philly.py times the policies, each in its own process).
+--smoke (CI, seconds): the first 50 jobs.
 """
 
 from __future__ import annotations
@@ -127,7 +128,10 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=30_000, help="first N jobs (0: all)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true", help="one JSON object per policy")
+    parser.add_argument("--smoke", action="store_true", help="the first 50 jobs (CI)")
     args = parser.parse_args()
+    if args.smoke:
+        args.limit = 50
     policies = [p.strip() for p in args.policy.split(",") if p.strip()]
     if not policies:
         raise SystemExit(f"--policy: name at least one of {', '.join(SCHEDULER_POLICIES)}")

@@ -1,7 +1,7 @@
 """The whole Philly trace on 64 DGX-1 nodes, every policy: wall time, peak memory, outcome.
 
 Run: .venv/bin/python benchmarks/sim_philly.py [--policy P1,P2] [--limit N] [--repeat N]
-     [--cluster 64*dgx1-v100/8] [--param [POLICY.]KEY=VALUE] [--json]
+     [--cluster 64*dgx1-v100/8] [--param [POLICY.]KEY=VALUE] [--json] [--smoke]
 
 Each policy runs in its own process, so that its peak memory (max RSS) is its own. With
 --repeat N each policy runs N times (a fresh process each) and the wall time printed is the
@@ -13,6 +13,7 @@ simulator, petuum/adaptdl; CC BY 4.0 and Apache-2.0, see data/traces/philly/SOUR
 Issue 4's targets, which the script prints the figures for but does not judge: at most 60 s and
 2 GiB per policy; toposched at least 2x lower average JCT than k8s-default and 1.2x lower than
 the best other gang policy; placement quality >= 0.97.
+--smoke (CI, seconds): the first 50 jobs, each policy once, still each in its own process.
 """
 
 from __future__ import annotations
@@ -108,7 +109,10 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--repeat", type=int, default=1, help="runs per policy (fastest kept)")
     parser.add_argument("--json", action="store_true", help="print all figures as JSON")
+    parser.add_argument("--smoke", action="store_true", help="the first 50 jobs, one run (CI)")
     args = parser.parse_args()
+    if args.smoke:
+        args.limit, args.repeat = 50, 1
     policies = [p for p in args.policy.split(",") if p]
     try:
         params = policy_params(args.param, policies)
