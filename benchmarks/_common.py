@@ -97,12 +97,25 @@ def own_server(
         kill_leftover_workers(data_dir)
 
 
-def kill_leftover_workers(data_dir: Path) -> None:
+def kill_leftover_workers(data_dir: Path, wait_s: float = 10.0) -> None:
     """Workers outlive their server by design (a blocking job's, if the run stopped early).
-    Only a group whose leader is still the recorded worker is killed (its pid may be reused)."""
+    Only a group whose leader is still the recorded worker is killed (its pid may be reused).
+    Then each worker's supervisor is waited for: it writes the worker's exit record into the
+    data directory as it ends, which fails the removal of a temporary one under way."""
+    supervisors = []
     for pid_file in (data_dir / "runs").glob("*/attempt-*/worker-*.pid"):
         record = read_pids(pid_file.parent, int(pid_file.stem.removeprefix("worker-")))
-        stat = proc_stat(record.worker_pid) if record else None
-        if record and stat and stat.start == record.worker_start:
+        if record is None:
+            continue
+        supervisors.append((record.supervisor_pid, record.supervisor_start))
+        stat = proc_stat(record.worker_pid)
+        if stat and stat.start == record.worker_start:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(record.pgid, signal.SIGKILL)
+    deadline = time.monotonic() + wait_s
+    for pid, start in supervisors:
+        while time.monotonic() < deadline:
+            stat = proc_stat(pid)
+            if stat is None or stat.start != start or not stat.alive:
+                break
+            time.sleep(0.05)
