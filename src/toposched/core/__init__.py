@@ -10,6 +10,7 @@ from toposched.core.actions import (
     WorkerSlot,
 )
 from toposched.core.events import (
+    Ended,
     Event,
     GpuHealth,
     JobCancelled,
@@ -28,6 +29,7 @@ from toposched.core.events import (
     WorkerFailed,
 )
 from toposched.core.job import (
+    After,
     Checkpoint,
     Elastic,
     IdleAction,
@@ -38,6 +40,7 @@ from toposched.core.job import (
     Locality,
     LocalityRule,
     RestartPolicy,
+    Until,
 )
 from toposched.core.policy import (
     SCHEDULER_POLICIES,
@@ -53,8 +56,10 @@ from toposched.topology.cluster import NodeSelector
 __all__ = [
     "SCHEDULER_POLICIES",
     "Action",
+    "After",
     "Checkpoint",
     "Elastic",
+    "Ended",
     "Event",
     "GpuHealth",
     "IdleAction",
@@ -91,6 +96,7 @@ __all__ = [
     "StopKind",
     "Tick",
     "Transition",
+    "Until",
     "WorkerFailed",
     "WorkerSlot",
     "make_scheduler_policy",

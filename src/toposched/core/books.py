@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import deque
 
+from toposched.core.dependencies import Dependencies
 from toposched.core.errors import SchedulingError
 from toposched.core.job import JobSpec
 from toposched.core.records import JobRecord, QueueRecord, Reservation
@@ -46,6 +47,10 @@ class Books:
         self.queues: dict[str, QueueRecord] = {}
         self.elastic: dict[str, JobRecord] = {}  # elastic jobs not yet ended: growth's list
         self.held_waiting: dict[str, int] = {}  # GPUs of partial gangs, by waiting job
+        # Jobs without GPUs hold CPUs and memory alone: their workers by node (a lost node
+        # stops them as it stops the jobs holding its GPUs).
+        self.cpu_only: dict[int, dict[str, int]] = {}
+        self.deps = Dependencies()  # the waiting jobs that run after others
         self.finished: deque[str] = deque()  # ended jobs, oldest first (forgotten in turn)
         self.reservation: Reservation | None = None
         self.now = 0.0
@@ -159,6 +164,9 @@ class Books:
     # ------------------------------------------------------------------ GPUs
 
     def allocate(self, rec: JobRecord, placement: Placement) -> None:
+        if rec.spec.cpu_only:
+            self._hold_cpu_only(rec, placement, 1)
+            return
         for node, gpus in placement.gpus_by_node().items():
             i = self.capacity.index[node]
             mask = to_mask(gpus)
@@ -212,10 +220,33 @@ class Books:
         if workers:
             self.capacity.hold(i, workers * spec.cpus, workers * spec.memory)
 
+    def _hold_cpu_only(self, rec: JobRecord, placement: Placement, sign: int) -> None:
+        """A job without GPUs takes (`sign` 1) or gives back (-1) its workers' CPUs and
+        memory on each node of `placement`."""
+        spec = rec.spec
+        counts: dict[int, int] = {}
+        for slot in placement.workers:
+            i = self.capacity.index[slot.node]
+            counts[i] = counts.get(i, 0) + 1
+        for i, workers in counts.items():
+            self.capacity.hold(i, sign * workers * spec.cpus, sign * workers * spec.memory)
+            on_node = self.cpu_only.setdefault(i, {})
+            left = on_node.get(rec.name, 0) + sign * workers
+            if left:
+                on_node[rec.name] = left
+            else:
+                del on_node[rec.name]
+                if not on_node:
+                    del self.cpu_only[i]
+            self.touch(i)
+
     def release_held(self, rec: JobRecord) -> None:
         """Every GPU `rec` holds goes back (its placement, a move's target, a partial gang)."""
         if self.reservation is not None:
             self.reservation.awaiting.discard(rec.name)
+        if rec.spec.cpu_only:
+            for placement in rec.held():
+                self._hold_cpu_only(rec, placement, -1)
         self.release_pairs(rec, {pair for p in rec.held() for pair in p.pairs()})
         self.holders.pop(rec.name, None)
         rec.placement = rec.target = rec.resume = None
@@ -289,5 +320,5 @@ class Books:
             self.reservation = None  # its GPUs will not free up there
 
     def holders_on(self, i: int) -> list[str]:
-        """The jobs holding GPUs of node `i`, by name."""
-        return sorted(self.node_jobs.get(i, {}))
+        """The jobs holding GPUs of node `i`, or workers there without GPUs, by name."""
+        return sorted({*self.node_jobs.get(i, {}), *self.cpu_only.get(i, {})})

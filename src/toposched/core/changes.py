@@ -3,9 +3,12 @@ waiting lists and the demotion clock in step and returning the actions drivers c
 
 from __future__ import annotations
 
+from collections import deque
+
 from toposched.core.actions import Action, StartJob, StopJob, StopKind, Transition
 from toposched.core.books import Books
 from toposched.core.demotion import Demotions
+from toposched.core.dependencies import failed_why
 from toposched.core.job import JobSpec, JobState
 from toposched.core.ordering import Waiting
 from toposched.core.policy import SchedulerPolicy
@@ -105,8 +108,30 @@ class Changes:
         self.demotions.stopped(rec)
 
     def end(self, rec: JobRecord, state: JobState, why: str) -> list[Action]:
+        """`rec` ends in `state`; then the jobs waiting for it learn of it (only those: a job's
+        end is the event that decides its waiters), and one that asked it to succeed when it
+        did not ends `dependency-failed` in turn, its own waiters after it."""
+        out = self._end(rec, state, why)
+        deps, now = self.books.deps, self.books.now
+        ended = deque([rec])
+        while ended:
+            done = ended.popleft()
+            for name, dep in deps.ended(done.name):
+                waiter = self.books.jobs[name]
+                if not dep.met_by(done.state):
+                    why = failed_why(dep, done.state)
+                    out += self._end(waiter, JobState.DEPENDENCY_FAILED, why)
+                    ended.append(waiter)
+                elif deps.release(name):
+                    waiter.waiting_since = now  # its locality relaxes from now, as it waits now
+                    waiter.note(now, f"{dep.job} {done.state.value}: it may run")
+                    self.waiting.enqueue(waiter)
+        return out
+
+    def _end(self, rec: JobRecord, state: JobState, why: str) -> list[Action]:
         old = rec.state
         rec.state = state
         rec.note(self.books.now, why)
+        self.books.deps.drop(rec.name)  # it waited for a job it runs after: no longer
         self.books.retire(rec, self.policy.keep_finished)
         return [Transition(rec.name, why, old, state)]

@@ -35,6 +35,7 @@ from toposched.core.records import JobRecord, Reservation, Said
 from toposched.core.requests import gang_request
 from toposched.core.reservation import Reserver, describe
 from toposched.core.room import RoomPlan, plan_defragment, plan_preempt, plan_shrink
+from toposched.placement.cpu_only import place_cpu_only
 from toposched.placement.gang import GangRequest, Placement, Shortfall
 from toposched.placement.policies import GangPlacer
 from toposched.placement.request import Mode
@@ -89,8 +90,12 @@ class GangCycle:
             if rec.state is not JobState.PENDING:
                 continue
             if books.capacity.total_free == 0 and turn.first_blocked:
-                cut = Cut(self.cycles, None)
-                break
+                if not self.waiting.lists.cpu_only:
+                    cut = Cut(self.cycles, None)
+                    break
+                if rec.spec.gpus_per_worker:  # jobs without GPUs behind it may still start
+                    turn.no_gpu_free(rec)
+                    continue
             actions, more = turn.admit(rec)  # 3, and 4-5 for the first blocked job
             out += actions
             if not more:
@@ -312,6 +317,8 @@ class Turn:
         books, cycle = self.books, self.cycle
         rec.tried = cycle.cycles
         whole = self.waiting.shape_of(rec)
+        if rec.spec.cpu_only:
+            return self.admit_cpu_only(rec, whole)
         exclude = self.exclusion(rec)
         failed: Failed = (*whole, exclude is not None)
         known = self.failed.get(failed)
@@ -341,6 +348,47 @@ class Turn:
             said = replace(said or Said(), behind=None, reserved=True)
         rec.said = said
         return outcome
+
+    def admit_cpu_only(self, rec: JobRecord, whole: Shape) -> tuple[list[Action], bool]:
+        """Phase 3 for a job without GPUs: placed by CPUs and memory alone, or noted why not.
+        It takes no GPU, so it neither makes room nor reserves, nor blocks the jobs after it,
+        and the reservation does not keep it off the reserved GPUs' nodes."""
+        books, cycle = self.books, self.cycle
+        failed: Failed = (*whole, False)
+        known = self.failed.get(failed)
+        if known is not None:
+            rec.note(books.now, known)
+            rec.said = None
+            return [], True
+        request = cycle.request(rec, whole[2])
+        result = place_cpu_only(books.capacity, request, books.cordoned)
+        if isinstance(result, Placement):
+            return cycle.changes.start(rec, result, "placed by its CPUs and memory"), True
+        rec.note(books.now, result.reason)
+        rec.said = None
+        self.hopeless_shape(failed, result.reason, None)
+        return [], True  # once every shape is hopeless, the lists all drop out
+
+    def no_gpu_free(self, rec: JobRecord) -> None:
+        """No GPU is free and a job already blocked: one that needs GPUs cannot start, nor
+        can its shape (as a cycle that stops there says), while jobs without GPUs may."""
+        rec.tried = self.cycle.cycles
+        res = self.books.reservation
+        said = Said(behind=res.job) if res is not None else None
+        text = "no GPU is free" + (f"; waiting behind {res.job}" if res is not None else "")
+        rec.note(self.books.now, text)
+        rec.said = said
+        self.hopeless_shape((*self.waiting.shape_of(rec), False), text, said)
+
+    def hopeless_shape(self, failed: Failed, text: str, said: Said | None) -> None:
+        """`failed`'s shape cannot start in this cycle: its list drops out, with `text` for
+        the jobs of it not reached."""
+        whole = failed[:-1]
+        self.failed[failed] = text
+        if said is not None:
+            self.said[failed] = said
+        self.hopeless.add(whole)
+        self.waiting.shape_notes[whole] = (self.cycle.cycles, text, said)
 
     def blocked(
         self, rec: JobRecord, request: GangRequest, short: Shortfall, failed: Failed, off: bool

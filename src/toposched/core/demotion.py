@@ -37,6 +37,8 @@ class Demotions:
         self.stopped(rec)
         if self.threshold is None or rec.placement is None or not rec.spec.checkpointable:
             return
+        if not rec.placement.gpus:
+            return  # a job without GPUs has no GPU service: it is never demoted
         left = self.threshold - (rec.service(now) - rec.forgiven)
         at = now + max(0.0, left) / rec.placement.gpus
         self._at[rec.name] = at

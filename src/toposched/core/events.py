@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from toposched.core.actions import StopKind
-from toposched.core.job import JobSpec
+from toposched.core.job import JobSpec, JobState
 from toposched.placement.gang import Placement
 from toposched.topology.cluster import Node
 
@@ -17,9 +17,17 @@ class Event:
     time: float
 
 
+# (job, the state it ended in): what a driver knows of jobs the core may no longer hold.
+Ended = tuple[tuple[str, JobState], ...]
+
+
 @dataclass(frozen=True)
 class JobSubmitted(Event):
+    """A new job. `ended`: how the jobs it runs after (`spec.after`) ended, for those the
+    driver knows have ended (the core forgets ended jobs in time; its own word wins)."""
+
     spec: JobSpec
+    ended: Ended = ()
 
 
 @dataclass(frozen=True)
@@ -28,7 +36,9 @@ class JobRestored(Event):
     when `placement` is None, else running there already (its workers were adopted), or being
     stopped there when `stopping` names the stop under way (answer it with JobStopped).
     `service_gpu_s`: the GPU-seconds of service it had had by the event's time (least attained
-    service counts them, as the old core did since the job's last promotion)."""
+    service counts them, as the old core did since the job's last promotion).
+    `ended`: as JobSubmitted's, for a waiting job; a job it runs after that the core neither
+    holds nor is told of is taken as met (deleted after it ended: the job was let go then)."""
 
     spec: JobSpec
     submitted: float
@@ -36,6 +46,7 @@ class JobRestored(Event):
     restarts: int = 0
     stopping: StopKind | None = None
     service_gpu_s: float = 0.0
+    ended: Ended = ()
 
 
 @dataclass(frozen=True)

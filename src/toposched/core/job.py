@@ -1,5 +1,5 @@
 """What a job asks for (docs/scheduler.md): gang shape, queue, priority, locality, elasticity,
-and the nodes it may use."""
+the nodes it may use, and the jobs it runs after."""
 
 from __future__ import annotations
 
@@ -154,6 +154,48 @@ def _positive_int(name: str, value: object) -> None:
         raise JobError(f"{name} must be a positive integer, got {value!r}")
 
 
+class Until(StrEnum):
+    """How a job it runs after must end: succeeded (`ok`, Slurm's afterok), or at all (`any`,
+    Slurm's afterany: succeeded, failed, cancelled...)."""
+
+    OK = "ok"
+    ANY = "any"
+
+
+@dataclass(frozen=True)
+class After:
+    """The job waits until job `job` has ended as `until` asks; under `ok`, if it ends any
+    other way, the job ends `dependency-failed` without running."""
+
+    job: str
+    until: Until = Until.OK
+
+    def __post_init__(self) -> None:
+        if not self.job or not isinstance(self.job, str) or ":" in self.job:
+            raise JobError(f"after: {self.job!r} is not a job name")
+
+    @classmethod
+    def parse(cls, text: str) -> After:
+        """`NAME`, `NAME:ok` or `NAME:any`."""
+        name, sep, until = text.rpartition(":")
+        if not sep:
+            return cls(text)
+        if until not in {u.value for u in Until}:
+            raise JobError(f"after: {text!r}: expected NAME, NAME:ok or NAME:any")
+        return cls(name, Until(until))
+
+    def met_by(self, state: JobState) -> bool:
+        """Whether ending in `state` lets the waiting job run."""
+        return state is JobState.SUCCEEDED or (self.until is Until.ANY and state.terminal)
+
+    def __str__(self) -> str:
+        return f"{self.job}:{self.until.value}"
+
+    def waits(self) -> str:
+        """`prep to succeed` / `prep to end`: what the waiting job waits for."""
+        return f"{self.job} to {'succeed' if self.until is Until.OK else 'end'}"
+
+
 @dataclass(frozen=True)
 class Needs:
     """What a job asks of nodes besides GPUs: with its gang's shape, a waiting list's key."""
@@ -208,6 +250,9 @@ class JobSpec:
     idle: IdleRule | None = None
     # A session (notebook, shell): drivers give it a port and, without a rule, a default one.
     interactive: bool = False
+    # The jobs it runs after (Slurm's --dependency=afterok/afterany): until they have ended as
+    # asked it waits without being tried (core/dependencies.py).
+    after: tuple[After, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.name or not isinstance(self.name, str):
@@ -215,7 +260,8 @@ class JobSpec:
         if not self.queue:
             raise JobError(f"job {self.name!r}: queue must not be empty")
         _positive_int("workers", self.workers)
-        _positive_int("gpus_per_worker", self.gpus_per_worker)
+        if self.gpus_per_worker != 0:  # 0: a job of CPUs and memory alone (_check_cpu_only)
+            _positive_int("gpus_per_worker", self.gpus_per_worker)
         if isinstance(self.priority, bool) or not isinstance(self.priority, int):
             raise JobError(f"priority must be an integer, got {self.priority!r}")
         if self.max_restarts < 0:
@@ -237,6 +283,40 @@ class JobSpec:
                 f"workers={self.workers} must lie in the elastic range "
                 f"{self.elastic.min_workers}:{self.elastic.max_workers}"
             )
+        if self.cpu_only:
+            self._check_cpu_only()
+        self._check_after()
+
+    def _check_cpu_only(self) -> None:
+        """A job without GPUs is placed by its CPUs and memory alone: it must ask for CPUs (or
+        it would hold nothing), and nothing that only GPUs have."""
+        if not self.cpus:
+            raise JobError(
+                f"job {self.name!r}: a job without GPUs (gpus_per_worker=0) must ask for CPUs"
+            )
+        for field_name, value in (
+            ("elastic", self.elastic),
+            ("gpu_types", self.gpu_types),
+            ("gpu_memory", self.gpu_memory),
+        ):
+            if value:
+                raise JobError(
+                    f"job {self.name!r}: {field_name} is for jobs with GPUs; this one asks "
+                    "for none (gpus_per_worker=0)"
+                )
+
+    def _check_after(self) -> None:
+        if not isinstance(self.after, tuple) or not all(isinstance(a, After) for a in self.after):
+            raise JobError(f"after must be a tuple of After, got {self.after!r}")
+        seen: set[str] = set()
+        for dep in self.after:
+            if dep.job == self.name:
+                raise JobError(
+                    f"after: job {self.name!r} cannot wait for itself (a cycle of dependencies)"
+                )
+            if dep.job in seen:
+                raise JobError(f"after: {dep.job!r} is named twice")
+            seen.add(dep.job)
 
     @classmethod
     def total(cls, name: str, gpus: int, **fields: object) -> JobSpec:
@@ -279,6 +359,11 @@ class JobSpec:
         return Needs(self.where, self.fit, self.mixed_types)
 
     @property
+    def cpu_only(self) -> bool:
+        """No GPUs: its workers hold CPUs and memory alone (a pipeline's preparation stage)."""
+        return self.gpus_per_worker == 0
+
+    @property
     def checkpointable(self) -> bool:
         """Jobs with a checkpoint contract lose no work when stopped and restarted elsewhere."""
         return self.checkpoint is not None
@@ -293,6 +378,8 @@ class JobState(StrEnum):
     CANCELLED = "cancelled"
     REJECTED = "rejected"
     IDLE_STOPPED = "idle-stopped"  # stopped by its idle rule, and not checkpointable
+    # A job it had to run after (`After`, until ok) ended otherwise: it never ran.
+    DEPENDENCY_FAILED = "dependency-failed"
 
     @property
     def terminal(self) -> bool:
@@ -302,4 +389,5 @@ class JobState(StrEnum):
             JobState.CANCELLED,
             JobState.REJECTED,
             JobState.IDLE_STOPPED,
+            JobState.DEPENDENCY_FAILED,
         )

@@ -7,11 +7,13 @@ the scheduling cycle that follows every event decides what starts.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 from toposched.core.actions import Action, StopKind, Transition
 from toposched.core.books import Books
 from toposched.core.changes import Changes
 from toposched.core.demotion import Demotions
+from toposched.core.dependencies import failed_why, resolve
 from toposched.core.errors import SchedulingError
 from toposched.core.job import JobSpec, JobState, RestartPolicy
 from toposched.core.ordering import Waiting
@@ -41,7 +43,8 @@ class Lifecycle:
         # worker, tier): kept until a node comes or goes.
         self._room: dict[tuple[int, Tier], tuple[int, int]] = {}
 
-    def submit(self, spec: JobSpec) -> list[Action]:
+    def submit(self, spec: JobSpec, ended: Mapping[str, JobState]) -> list[Action]:
+        unmet, failed = resolve(spec, self._state_of, ended, unknown_met=False)
         rec = self.books.register(spec, self.books.now, 0)
         never = self.never_fits(spec)
         if never:
@@ -49,9 +52,23 @@ class Lifecycle:
             rec.note(self.books.now, never)
             self.books.retire(rec, self.policy.keep_finished)
             return [Transition(rec.name, never, None, JobState.REJECTED)]
+        if failed is not None:
+            # Accepted, and ended at once: a job it had to run after has failed already.
+            rec.note(self.books.now, "submitted")
+            out: list[Action] = [Transition(rec.name, "submitted", None, JobState.PENDING)]
+            return out + self.changes.end(rec, JobState.DEPENDENCY_FAILED, failed_why(*failed))
+        if unmet:
+            self.books.deps.hold(rec.name, unmet)
+            why = f"submitted; {self.books.deps.waits(rec.name)}"
+            rec.note(self.books.now, why)
+            return [Transition(rec.name, why, None, JobState.PENDING)]
         rec.note(self.books.now, "submitted")
         self.waiting.enqueue(rec)
         return [Transition(rec.name, "submitted", None, JobState.PENDING)]
+
+    def _state_of(self, name: str) -> JobState | None:
+        rec = self.books.jobs.get(name)
+        return None if rec is None else rec.state
 
     def restore(
         self,
@@ -61,6 +78,7 @@ class Lifecycle:
         restarts: int,
         stopping: StopKind | None,
         service_gpu_s: float = 0.0,
+        ended: Mapping[str, JobState] | None = None,
     ) -> list[Action]:
         if spec.name in self.books.jobs:
             raise SchedulingError(f"a job named {spec.name!r} already exists")
@@ -71,11 +89,18 @@ class Lifecycle:
                 f"job {spec.name!r}: service must be a finite number >= 0, got {service_gpu_s}"
             )
         if placement is None:
+            unmet, failed = resolve(spec, self._state_of, ended or {}, unknown_met=True)
             rec = self.books.register(spec, submitted, restarts)
             rec.banked_service = service_gpu_s
             never = self.never_fits(spec)
             if never:
                 return self.changes.end(rec, JobState.REJECTED, never)
+            if failed is not None:
+                return self.changes.end(rec, JobState.DEPENDENCY_FAILED, failed_why(*failed))
+            if unmet:
+                self.books.deps.hold(rec.name, unmet)
+                rec.note(self.books.now, f"restored: {self.books.deps.waits(rec.name)}")
+                return []
             rec.note(self.books.now, "restored: waiting")
             self.waiting.enqueue(rec)
             return []
@@ -137,6 +162,13 @@ class Lifecycle:
         drivers refuse such a submission up front instead of keeping a job that can never
         start."""
         g = spec.gpus_per_worker
+        if spec.cpu_only:
+            if not self.policy.gang:
+                return (
+                    "rejected: a job without GPUs needs gang admission; this policy binds "
+                    "workers to GPUs one at a time"
+                )
+            return None  # CPUs and memory do not count here: a node that has them may come
         widest = spec.locality.accept or spec.locality.prefer
         largest, best = self._room_when_empty(g, widest.tier)
         if g > largest:
@@ -167,7 +199,8 @@ class Lifecycle:
         if rec.state.terminal:
             raise SchedulingError(f"job {rec.name!r} has already ended ({rec.state.value})")
         if rec.state is JobState.PENDING:
-            self.waiting.dequeue(rec)
+            if not self.books.deps.blocked(rec.name):  # one that waits for another is unfiled
+                self.waiting.dequeue(rec)
             if rec.partial:
                 self.changes.release_all(rec)  # workers a non-gang policy bound while it waited
             return self.changes.end(rec, JobState.CANCELLED, "cancelled while pending")
@@ -252,9 +285,11 @@ class Lifecycle:
         """A job holds GPUs on lost hardware (a node, or one `gpu` of it)."""
 
         def touches(placement: Placement | None) -> bool:
-            return placement is not None and any(
-                n == node and (gpu is None or g == gpu) for n, g in placement.pairs()
-            )
+            if placement is None:
+                return False
+            if gpu is None:  # the whole node: its workers without GPUs too
+                return any(slot.node == node for slot in placement.workers)
+            return any(n == node and g == gpu for n, g in placement.pairs())
 
         if rec.state is JobState.RUNNING and touches(rec.placement):
             return self.changes.stop(rec, StopKind.FAILURE, why)

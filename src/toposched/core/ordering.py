@@ -109,6 +109,7 @@ class PendingJobs:
         self.declared: dict[Key, int] = {}
         # (when its tier widens or it is promoted, seq, name): then it may need filing again.
         self._due: list[tuple[float, int, str]] = []
+        self.cpu_only = 0  # waiting jobs without GPUs: a cycle goes on for them with none free
 
     def __bool__(self) -> bool:
         return bool(self.filed)
@@ -124,6 +125,7 @@ class PendingJobs:
         if promote_at is not None:
             heapq.heappush(self._due, (promote_at, rec.seq, rec.name))
         self.shapes[key[1]] = self.shapes.get(key[1], 0) + 1
+        self.cpu_only += spec.cpu_only
         if spec.limit_s is not None:
             self.declared[key] = self.declared.get(key, 0) + 1
         locality = spec.locality
@@ -141,6 +143,7 @@ class PendingJobs:
         del entries[bisect.bisect_left(entries, (*self.key(rec, level), rec.name))]
         if not entries:
             del self.lists[key]
+        self.cpu_only -= rec.spec.cpu_only
         if rec.spec.limit_s is not None:
             self.declared[key] -= 1
             if not self.declared[key]:

@@ -156,7 +156,8 @@ class Scheduler:
 
     def _handle_one(self, event: Event) -> list[Action]:
         out = self._take(event)
-        out += self._cycle(self._only(event))
+        if not self._waits_for_others(event):
+            out += self._cycle(self._only(event))
         if self.validate:
             self.check()
         return out
@@ -179,11 +180,17 @@ class Scheduler:
             self.books.epoch += 1  # what reclaim found may have changed
             self.books.freed += 1
         match event:
-            case JobSubmitted(spec=spec):
-                return life.submit(spec)
+            case JobSubmitted(spec=spec, ended=ended):
+                return life.submit(spec, dict(ended))
             case JobRestored(spec=spec, submitted=submitted, placement=placement, restarts=n):
                 return life.restore(
-                    spec, submitted, placement, n, event.stopping, event.service_gpu_s
+                    spec,
+                    submitted,
+                    placement,
+                    n,
+                    event.stopping,
+                    event.service_gpu_s,
+                    dict(event.ended),
                 )
             case JobCancelled(job=name):
                 return life.cancel(self.books.job(name))
@@ -214,6 +221,11 @@ class Scheduler:
             case _:
                 raise SchedulingError(f"unknown event {event!r}")
         return []
+
+    def _waits_for_others(self, event: Event) -> bool:
+        """A submission that waits for jobs it runs after changes nothing a cycle could act
+        on: no cycle tries it until they end, and it holds nothing."""
+        return isinstance(event, JobSubmitted) and self.books.deps.blocked(event.spec.name)
 
     def _only(self, event: Event) -> str | None:
         """A submission that ranks behind the reserved job changes nothing for the jobs

@@ -41,7 +41,8 @@ def _check_where(s: Books, rec: JobRecord) -> None:
                 continue
             if not spec.where.admits(cap.nodes[i], cap.labels[i]):
                 raise InvariantViolation(f"{rec.name} runs on {w.node}, which it rules out")
-            types.add(cap.type_key(i))
+            if not spec.cpu_only:  # no GPU, so no GPU type to keep to
+                types.add(cap.type_key(i))
     if len(types) > 1 and not spec.mixed_types:
         raise InvariantViolation(f"{rec.name} runs on GPU types {sorted(types)} at once")
 
@@ -53,6 +54,7 @@ def check(s: Books, waiting: Waiting, demotions: Demotions, gang: bool) -> None:
     _check_free(s, owner)
     _check_resources(s)
     _check_waiting(s, waiting)
+    _check_dependencies(s, waiting)
 
 
 def _check_jobs(s: Books, gang: bool) -> dict[tuple[int, int], str]:
@@ -134,6 +136,19 @@ def _check_resources(s: Books) -> None:
             workers = mask.bit_count() // spec.gpus_per_worker
             cpus[i] += workers * spec.cpus
             memory[i] += workers * spec.memory
+    cpu_only: dict[int, dict[str, int]] = {}
+    for rec in s.jobs.values():
+        if not rec.spec.cpu_only:
+            continue
+        for placement in rec.held():
+            for slot in placement.workers:
+                i = cap.index[slot.node]
+                on_node = cpu_only.setdefault(i, {})
+                on_node[rec.name] = on_node.get(rec.name, 0) + 1
+                cpus[i] += rec.spec.cpus
+                memory[i] += rec.spec.memory
+    if cpu_only != s.cpu_only:
+        raise InvariantViolation("the workers without GPUs by node disagree with the jobs")
     if cpus != cap.used_cpus or memory != cap.used_memory:
         raise InvariantViolation("the CPUs or memory held disagree with the jobs on the nodes")
     for i in cap.present_indices():
@@ -199,3 +214,27 @@ def _check_waiting(s: Books, waiting: Waiting) -> None:
         holder = s.jobs.get(s.reservation.job)
         if holder is None or holder.state is not JobState.PENDING:
             raise InvariantViolation("a reservation is held for a job that is not pending")
+
+
+def _check_dependencies(s: Books, waiting: Waiting) -> None:
+    """A pending job is filed in a waiting list or waits for jobs it runs after, never both;
+    those are live jobs of its `after`, and each job's waiters are those waiting for it."""
+    deps = s.deps
+    waiters: dict[str, dict[str, None]] = {}
+    for name, unmet in deps.unmet.items():
+        rec = s.jobs.get(name)
+        if rec is None or rec.state is not JobState.PENDING or name in waiting.lists.filed:
+            raise InvariantViolation(f"{name} waits for jobs it runs after but is not held so")
+        if not unmet or any(d not in rec.spec.after for d in unmet):
+            raise InvariantViolation(f"{name} waits for {unmet}, not jobs of its after")
+        for dep in unmet:
+            other = s.jobs.get(dep.job)
+            if other is None or other.state.terminal:
+                raise InvariantViolation(f"{name} waits for {dep.job}, which is not live")
+            waiters.setdefault(dep.job, {})[name] = None
+    if {k: set(v) for k, v in waiters.items()} != {k: set(v) for k, v in deps.waiters.items()}:
+        raise InvariantViolation("each job's waiters disagree with what the waiting jobs wait for")
+    for rec in s.jobs.values():
+        filed = rec.name in waiting.lists.filed or deps.blocked(rec.name)
+        if rec.state is JobState.PENDING and not filed:
+            raise InvariantViolation(f"{rec.name} is pending but neither filed nor waiting")

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from toposched.core.actions import StopKind
 from toposched.core.books import Books
 from toposched.core.changes import stop_signal
-from toposched.core.job import JobSpec, JobState
+from toposched.core.job import After, JobSpec, JobState
 from toposched.core.ordering import Cut, Waiting
 from toposched.core.policy import SchedulerPolicy
 from toposched.core.records import JobRecord, Reservation, Said
@@ -160,6 +160,8 @@ class CoreView:
         if rec.state is not JobState.PENDING:
             return rec.reason
         books, waiting = self._books, self._waiting
+        if books.deps.blocked(rec.name):  # said as it is now: those ended since are left out
+            return books.deps.waits(rec.name)
         holder = books.reservation is not None and books.reservation.job == rec.name
         text = None if rec.reason == "submitted" else rec.reason
         newest = (rec.tried, text, rec.said)
@@ -216,6 +218,8 @@ class CoreView:
             )
             + (f", on nodes labelled {spec.selector.describe()}" if spec.selector else "")
         ]
+        if spec.after:
+            lines.append(f"after: {', '.join(self._after(dep) for dep in spec.after)}")
         if rec.placement is not None:
             lines.append(f"placement: {rec.placement.describe()}")
         if self.policy.demote_after_gpu_h is not None:
@@ -224,6 +228,11 @@ class CoreView:
         show = when or (lambda t: f"t={t:g}")
         lines.extend(f"  {show(t)}: {text}" for t, text in rec.log)
         return "\n".join(lines)
+
+    def _after(self, dep: After) -> str:
+        """`prep:ok (succeeded)`: a job it runs after, and its state if the core holds it."""
+        other = self._books.jobs.get(dep.job)
+        return f"{dep} ({other.state.value if other is not None else 'ended'})"
 
     def _service(self, rec: JobRecord) -> str:
         waiting = self._waiting

@@ -60,6 +60,11 @@ class Placement:
         return sum(len(slot.gpus) for slot in self.workers)
 
     def describe(self) -> str:
+        if not self.gpus:  # workers of CPUs and memory alone
+            counts: dict[str, int] = {}
+            for slot in self.workers:
+                counts[slot.node] = counts.get(slot.node, 0) + 1
+            return "; ".join(f"{n} ({k} worker(s), no GPU)" for n, k in counts.items())
         by_node = self.gpus_by_node().items()
         nodes = "; ".join(f"{n} GPUs {','.join(map(str, g))}" for n, g in by_node)
         ring = "no ring" if self.bandwidth_gbps is None else f"ring {self.bandwidth_gbps:g} GB/s"
