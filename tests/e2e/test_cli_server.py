@@ -538,6 +538,7 @@ def test_bad_input_exits_2_and_creates_nothing(
         ("submit", "-f", str(jobfile)),
         ("submit", "--checkpoint-signal", "SIGKILL", "--", "true"),
         ("submit", "--workdir", "/no/such/dir", "--", "true"),
+        ("submit", "--gpus", "-1", "--", "true"),
         ("submit", "--gpus", "0", "--", "true"),
         ("submit", "--model", "nosuch", "--", "true"),
         ("submit", "--gputopology", "maybe", "--", "true"),
@@ -548,7 +549,8 @@ def test_bad_input_exits_2_and_creates_nothing(
         f"error: {jobfile}:1: command: the YAML tag !!python/object/apply:os.system is not allowed",
         "error: --checkpoint-signal: checkpoint signal 'SIGKILL' cannot be caught",
         "error: --workdir: workdir '/no/such/dir' is not a directory on the server",
-        "error: --gpus must be at least 1\n",
+        "error: --gpus must be at least 0\n",
+        "error: --cpus: a job without GPUs (gpus 0) must ask for CPUs (e.g. 2 or 500m)\n",
         "error: --model: unknown model 'nosuch'; known models: alexnet, ",
         "error: --gputopology must be true or false, got 'maybe'\n",
     ]

@@ -84,6 +84,9 @@ NEAR_VALID = {
     "env": st.dictionaries(TEXT, TEXT, max_size=3),
     "workdir": st.sampled_from(["/", "/tmp", "relative", "/no/such/dir", "/tmp/../etc"]) | TEXT,
     "command_visible": st.booleans(),
+    "after": st.lists(
+        st.sampled_from(["fuzz-a", "fuzz-a:any", "x:maybe", ":ok", "a:b:ok"]) | TEXT, max_size=3
+    ),
 }
 
 

@@ -509,7 +509,7 @@ def test_a_version_1_database_is_migrated_with_its_jobs(db_url: str) -> None:
     engine.dispose()
     store = Store(db_url)
     try:
-        assert store.version == SCHEMA_VERSION == 5
+        assert store.version == SCHEMA_VERSION == 6
         assert store.queues() == {"q": 4} and store.queue_idle_rules() == {}  # v5: no rule
         rule = {"after": 1800.0, "below": 5.0, "action": "stop"}
         store.set_queue("q", idle=rule)
@@ -530,6 +530,13 @@ def test_a_version_1_database_is_migrated_with_its_jobs(db_url: str) -> None:
         assert after_start is not None and after_start.service_gpu_s == 42.5
         store.add_job(name="after", owner="a", queue="q", priority=0, spec={}, time=2.0, key="k")
         assert store.job_by_key("a", "k") is not None
+        # v6: a state name longer than 16 characters, in the job and in its history.
+        why = "dependency before ended failed; it had to succeed"
+        store.transition("after", "pending", "dependency-failed", why, 4.0, ended_at=4.0)
+        ended = store.job("after")
+        assert ended is not None and ended.state == "dependency-failed"
+        assert store.history("after")[-1].new == "dependency-failed"
+        assert names(store.jobs(states=["dependency-failed"])) == ["after"]
     finally:
         store.close()
 

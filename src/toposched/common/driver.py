@@ -19,6 +19,7 @@ from collections.abc import Iterable, Sequence
 
 from toposched.core import (
     Action,
+    Ended,
     Event,
     JobRestored,
     JobSpec,
@@ -123,11 +124,15 @@ class Driver(ABC):
         restarts: int = 0,
         stopping: StopKind | None = None,
         service_gpu_s: float = 0.0,
+        ended: Ended = (),
     ) -> None:
         """Give the core back one stored job: running (or being stopped) on `placement`, or
-        waiting, with the service it had had by `now` (`CoreView.attained_service`). Raises
-        SchedulingError, changing nothing, if the placement no longer fits."""
-        self.feed(JobRestored(now, spec, submitted, placement, restarts, stopping, service_gpu_s))
+        waiting, with the service it had had by `now` (`CoreView.attained_service`) and, for
+        a waiting one, how the jobs it runs after that the core no longer holds ended.
+        Raises SchedulingError, changing nothing, if the placement no longer fits."""
+        self.feed(
+            JobRestored(now, spec, submitted, placement, restarts, stopping, service_gpu_s, ended)
+        )
 
     def stop_signal(self, spec: JobSpec, kind: StopKind) -> tuple[str, float]:
         """The signal and grace the core would send to stop `spec` for `kind`: a stop carried

@@ -7,6 +7,7 @@ from typing import Any
 
 from toposched.common.frameworks import Kind, Member, kind_of, local_members
 from toposched.core.job import (
+    After,
     Checkpoint,
     Elastic,
     IdleAction,
@@ -47,6 +48,7 @@ def core_spec(name: str, owner: str, queue: str, spec: dict[str, Any]) -> JobSpe
         topology=bool(spec.get("gputopology", True)),
         idle=idle_rule(spec.get("idle")),
         interactive=bool(spec.get("interactive")),
+        after=tuple(After.parse(text) for text in spec.get("after") or ()),
     )
 
 

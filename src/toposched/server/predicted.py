@@ -57,10 +57,10 @@ class Predictor:
         self, spec: dict[str, Any], placement: list[dict[str, Any]] | None
     ) -> dict[str, Any] | None:
         """`predicted` of a job's answer: model, samples/s now and at best, and the share;
-        None without a placement (or with a model the catalog has lost since)."""
-        if not placement:
+        None without GPUs placed (or with a model the catalog has lost since)."""
+        gpus = tuple(sorted(g for slot in placement or () for g in slot["gpus"]))
+        if not gpus:  # none held, or a job of CPUs alone: no speed to predict
             return None
-        gpus = tuple(sorted(g for slot in placement for g in slot["gpus"]))
         model = spec.get("model") or DEFAULT_MODEL
         topology = self.node.topology
         try:

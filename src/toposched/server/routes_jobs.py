@@ -26,6 +26,7 @@ from toposched.server.schemas import (
     MAX_IDEMPOTENCY_KEY,
     MAX_PAGE,
     ActivityHistory,
+    AfterOut,
     Explanation,
     HistoryOut,
     JobOut,
@@ -106,12 +107,23 @@ def job_out(
     out = job_fields(row, viewer, runtime.reason(row) if reason is None else reason, runtime)
     if history:
         out["history"] = [HistoryOut(**vars(h)) for h in runtime.store.history(row.name)]
+        out["after"] = _runs_after(runtime, row)
         if row.placement and row.attempt >= 0:  # the CPU cores its processes are pinned to
             kind, ps = job_kind(row.spec)
             out["cores"] = runtime.executor.pinned(
                 row.name, row.attempt, len(row.placement), kind, ps
             )
     return JobOut(**out)
+
+
+def _runs_after(runtime: Runtime, row: JobRow) -> list[AfterOut]:
+    """The jobs `row` runs after, each with its state as stored now."""
+    out = []
+    for text in row.spec.get("after") or ():
+        name, _, until = text.rpartition(":")
+        other = runtime.store.job(name)
+        out.append(AfterOut(job=name, until=until, state=other.state if other else "deleted"))
+    return out
 
 
 def job_fields(row: JobRow, viewer: Principal, reason: str, runtime: Runtime) -> dict[str, Any]:
@@ -124,6 +136,7 @@ def job_fields(row: JobRow, viewer: Principal, reason: str, runtime: Runtime) ->
         "command": spec["command"],
         "history": None,
         "cores": None,
+        "after": None,
         "deleted": False,
     }
 
@@ -246,6 +259,7 @@ UNASKED = (
     "image",
     "idle",
     "interactive",
+    "after",
 )
 
 

@@ -22,7 +22,7 @@ import shutil
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -39,6 +39,7 @@ from toposched.common.jobspec import (
 )
 from toposched.core import (
     Action,
+    Ended,
     Event,
     JobCancelled,
     JobFinished,
@@ -111,7 +112,9 @@ def _log_decision(t: Transition, start: StartJob | None, stop: StopJob | None) -
         return
     how = ""
     if start is not None:
-        slots = " ".join(f"{s.node}:{','.join(map(str, s.gpus))}" for s in start.placement.workers)
+        slots = " ".join(
+            f"{s.node}:{','.join(map(str, s.gpus)) or '-'}" for s in start.placement.workers
+        )
         how = f" on {slots}"
     elif stop is not None:
         how = f" ({stop.kind.value}: {stop.signal}, SIGKILL after {stop.grace_s:g} s)"
@@ -176,6 +179,7 @@ class _Submission:
     name: str | None
     key: str | None
     core: JobSpec | None = None
+    ended: Ended = ()  # how the jobs it runs after that the core no longer holds ended
     first: _Submission | None = None  # an earlier one of its batch with the same key
     outcome: tuple[JobRow, bool, str] | None = None
     error: BaseException | None = None
@@ -256,7 +260,14 @@ class Runtime(Driver):
             for row in waiting:
                 spec = core_spec(row.name, row.owner, row.queue, row.spec)
                 self.restore(
-                    now, spec, row.submitted_at, None, row.restarts, None, row.service_gpu_s
+                    now,
+                    spec,
+                    row.submitted_at,
+                    None,
+                    row.restarts,
+                    None,
+                    row.service_gpu_s,
+                    self._ended_before(spec),
                 )
         return notes
 
@@ -478,6 +489,7 @@ class Runtime(Driver):
         self._bound_elastic(core)
         if self.view.knows(entry.name) or entry.name in taken:
             raise Conflict(f"a job named {entry.name!r} already exists")
+        entry.ended = self._ended_before(core, taken)
         taken[entry.name] = entry
         if entry.key is not None:
             # Only an admitted one: a retry of a refused one is judged on its own.
@@ -511,7 +523,7 @@ class Runtime(Driver):
         for entry, row in stored:
             assert entry.core is not None
             try:
-                self.feed(JobSubmitted(now, entry.core))
+                self.feed(JobSubmitted(now, entry.core, entry.ended))
             except Unavailable:
                 # Stored, so accepted: the rebuilt core takes it from the store.
                 entry.outcome = (row, False, row.reason)
@@ -525,6 +537,22 @@ class Runtime(Driver):
                 with suppress(*STORE_ERRORS):
                     row = self.store.job(row.name) or row
             entry.outcome = (row, False, self._reason_held(row))
+
+    def _ended_before(self, spec: JobSpec, taken: Collection[str] | None = None) -> Ended:
+        """How the jobs `spec` runs after ended, as stored, for those the core no longer
+        holds (it forgets ended jobs in time). At submit (`taken`: the batch's names before
+        it), one that is neither held, nor of the batch, nor stored is refused (field
+        `after`); at a restart, one deleted since it ended is left to the core."""
+        out: list[tuple[str, JobState]] = []
+        for dep in spec.after:
+            if self.view.knows(dep.job) or (taken is not None and dep.job in taken):
+                continue
+            row = self.store.job(dep.job)
+            if row is not None and row.state in ENDED:
+                out.append((dep.job, JobState(row.state)))
+            elif taken is not None:
+                raise SubmitRefused(f"no job named {dep.job!r} to run after", "after")
+        return tuple(out)
 
     def _container_runtime(self) -> None:
         """A job with an image is refused where nothing can run it, saying what is missing."""
@@ -709,9 +737,8 @@ class Runtime(Driver):
         core cannot be had within PEEK_S (`fresh` is then False)."""
         with self.peek() as current:
             if current:
-                waiting: dict[str, int] = {}
-                for rec in self.view.pending():
-                    waiting[rec.spec.queue] = waiting.get(rec.spec.queue, 0) + 1
+                # Counted by state: a job waiting for jobs it runs after is in no waiting list.
+                waiting = {q: n for q, (n, _) in self.view.waiting_and_running().items() if n}
                 self._snapshot = Snapshot(
                     owners={gpu: job for (_, gpu), job in self.view.owners().items()},
                     sick=frozenset(self.view.unhealthy(self.node.name)),

@@ -21,7 +21,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 from toposched.common.durations import DurationError, parse_duration
 from toposched.common.frameworks import MAX_PS, Kind, KindError, kind_of
 from toposched.common.wiretext import faults
-from toposched.core.job import Checkpoint, JobError, LocalityRule
+from toposched.core.job import After, Checkpoint, JobError, LocalityRule
 from toposched.topology.resources import (
     QuantityError,
     cpus_text,
@@ -45,6 +45,7 @@ MAX_ENV_BYTES = 64 * 1024
 MAX_WORKDIR_BYTES = 4096
 MAX_SELECTOR = 64
 MAX_GPU_TYPES = 16
+MAX_AFTER = 64  # jobs one job runs after
 MAX_IDEMPOTENCY_KEY = 200  # characters of an Idempotency-Key header (at least 1)
 # Signals a process cannot catch: a job cannot save its state on them.
 UNCATCHABLE = ("SIGKILL", "SIGSTOP")
@@ -179,7 +180,14 @@ class JobSubmit(Strict):
     queue: str | None = None
     priority: Annotated[int, Field(ge=-1000, le=1000)] = 0
     workers: Annotated[int, Field(ge=1, le=4096)] = 1
-    gpus: Annotated[int, Field(ge=1, le=64, description="GPUs per worker")] = 1
+    gpus: Annotated[
+        int,
+        Field(
+            ge=0,
+            le=64,
+            description="GPUs per worker; 0: a job of CPUs and memory alone (it must give cpus)",
+        ),
+    ] = 1
     kind: str = Field(
         Kind.PYTORCH.value,
         description="pytorch, tensorflow or mpi (Arena's pytorchjob, tfjob, mpijob accepted)",
@@ -248,6 +256,12 @@ class JobSubmit(Strict):
         description="A session (a notebook, a shell): one worker, a port of its own (in "
         "TOPOSCHED_PORT, and for $(TOPOSCHED_PORT) in the command) that `get` shows, never "
         "restarted, given back when idle by default (docs/idle.md)",
+    )
+    after: list[str] = Field(
+        default_factory=list,
+        description="Jobs it runs after (Slurm's --dependency): NAME or NAME:ok, the job must "
+        "succeed; NAME:any, it must end, however. The job waits until they have; if one under "
+        "ok does not succeed, it ends dependency-failed without running. Each must exist.",
     )
 
     @field_validator("name")
@@ -362,6 +376,28 @@ class JobSubmit(Strict):
     def _workdir(cls, value: str | None) -> str | None:
         return None if value is None else check_workdir(value)
 
+    @field_validator("after")
+    @classmethod
+    def _after(cls, value: list[str], info: ValidationInfo) -> list[str]:
+        # Stored as NAME:ok or NAME:any, each once: what `get` shows and the core reads.
+        if len(value) > MAX_AFTER:
+            raise ValueError(f"at most {MAX_AFTER} jobs to run after, got {len(value)}")
+        out: list[str] = []
+        for text in value:
+            try:
+                dep = After.parse(text)
+            except JobError as err:
+                raise ValueError(str(err).removeprefix("after: ")) from None
+            check_name(dep.job, "the job to run after")
+            if dep.job == info.data.get("name"):
+                raise ValueError(
+                    f"job {dep.job!r} cannot run after itself (a cycle of dependencies)"
+                )
+            if any(After.parse(seen).job == dep.job for seen in out):
+                raise ValueError(f"{dep.job!r} is named twice")
+            out.append(str(dep))
+        return out
+
     @model_validator(mode="after")
     def _elastic_range(self) -> JobSubmit:
         if self.elastic is not None and not self.elastic.min <= self.workers <= self.elastic.max:
@@ -374,6 +410,8 @@ class JobSubmit(Strict):
             raise ValueError(f"exported names {missing[0][:60]!r}, which env does not hold")
         if self.interactive:
             self._one_session()
+        if self.gpus == 0:
+            self._cpus_alone()
         return self
 
     def _one_session(self) -> None:
@@ -388,6 +426,25 @@ class JobSubmit(Strict):
         for bad, why in wrong:
             if bad:
                 raise ValueError(f"an interactive session runs one worker once: {why}")
+
+    def _cpus_alone(self) -> None:
+        """A job of CPUs alone (gpus 0) is placed by its CPUs: it must ask for some, and
+        nothing that only GPUs have; refused by the field at fault."""
+        if self.cpus is None:
+            raise _field_error(
+                "cpus", "a job without GPUs (gpus 0) must ask for CPUs (e.g. 2 or 500m)"
+            )
+        for name in ("elastic", "gpu_type", "gpu_memory"):
+            if getattr(self, name) is not None:
+                raise _field_error(name, "is for jobs with GPUs; this one asks for none (gpus 0)")
+
+
+def _field_error(field: str, message: str) -> ValidationError:
+    """A refusal of the whole submission that names `field` (a check across fields)."""
+    error = PydanticCustomError("value_error", "Value error, {why}", {"why": message})
+    return ValidationError.from_exception_data(
+        JobSubmit.__name__, [InitErrorDetails(type=error, loc=(field,), input="(not echoed)")]
+    )
 
 
 class WorkerOut(BaseModel):
@@ -487,12 +544,23 @@ class CoresOut(BaseModel):
     note: str = ""
 
 
+class AfterOut(BaseModel):
+    """A job it runs after, as `get` shows it."""
+
+    job: str
+    until: Literal["ok", "any"] = Field(description="ok: it must succeed; any: end, however")
+    state: str = Field(description="Its state now; `deleted` once removed")
+
+
 class JobOut(JobSummary):
     """The whole job, as `get` shows it."""
 
     command: list[str]
     history: list[HistoryOut] | None = None
     cores: list[CoresOut] | None = None
+    after: list[AfterOut] | None = Field(
+        None, description="In `get`: the jobs it runs after (spec.after), each with its state"
+    )
     deleted: bool = Field(
         False, description="In a DELETE's answer: the ended job was removed, its name is free."
     )

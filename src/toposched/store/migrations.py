@@ -10,6 +10,7 @@ from sqlalchemy import (
     Connection,
     Engine,
     Float,
+    ForeignKey,
     Index,
     Integer,
     MetaData,
@@ -57,17 +58,28 @@ _V1_QUEUES = Table(
     Column("name", String(200), primary_key=True),
     Column("guaranteed_gpus", Integer, nullable=False),
 )
+# `job_history` as version 1 made it, frozen here because v6 alters the live definition.
+_V1_HISTORY = Table(
+    "job_history",
+    _V1,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("job_seq", Integer, ForeignKey("jobs.seq"), nullable=False),
+    Column("time", Float, nullable=False),
+    Column("old", String(16), nullable=True),
+    Column("new", String(16), nullable=False),
+    Column("reason", Text, nullable=False),
+)
+Index("job_history_job", _V1_HISTORY.c.job_seq)
 
 
 def _v1(conn: Connection) -> None:
     # The first schema: `jobs` as frozen above, the other tables as `schema.py` defines them.
     # A later migration that alters one of those must first freeze it here too, so that v1
     # stays v1.
-    _V1.create_all(conn, tables=[_V1_JOBS, _V1_QUEUES])
+    _V1.create_all(conn, tables=[_V1_JOBS, _V1_QUEUES, _V1_HISTORY])
     schema.metadata.create_all(
         conn,
         tables=[
-            schema.job_history,
             schema.node_labels,
             schema.tokens,
         ],
@@ -94,7 +106,16 @@ def _v5(conn: Connection) -> None:
     conn.execute(text("ALTER TABLE queues ADD COLUMN idle TEXT"))
 
 
-MIGRATIONS: list[Callable[[Connection], None]] = [_v1, _v2, _v3, _v4, _v5]
+def _v6(conn: Connection) -> None:
+    # State names up to 32 characters (`dependency-failed` is 17). SQLite holds any length in
+    # a VARCHAR column whatever it declares; PostgreSQL refuses a longer one, so it is widened.
+    if conn.dialect.name != "postgresql":
+        return
+    for table, column in (("jobs", "state"), ("job_history", "old"), ("job_history", "new")):
+        conn.execute(text(f"ALTER TABLE {table} ALTER COLUMN {column} TYPE VARCHAR(32)"))
+
+
+MIGRATIONS: list[Callable[[Connection], None]] = [_v1, _v2, _v3, _v4, _v5, _v6]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

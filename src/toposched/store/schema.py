@@ -34,7 +34,8 @@ jobs = Table(
     Column("queue", String(200), nullable=False),
     Column("priority", Integer, nullable=False),
     Column("spec", JSON, nullable=False),
-    Column("state", String(16), nullable=False),
+    # A job state's name, `dependency-failed` the longest (widened from 16 in v6).
+    Column("state", String(32), nullable=False),
     Column("reason", Text, nullable=False),
     Column("placement", JSON, nullable=True),
     Column("attempt", Integer, nullable=False),
@@ -58,8 +59,8 @@ job_history = Table(
     Column("id", Integer, primary_key=True, autoincrement=True),
     Column("job_seq", Integer, ForeignKey("jobs.seq"), nullable=False),
     Column("time", Float, nullable=False),
-    Column("old", String(16), nullable=True),
-    Column("new", String(16), nullable=False),
+    Column("old", String(32), nullable=True),  # widened from 16 in v6, as jobs.state
+    Column("new", String(32), nullable=False),
     Column("reason", Text, nullable=False),
 )
 Index("job_history_job", job_history.c.job_seq)
