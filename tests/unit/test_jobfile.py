@@ -53,6 +53,7 @@ model: resnet50
 image: nvcr.io/nvidia/pytorch:24.05-py3
 idle: {after: 30m, below: 5, action: stop}
 interactive: false
+after: [prep, data:any]
 """
 
 
@@ -87,6 +88,7 @@ def test_every_field_is_read_with_its_type() -> None:
         "image": "nvcr.io/nvidia/pytorch:24.05-py3",
         "idle": {"after": "30m", "below": 5.0, "action": "stop"},
         "interactive": False,
+        "after": ["prep", "data:any"],
     }
     assert set(job.spec) == set(FIELDS)
     assert job.path == "job.yaml"
@@ -160,6 +162,11 @@ def test_null_leaves_an_optional_field_out() -> None:
     assert job.spec == {"gpus": 2}
 
 
+def test_one_job_to_run_after_may_be_written_alone() -> None:
+    assert parse_job_text("after: prep:any\n").spec == {"after": ["prep:any"]}
+    assert parse_job_text("after: []\n").spec == {"after": []}
+
+
 def test_a_file_without_command_is_fine_here() -> None:
     # The command may come from the command line; the CLI checks that one of them gives it.
     assert parse_job_text("gpus: 2\n").spec == {"gpus": 2}
@@ -220,6 +227,8 @@ def test_a_file_without_command_is_fine_here() -> None:
         ("gpu_type: []\n", 1, "gpu_type", "give at least one GPU type"),
         ("gpu_type: {a: 1}\n", 1, "gpu_type", "expected a list of GPU types"),
         ("mixed_types: maybe\n", 1, "mixed_types", "expected true or false"),
+        ("after: {prep: ok}\n", 1, "after", "expected a list of jobs (NAME or NAME:ok|any)"),
+        ("after:\n  - prep\n  - [a]\n", 3, "after[1]", "expected text, got a list"),
     ],
 )
 def test_errors_name_file_line_and_field(

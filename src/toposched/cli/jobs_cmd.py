@@ -78,6 +78,7 @@ STATE_STYLE = {
     "failed": "bold red",
     "cancelled": "dim",
     "rejected": "red",
+    "dependency-failed": "red",
 }
 
 
@@ -128,9 +129,12 @@ def state_text(state: str) -> str:
 
 def placement_text(job: dict[str, Any]) -> str:
     """`node-a:0,1 node-a:2,3`: each worker's node and GPUs, in rank order."""
-    return " ".join(
-        f"{slot['node']}:{','.join(str(g) for g in slot['gpus'])}" for slot in job["placement"]
-    )
+    return " ".join(f"{slot['node']}:{gpus_text(slot['gpus'])}" for slot in job["placement"])
+
+
+def gpus_text(gpus: list[int]) -> str:
+    """`0,1`; `-` for a worker without GPUs."""
+    return ",".join(str(g) for g in gpus) or "-"
 
 
 def duration(seconds: float) -> str:
@@ -231,6 +235,8 @@ def print_job(job: dict[str, Any], server_url: str = "") -> None:
     ]
     if spec.get("gputopology") is False:
         rows.append(("topology", "off (--gputopology=false): the lowest free GPU indices"))
+    if spec.get("after"):
+        rows.append(("after", escape(after_text(job))))
     if job.get("predicted"):
         predicted = job["predicted"]
         rows.append(("speed", speed_text(job)))
@@ -275,8 +281,7 @@ def print_job(job: dict[str, Any], server_url: str = "") -> None:
         for column in ("worker", "node", "GPUs"):
             table.add_column(column)
         for slot in job["placement"]:
-            gpus = ",".join(str(g) for g in slot["gpus"])
-            table.add_row(str(slot["worker"]), escape(slot["node"]), gpus)
+            table.add_row(str(slot["worker"]), escape(slot["node"]), gpus_text(slot["gpus"]))
         console.print(table)
     if job.get("cores"):  # per process, as `logs --worker` numbers them
         table = Table(title="CPU cores", title_justify="left")
@@ -291,6 +296,15 @@ def print_job(job: dict[str, Any], server_url: str = "") -> None:
         for h in job["history"]:
             clock = time.strftime("%H:%M:%S", time.localtime(h["time"]))
             console.print(f"  {clock}  {h['old'] or '-'} -> {h['new']}: {escape(h['reason'])}")
+
+
+def after_text(job: dict[str, Any]) -> str:
+    """`prep:ok (succeeded), data:any (running)`: the jobs it runs after and their states
+    (those of `get`; a list row has the names alone)."""
+    found = job.get("after")
+    if found is None:
+        return ", ".join(job["spec"]["after"])
+    return ", ".join(f"{dep['job']}:{dep['until']} ({dep['state']})" for dep in found)
 
 
 def restarts_text(job: dict[str, Any]) -> str:
@@ -403,7 +417,7 @@ def _export(spec: dict[str, Any], url: str, export: str | None) -> None:
 
 def _refusal(err: ApiError, jobfile: JobFile | None, overridden: set[str]) -> str:
     """A 422's fields in the user's words: the job file's field and line when the file gave
-    it, else the flag that gave it (`--gpus must be at least 1`)."""
+    it, else the flag that gave it (`--workers must be at least 1`)."""
     if err.status != 422 or not err.fields:
         return err.message
     lines = []
@@ -456,6 +470,7 @@ SUBMIT_FLAGS = {
     "workdir": "--workdir",
     "command_visible": "--command-visible",
     "interactive": "--interactive",
+    "after": "--after",
 }
 
 # Pydantic's bounds, said of a flag: `Input should be greater than or equal to 1`.
@@ -469,7 +484,7 @@ BOUNDS = (
 
 
 def flag_words(flag: str, msg: str) -> str:
-    """`--gpus must be at least 1` for a bound; `--model: unknown model ...` otherwise."""
+    """`--workers must be at least 1` for a bound; `--model: unknown model ...` otherwise."""
     for pydantic, ours in BOUNDS:
         if msg.startswith(pydantic):
             return f"{flag} {ours}{msg.removeprefix(pydantic)}"
@@ -570,7 +585,12 @@ def submit(
     queue: str = typer.Option(None, "--queue", help="Queue (default: your team)."),
     priority: int = typer.Option(None, "--priority", help="-1000..1000 (default 0)."),
     workers: int = typer.Option(None, "--workers", help="Workers in the gang (default 1)."),
-    gpus: int = typer.Option(None, "--gpus", help="GPUs per worker (default 1)."),
+    gpus: int = typer.Option(
+        None,
+        "--gpus",
+        help="GPUs per worker (default 1); 0: a job of CPUs and memory alone (give --cpus), "
+        "as a pipeline's data preparation.",
+    ),
     ps: int = typer.Option(
         None, "--ps", min=0, metavar="N", help="Parameter servers (tensorflow jobs; no GPU)."
     ),
@@ -714,6 +734,14 @@ def submit(
         help="Whether other teams may see the command (default: hidden from them).",
         show_default=False,
     ),
+    after: list[str] = typer.Option(
+        None,
+        "--after",
+        metavar="NAME[:ok|:any]",
+        help="Run after job NAME, as Slurm's --dependency: :ok (the default) once it has "
+        "succeeded, :any once it has ended, however. The job waits, saying for which; if one "
+        "under :ok does not succeed, it ends dependency-failed without running. Repeatable.",
+    ),
     server: str = SERVER,
     as_json: bool = JSON,
 ) -> None:
@@ -777,6 +805,8 @@ def submit(
         "memory": _checked("--memory", memory, parse_memory),
         "gpu_memory": _checked("--gpu-memory", gpu_memory, parse_memory),
     }
+    if after:
+        given["after"] = after
     if gpu_type:
         names = [name.strip() for item in gpu_type for name in item.split(",")]
         if not all(names):

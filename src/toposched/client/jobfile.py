@@ -3,7 +3,7 @@
     name: resnet50-4gpu          # optional: the server makes one up
     queue: default               # optional: the caller's team
     workers: 4
-    gpus: 1                      # per worker
+    gpus: 1                      # per worker; 0: CPUs and memory alone (give cpus)
     kind: tensorflow             # pytorch (the default) | tensorflow | mpi, or Arena's tfjob ...
     ps: 2                        # tensorflow's parameter servers (no GPU)
     locality: node               # node | rack | pod | any, or node,rack@600
@@ -28,6 +28,8 @@
     workdir: /data/runs
     command_visible: false       # true: other teams may see the command (hidden from them)
     interactive: false           # true: a session with a port of its own (docs/idle.md)
+    after: [prep, data:any]      # run after these jobs: NAME or NAME:ok once it has succeeded,
+                                 # NAME:any once it has ended; or one: prep
 
 Types are checked here, with the file and line of each mistake; ranges and names are the
 server's to check (its 422 names the field, and `JobFile.lines` maps it back to a line).
@@ -384,6 +386,16 @@ class _Reader:
             )
         return [self.text(item, f"{name}[{i}]") for i, item in enumerate(node.value)]
 
+    def after(self, node: Node, name: str) -> list[str]:
+        """`prep`, or a list of `NAME`, `NAME:ok`, `NAME:any` (the server checks the names)."""
+        if isinstance(node, ScalarNode) and node.tag != NULL:
+            return [self.text(node, name)]
+        if not isinstance(node, SequenceNode):
+            raise self.fail(
+                node, name, f"expected a list of jobs (NAME or NAME:ok|any), got {_kind(node)}"
+            )
+        return [self.text(item, f"{name}[{i}]") for i, item in enumerate(node.value)]
+
     def env(self, node: Node, name: str) -> dict[str, str]:
         if not isinstance(node, MappingNode):
             raise self.fail(node, name, f"expected a mapping of NAME: value, got {_kind(node)}")
@@ -486,4 +498,5 @@ FIELDS: dict[str, tuple[Reader, bool]] = {
     "workdir": (_Reader.text, True),
     "command_visible": (_Reader.boolean, False),
     "interactive": (_Reader.boolean, False),
+    "after": (_Reader.after, True),
 }
