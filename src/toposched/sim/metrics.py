@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from toposched.core import JobState
 from toposched.sim.engine import SimJob, SimResult
 
 
@@ -28,9 +29,12 @@ def summarise(result: SimResult) -> dict[str, float | int | bool]:
     jobs = result.jobs
     done = [j for j in jobs if j.finish is not None]
     jct = sorted(j.finish - j.trace.submit_s for j in done if j.finish is not None)
+    # A job ended because one it ran after failed never ran: neither done nor waiting.
+    never = [j for j in jobs if j.state is JobState.DEPENDENCY_FAILED]
     waits = [
         (j.first_start if j.first_start is not None else result.end) - j.trace.submit_s
         for j in jobs
+        if j.state is not JobState.DEPENDENCY_FAILED
     ]
     started = [j.first_start - j.trace.submit_s for j in jobs if j.first_start is not None]
     first = min((j.trace.submit_s for j in jobs), default=0.0)
@@ -45,6 +49,7 @@ def summarise(result: SimResult) -> dict[str, float | int | bool]:
         "jobs": len(jobs),
         "finished": len(done),
         "unfinished": len(jobs) - len(done),
+        "dependency_failed": len(never),
         "avg_jct_s": sum(jct) / len(jct) if jct else 0.0,
         "p50_jct_s": percentile(jct, 50),
         "p95_jct_s": percentile(jct, 95),

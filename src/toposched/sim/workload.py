@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from toposched.core import Checkpoint, JobSpec, Locality, LocalityRule
+from toposched.core import After, Checkpoint, JobSpec, Locality, LocalityRule
 from toposched.sim.traces import TraceJob
 
 
@@ -45,6 +45,7 @@ class Workload:
             cpus=job.cpus,
             memory=job.memory,
             gpu_types=job.gpu_types,
+            after=tuple(After.parse(text) for text in job.after),
         )
 
 

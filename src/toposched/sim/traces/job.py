@@ -54,7 +54,9 @@ class TraceJob:
     is the job's run time at an ideal placement; `source_line` is the 1-based line of the row
     in the file (for synthetic traces, the job's ordinal). Per GPU (one worker each): `cpus`
     millicores and `memory` bytes it needs of its node, and the GPU types it accepts
-    (`gpu_types`; empty: any), for traces that say.
+    (`gpu_types`; empty: any), for traces that say. `after`: the jobs it runs after (`NAME`,
+    `NAME:ok` or `NAME:any`, as `JobSpec.after`), each submitted before it (no trace format
+    has such a column yet: a pipeline is replayed from jobs made in code).
     """
 
     name: str
@@ -67,6 +69,7 @@ class TraceJob:
     cpus: int = 0
     memory: int = 0
     gpu_types: tuple[str, ...] = ()
+    after: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
