@@ -4,6 +4,8 @@ file's `after:`), a stage of CPUs alone (`--gpus 0 --cpus 2 --memory 4Gi`), agai
 
 from __future__ import annotations
 
+import itertools
+import os
 import re
 import sys
 from collections.abc import Callable, Iterator
@@ -18,8 +20,12 @@ from tests.server import ServerProcess, running_server
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    with running_server(tmp_path_factory.mktemp("pipe")) as started:
-        yield started
+    with pytest.MonkeyPatch.context() as patch:
+        # The example stages run `python ...`: let that be this interpreter for the workers.
+        path = os.environ.get("PATH", "")
+        patch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{path}")
+        with running_server(tmp_path_factory.mktemp("pipe")) as started:
+            yield started
 
 
 @pytest.fixture
@@ -114,3 +120,17 @@ def test_refusals_name_the_flag(cli: Callable[..., Result]) -> None:
         "error: --cpus: a job without GPUs (gpus 0) must ask for CPUs (e.g. 2 or 500m)\n"
     )
     assert "g" not in cli("list", "--all").out.split()
+
+
+def test_the_example_pipeline_files_run_in_order(
+    server: ServerProcess, cli: Callable[..., Result]
+) -> None:
+    stages = ("pipeline-prep", "pipeline-train", "pipeline-eval")
+    said = [cli("submit", "-f", f"examples/jobs/{name}.yaml") for name in stages]
+    assert [r.code for r in said] == [0, 0, 0], [r.err for r in said]
+    assert "pending (waits for pipeline-prep to succeed)" in said[1].out
+    ended = [wait_for(server, name, "succeeded") for name in stages]
+    assert ended[0]["placement"] == [{"worker": 0, "node": "node-a", "gpus": []}]
+    assert len(ended[1]["placement"][0]["gpus"]) == 4
+    for before, after in itertools.pairwise(ended):
+        assert before["ended_at"] <= after["started_at"]
