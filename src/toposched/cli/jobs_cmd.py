@@ -79,6 +79,7 @@ STATE_STYLE = {
     "cancelled": "dim",
     "rejected": "red",
     "dependency-failed": "red",
+    "idle-stopped": "yellow",
 }
 
 
