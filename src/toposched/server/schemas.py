@@ -417,15 +417,15 @@ class JobSubmit(Strict):
     def _one_session(self) -> None:
         """An interactive session is one process that is never restarted or moved."""
         wrong = [
-            (self.workers != 1, f"workers must be 1, got {self.workers}"),
-            (self.elastic is not None, "it cannot be elastic"),
-            (self.kind != Kind.PYTORCH.value, f"it has no kind ({self.kind}): leave kind out"),
-            (self.restart != "never", "restart must be never: a session is not restarted"),
-            (self.checkpoint is not None, "it cannot checkpoint: leave checkpoint out"),
+            ("workers", self.workers != 1, f"workers must be 1, got {self.workers}"),
+            ("elastic", self.elastic is not None, "it cannot be elastic"),
+            ("kind", self.kind != Kind.PYTORCH.value, f"it has no kind ({self.kind})"),
+            ("restart", self.restart != "never", "restart must be never: it is not restarted"),
+            ("checkpoint", self.checkpoint is not None, "it cannot checkpoint"),
         ]
-        for bad, why in wrong:
+        for field, bad, why in wrong:
             if bad:
-                raise ValueError(f"an interactive session runs one worker once: {why}")
+                raise _field_error(field, f"an interactive session runs one worker once: {why}")
 
     def _cpus_alone(self) -> None:
         """A job of CPUs alone (gpus 0) is placed by its CPUs: it must ask for some, and
