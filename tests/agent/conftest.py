@@ -22,8 +22,11 @@ from toposched.agent.podmatch import AllocationBook
 from toposched.agent.publisher import Publisher
 from toposched.agent.server import PluginServer
 from toposched.agent.state import NodeState
+from toposched.core import make_scheduler_policy
 from toposched.discovery.nvml import discover_minors, discover_topology
 from toposched.kube.api import KubeApi
+from toposched.kube.driver import KubeScheduler
+from toposched.kube.runner import Runner
 from toposched.topology import preset
 
 NODE = "toposched-e2e-gpu-1"
@@ -148,3 +151,16 @@ def agent(
     running = RunningAgent(node_agent, plugin, state, thread)
     yield running
     running.stop()
+
+
+@pytest.fixture
+def scheduler(cluster: LiveCluster) -> Iterator[Runner]:
+    """The scheduler, as its own service account."""
+    chosen = make_scheduler_policy("toposched", {"migration": False, "elastic": False})
+    api = KubeApi.connect(str(cluster.kubeconfig()))
+    runner = Runner(KubeScheduler(api, chosen), interval_s=0.05, watch_timeout_s=5)
+    thread = threading.Thread(target=runner.run, daemon=True)
+    thread.start()
+    yield runner
+    runner.stop.set()
+    thread.join(timeout=10)

@@ -87,8 +87,12 @@ def test_kustomization_lists_the_install() -> None:
 
 
 def test_cluster_role_grants_exactly_what_the_agent_does() -> None:
-    # get/patch its Node's annotation; list the pods bound to its node at Allocate.
-    assert grants(one("ClusterRole")) == {("", "nodes"): {"get", "patch"}, ("", "pods"): {"list"}}
+    # get/patch its Node's annotation; list the pods bound to its node at Allocate and each
+    # poll; patch the idle annotation of a pod there.
+    assert grants(one("ClusterRole")) == {
+        ("", "nodes"): {"get", "patch"},
+        ("", "pods"): {"list", "patch"},
+    }
     binding = one("ClusterRoleBinding")
     assert binding["roleRef"]["name"] == one("ClusterRole")["metadata"]["name"]
     assert binding["subjects"] == [

@@ -3,35 +3,15 @@ agent published, and the agent's Allocate gives the container the GPUs the sched
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterator
 from typing import Any
-
-import pytest
 
 from tests.agent.conftest import DGX1, NODE, NS, RunningAgent
 from tests.agent.fakes import FakeKubelet
 from tests.agent.test_plugin import allocate, gpu_pod, preferred
 from tests.kube.live import LiveCluster
 from tests.server import wait_for
-from toposched.core import make_scheduler_policy
 from toposched.kube.annotations import GPUS
-from toposched.kube.api import KubeApi
-from toposched.kube.driver import KubeScheduler
 from toposched.kube.runner import Runner
-
-
-@pytest.fixture
-def scheduler(cluster: LiveCluster) -> Iterator[Runner]:
-    """The scheduler, as its own service account."""
-    chosen = make_scheduler_policy("toposched", {"migration": False, "elastic": False})
-    api = KubeApi.connect(str(cluster.kubeconfig()))
-    runner = Runner(KubeScheduler(api, chosen), interval_s=0.05, watch_timeout_s=5)
-    thread = threading.Thread(target=runner.run, daemon=True)
-    thread.start()
-    yield runner
-    runner.stop.set()
-    thread.join(timeout=10)
 
 
 def bound_gpus(cluster: LiveCluster, name: str) -> str:

@@ -252,6 +252,9 @@ class FakeNvml:
     def nvmlDeviceGetName(self, handle: FakeHandle) -> str | bytes:
         return self._str(self._gpu(handle).name)
 
+    def nvmlDeviceGetUUID(self, handle: FakeHandle) -> str | bytes:
+        return self._str(f"GPU-{self._gpu(handle).bus_id.replace(':', '').replace('.', '')}")
+
     def nvmlDeviceGetUtilizationRates(self, handle: FakeHandle) -> FakeUtilization:
         gpu = self._gpu(handle)
         return FakeUtilization(round(gpu.busy), 0)

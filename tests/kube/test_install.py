@@ -124,7 +124,8 @@ def test_the_own_node_policy_keeps_an_agent_to_its_node(
     apiserver: LiveCluster, kube_session: Session | None
 ) -> None:
     """node-agent/own-node-policy.yaml, evaluated by the real API server: an agent whose token
-    is bound to its pod may annotate its own Node, not another's, and never change a spec."""
+    is bound to its pod may annotate its own Node, not another's, and the pods on its node, not
+    another's; it never changes a spec, nor a pod's labels."""
     if kube_session is None:
         pytest.skip("installs into the session's own control plane only")
     policy = DEPLOY / "node-agent" / "own-node-policy.yaml"
@@ -174,23 +175,31 @@ def test_the_own_node_policy_keeps_an_agent_to_its_node(
         as_agent = KubeApi.connect(str(path))
         note = {"metadata": {"annotations": {"toposched.io/checked": "yes"}}}
 
-        def patch(name: str, body: dict[str, Any]) -> None:
+        def patch(name: str, body: dict[str, Any], where: str = "/api/v1/nodes") -> None:
             as_agent.request(
-                "PATCH",
-                f"/api/v1/nodes/{name}",
-                body=body,
-                content_type="application/merge-patch+json",
+                "PATCH", f"{where}/{name}", body=body, content_type="application/merge-patch+json"
             )
 
         until(lambda: _denies(patch, other, note), "the policy in force")
         patch(mine, note)
         with pytest.raises(ApiError, match="may change only the Node its pod runs on"):
             patch(other, note)
-        with pytest.raises(ApiError, match="may not change a Node's spec"):
+        with pytest.raises(ApiError, match="may not change a Node's or a pod's spec"):
             patch(mine, {"spec": {"unschedulable": True}})
+        # Pods: the idle annotation on a pod of its node (agent/activity.py), nothing else.
+        elsewhere = {**agent, "metadata": {"name": "pod-on-other", "namespace": "toposched-node"}}
+        apiserver.create({**elsewhere, "spec": {**agent["spec"], "nodeName": other}})
+        pods = "/api/v1/namespaces/toposched-node/pods"
+        idle = {"metadata": {"annotations": {"toposched.io/gpu-idle-since": "1700000000"}}}
+        patch("agent-on-mine", idle, pods)
+        with pytest.raises(ApiError, match="may change only the Node its pod runs on, and pods"):
+            patch("pod-on-other", idle, pods)
+        with pytest.raises(ApiError, match="may not change a pod's labels"):
+            patch("agent-on-mine", {"metadata": {"labels": {"team": "other"}}}, pods)
     finally:
         run_kubectl(kube_session, "delete", "-f", str(policy), "--ignore-not-found")
         apiserver.delete("pods", "agent-on-mine", "toposched-node")
+        apiserver.delete("pods", "pod-on-other", "toposched-node")
 
 
 def _denies(patch: Any, name: str, body: dict[str, Any]) -> bool:

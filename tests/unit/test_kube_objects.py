@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from toposched.core import Locality
+from toposched.core import IdleAction, IdleRule, Locality
 from toposched.kube.annotations import (
     AnnotationError,
     decode_gpus,
@@ -30,9 +30,11 @@ from toposched.kube.objects import (
     VOLCANO,
     VOLCANO_GROUP,
     ObjectError,
+    encode_idle,
     gang_spec,
     min_member,
     node_from,
+    parse_idle,
     pod_from,
 )
 from toposched.topology import preset
@@ -186,6 +188,39 @@ def test_a_gang_that_saves_on_sigterm_is_checkpointable_with_its_shortest_grace(
         gang_spec("team-a/g2", [plain], 1, group).checkpoint
         == gang_spec("team-a/g3", [pod_from(pod_obj("w3", 1, annotations=saves))], 1).checkpoint
     )  # on the PodGroup or the pod; Kubernetes' default grace of 30 s
+
+
+def test_an_idle_rule_comes_from_the_podgroup_or_the_pod_and_reads_back_as_written() -> None:
+    rule = {"toposched.io/idle": "after=30m,below=3,action=stop"}
+    on_pod = gang_spec("team-a/w0", [pod_from(pod_obj("w0", 1, annotations=rule))], 1).idle
+    assert on_pod == IdleRule(1800.0, 3.0, IdleAction.STOP)
+    group = {"metadata": {"annotations": {"toposched.io/idle": "after=1h"}}, "spec": {}}
+    plain = pod_from(pod_obj("w1", 1, annotations=rule))
+    assert gang_spec("team-a/g", [plain], 1, group).idle == IdleRule(3600.0)  # the group's wins
+    assert gang_spec("team-a/w2", [pod_from(pod_obj("w2", 1))], 1).idle is None
+    assert parse_idle("j", encode_idle(on_pod)) == on_pod
+    assert encode_idle(on_pod) == "after=1800,below=3,action=stop"
+    marked = pod_obj("w3", 1, annotations={"toposched.io/gpu-idle-since": "1700000000"})
+    assert pod_from(marked).idle_since == 1_700_000_000.0
+    junk = pod_obj("w4", 1, annotations={"toposched.io/gpu-idle-since": "soon"})
+    assert pod_from(junk).idle_since is None  # not the agent's: as if absent
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("30m", "must read after=TIME"),
+        ("below=5", "needs after=TIME"),
+        ("after=0s", "after must be a positive time"),
+        ("after=1h,below=500", "below must be a percentage in"),
+        ("after=1h,action=kill", "action notify or stop"),
+        ("after=1h,after=2h", "must read after=TIME"),
+    ],
+)
+def test_a_bad_idle_annotation_is_refused_naming_it(text: str, said: str) -> None:
+    pod = pod_from(pod_obj("w0", 1, annotations={"toposched.io/idle": text}))
+    with pytest.raises(ObjectError, match=said):
+        gang_spec("team-a/w0", [pod], 1)
 
 
 def test_a_checkpoint_annotation_and_grace_must_be_usable() -> None:

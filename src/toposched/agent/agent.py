@@ -6,6 +6,7 @@ import logging
 import threading
 import time
 
+from toposched.agent.activity import PodActivity
 from toposched.agent.publisher import Publisher
 from toposched.agent.server import PluginServer
 
@@ -19,10 +20,17 @@ SOCKET_CHECK_S = 0.5
 class NodeAgent:
     """Runs the publisher and the plugin server until `stop` is set."""
 
-    def __init__(self, publisher: Publisher, server: PluginServer, interval_s: float) -> None:
+    def __init__(
+        self,
+        publisher: Publisher,
+        server: PluginServer,
+        interval_s: float,
+        activity: PodActivity | None = None,
+    ) -> None:
         self.publisher = publisher
         self.server = server
         self.interval_s = interval_s
+        self.activity = activity  # GPU metrics per pod and idle pods (with NVML only)
         self.stop = threading.Event()
 
     def run(self) -> None:
@@ -32,6 +40,7 @@ class NodeAgent:
                 now = time.monotonic()
                 if now >= next_poll:
                     self.publisher.step()
+                    self._sample()
                     next_poll = now + self.interval_s
                 # The plugin waits for the first topology: it has no device to list before.
                 if self.publisher.state.get()[0].topology is not None:
@@ -40,3 +49,11 @@ class NodeAgent:
         finally:
             self.server.stop()
             log.info("node agent stopped")
+
+    def _sample(self) -> None:
+        if self.activity is None:
+            return
+        try:
+            self.activity.step()
+        except Exception:  # the API or NVML: the plugin and the topology must go on regardless
+            log.exception("sampling the pods' GPU activity failed; trying again next poll")

@@ -167,9 +167,18 @@ def node_agent(
         "--pod-resources-socket",
         help="The kubelet's pod resources API: which pod it is admitting.",
     ),
+    metrics_listen: str = typer.Option(
+        "0.0.0.0:9400",
+        "--metrics-listen",
+        metavar="HOST:PORT",
+        help="Where /metrics serves each GPU's utilization and memory by pod, namespace and "
+        "container, as NVIDIA's dcgm-exporter names them (its port by default); '' for none. "
+        "Needs NVML.",
+    ),
 ) -> None:
     """Publish this node's GPU topology and health on its Node, and serve the kubelet device
     plugin that gives each container the GPUs toposched chose for its pod."""
+    from toposched.agent.activity import PodActivity, serve_metrics
     from toposched.agent.agent import NodeAgent
     from toposched.agent.health import NvmlHealth
     from toposched.agent.plugin import GpuPlugin, PluginConfig, pods_on
@@ -198,10 +207,23 @@ def node_agent(
     state = NodeState()
     config = PluginConfig(node_name, resource, plugin_dir, dev_dir, dev_mount, pod_resources)
     plugin = GpuPlugin(config, state, pods_on(api, node_name), AllocationBook(config.book_file))
+    activity = None
+    if nvml is not None:
+        from toposched.discovery.gpu_usage import NvmlUsage
+
+        activity = PodActivity(api, node_name, NvmlUsage(nvml), pods_on(api, node_name), resource)
+        if metrics_listen:
+            try:
+                serve_metrics(activity, metrics_listen)
+            except (OSError, ValueError) as err:
+                fail(f"--metrics-listen {metrics_listen!r}: {err}")
+    else:
+        typer.echo("without NVML no GPU metrics are served and no idle rule is applied", err=True)
     agent = NodeAgent(
         Publisher(api, node_name, state, read_topology, health, read_minors),
         PluginServer(plugin),
         interval,
+        activity,
     )
     # SIGTERM interrupts the loop as Ctrl-C does (run() stops the plugin on its way out). A
     # handler that set agent.stop instead could deadlock: it runs in the main thread, which may

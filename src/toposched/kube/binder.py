@@ -25,6 +25,7 @@ from toposched.kube.cache import ClusterCache
 from toposched.kube.gangs import Gang, Key, kind_of, name_of
 from toposched.kube.nodes import CoreNodes
 from toposched.kube.objects import (
+    IDLE,
     UPSTREAM,
     GangKind,
     Obj,
@@ -160,9 +161,10 @@ class Binder:
             if found is not None and found[1].node is not None:
                 gang.bound.add(key)
                 continue  # bound before a restart, by the plan
-            binds.append(
-                (f"pod {key[1]} (worker {i})", key, slot.node, {GPUS: encode_gpus(slot.gpus)})
-            )
+            annotations = {GPUS: encode_gpus(slot.gpus)}
+            if gang.idle:
+                annotations[IDLE] = gang.idle  # for the node agent, which watches its GPUs
+            binds.append((f"pod {key[1]} (worker {i})", key, slot.node, annotations))
         binds.extend((f"pod {key[1]}", key, slots[0].node, {}) for key in gang.extra)
         self._binds.append((gang, binds, now))
 

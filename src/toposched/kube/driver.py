@@ -21,11 +21,14 @@ import time
 from collections.abc import Callable, Iterable
 
 from toposched.common.driver import Driver
+from toposched.common.durations import duration_text
 from toposched.core import (
     Action,
     Event,
+    IdleAction,
     JobCancelled,
     JobFinished,
+    JobIdle,
     JobState,
     JobStopped,
     JobSubmitted,
@@ -44,7 +47,16 @@ from toposched.kube.binder import PLAN, Binder, LeaseLost, Warnings
 from toposched.kube.cache import OTHERS_PATH, QUEUES_SELECTOR, ClusterCache, queues_from
 from toposched.kube.gangs import Gang, Key, gang_key, group_key, kind_of, shown
 from toposched.kube.nodes import CoreNodes
-from toposched.kube.objects import UPSTREAM, GangKind, Obj, ObjectError, Pod, gang_spec, min_member
+from toposched.kube.objects import (
+    UPSTREAM,
+    GangKind,
+    Obj,
+    ObjectError,
+    Pod,
+    encode_idle,
+    gang_spec,
+    min_member,
+)
 from toposched.kube.restore import Restorer
 from toposched.kube.usage import Usage
 from toposched.perf.model import DEFAULT_FRAMEWORK, DEFAULT_NETWORK, PerfModel
@@ -246,6 +258,7 @@ class KubeScheduler(Driver):
                     self.binder.evicting.pop(job, None)
                     self._gathered.append(JobStopped(now, job))
             elif state is JobState.RUNNING:
+                self._idle(job, gang, [p for p in alive if p is not None], now)
                 # A worker that failed, or was deleted (or made again): the gang stops whole.
                 failed = [i for i, p in enumerate(pods) if p is None or p[1].phase == "Failed"]
                 if failed and alive and not gang.failed:
@@ -258,6 +271,28 @@ class KubeScheduler(Driver):
                     self._gathered.append(JobFinished(now, job, ok, why))
             if state.terminal:
                 self._forget(job)
+
+    def _idle(self, job: str, gang: Gang, alive: list[tuple[Obj, Pod]], now: float) -> None:
+        """A gang whose every running pod the node agents found idle under its rule: stopped
+        by eviction (the rule says stop) or told (notify), with a Warning Event saying why."""
+        spec = self.view.job(job).spec
+        rule = spec.idle if spec is not None else None
+        idle = bool(alive) and all(pod.idle_since is not None for _, pod in alive)
+        if rule is None or not idle:
+            gang.idle_told = False
+            return
+        if gang.idle_told:
+            return
+        gang.idle_told = True
+        since = max(pod.idle_since or 0.0 for _, pod in alive)
+        why = (
+            f"its GPUs stayed below {rule.below_pct:g}% busy for {duration_text(rule.after_s)} "
+            f"(idle since {time.strftime('%H:%M:%S', time.gmtime(since))} UTC; idle action "
+            f"{rule.action.value})"
+        )
+        self.binder.warn_pods([pod for _, pod in alive], "GPUsIdle", why)
+        if rule.action is IdleAction.STOP:
+            self._gathered.append(JobIdle(now, job, why))
 
     def _sync_waiting(self) -> None:
         """Submit gangs whose pods all exist and may be scheduled (no scheduling gate left);
@@ -331,6 +366,7 @@ class KubeScheduler(Driver):
                 self.binder.tell_group(key, never)
             return
         gang = Gang(job, key, [p.key for p in workers], extra, group=obj is not None)
+        gang.idle = encode_idle(spec.idle)
         gang.excluded = excluded
         gang.uids = {p.key: p.uid for p in pods}
         self.gangs[job] = gang

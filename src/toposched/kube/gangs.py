@@ -30,6 +30,8 @@ class Gang:
     excluded: frozenset[str] = frozenset()  # nodes its job was kept off (REFUSED_S)
     placed: bool = False  # its pods are booked on the nodes the core gave it
     scheduled: bool = False  # its PodGroup was told it is bound (a Kubernetes PodGroup's)
+    idle: str = ""  # its idle rule's annotation, written on each pod it binds (objects.IDLE)
+    idle_told: bool = False  # its pods were told it is idle (this idle run)
 
 
 def gang_key(pod: Pod) -> Key:

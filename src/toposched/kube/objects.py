@@ -7,11 +7,13 @@ answers with core types, or with an error that says what is wrong with which obj
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from toposched.core import Checkpoint, JobError, JobSpec, LocalityRule
+from toposched.common.durations import DurationError, parse_duration
+from toposched.core import Checkpoint, IdleAction, IdleRule, JobError, JobSpec, LocalityRule
 from toposched.kube.annotations import (
     GPUS,
     TOPOLOGY,
@@ -53,6 +55,13 @@ DEFAULT_RACK_LABEL = "toposched.io/rack"
 CHECKPOINT = "toposched.io/checkpoint"
 EVICTION_SIGNAL = "SIGTERM"
 DEFAULT_GRACE_S = 30.0  # Kubernetes' default terminationGracePeriodSeconds
+# A job's idle rule, on the PodGroup or the pod (`after=30m,below=5,action=stop`; below and
+# action optional, as `submit --idle-*`); the scheduler copies it onto each pod it binds, where
+# the node agent reads it. The agent writes IDLE_SINCE on a pod whose GPUs have stayed below the
+# threshold for the rule's time (the Unix time the idle run began), and removes it once they
+# are busy again; the scheduler acts on a gang whose every pod says so.
+IDLE = "toposched.io/idle"
+IDLE_SINCE = "toposched.io/gpu-idle-since"
 # NVIDIA GPU Feature Discovery's node labels: the product name and the memory of each GPU (MiB).
 GPU_PRODUCT = "nvidia.com/gpu.product"
 GPU_MEMORY = "nvidia.com/gpu.memory"
@@ -313,6 +322,8 @@ class Pod:
     model: str = ""  # its MODEL annotation
     # Its spec.schedulingGates (Kueue's, say): no scheduler may bind it until they are lifted.
     gates: tuple[str, ...] = ()
+    idle: str = ""  # its IDLE annotation, checked by gang_spec
+    idle_since: float | None = None  # its IDLE_SINCE annotation: the agent found it idle
 
     @property
     def key(self) -> tuple[str, str]:
@@ -398,6 +409,8 @@ def pod_from(obj: Obj) -> Pod:
         affinity=placement[1],
         tolerations=placement[2],
         gpu_type=annotations.get(GPU_TYPE) or "",
+        idle=annotations.get(IDLE) or "",
+        idle_since=_number(annotations.get(IDLE_SINCE)),
         model=annotations.get(MODEL) or "",
     )
 
@@ -599,6 +612,7 @@ def gang_spec(
     checkpoint = (
         Checkpoint(EVICTION_SIGNAL, min(p.grace_s for p in pods)) if saves == "true" else None
     )
+    idle = parse_idle(job, annotations.get(IDLE) or first.idle)
     base = EVERY_NODE if accept == "true" else KNOWN_ONLY
     everyone = [*pods, *extra]
     try:
@@ -621,10 +635,57 @@ def gang_spec(
             locality=LocalityRule.parse(text),
             checkpoint=checkpoint,
             model=annotations.get(MODEL) or first.model or None,
+            idle=idle,
             **asks,
         )
     except (JobError, ClusterError) as err:
         raise ObjectError(f"{job}: {err}") from None
+
+
+def parse_idle(job: str, text: str) -> IdleRule | None:
+    """The IDLE annotation's rule (`after=30m,below=5,action=stop`), None where there is none;
+    ObjectError names what is wrong."""
+    if not text:
+        return None
+    fields: dict[str, str] = {}
+    for part in text.split(","):
+        key, sep, value = part.strip().partition("=")
+        if not sep or key not in ("after", "below", "action") or key in fields:
+            raise ObjectError(
+                f"{job}: {IDLE} must read after=TIME[,below=PERCENT][,action=notify|stop], "
+                f"not {text!r}"
+            )
+        fields[key] = value.strip()
+    if "after" not in fields:
+        raise ObjectError(f"{job}: {IDLE} needs after=TIME (e.g. after=30m), got {text!r}")
+    try:
+        return IdleRule(
+            parse_duration(fields["after"], f"{IDLE} after"),
+            float(fields.get("below", "5")),
+            IdleAction(fields.get("action", "notify")),
+        )
+    except (DurationError, JobError) as err:
+        raise ObjectError(f"{job}: {err}") from None
+    except ValueError:
+        raise ObjectError(
+            f"{job}: {IDLE}: below must be a percentage and action notify or stop, got {text!r}"
+        ) from None
+
+
+def encode_idle(rule: IdleRule | None) -> str:
+    """The IDLE annotation of `rule` (empty for none): what the scheduler writes on pods."""
+    if rule is None:
+        return ""
+    return f"after={rule.after_s:g},below={rule.below_pct:g},action={rule.action.value}"
+
+
+def _number(text: str | None) -> float | None:
+    """A number the agent wrote, or None (absent, or not one: then it is as if absent)."""
+    try:
+        value = float(text) if text else None
+    except ValueError:
+        return None
+    return value if value is not None and math.isfinite(value) else None
 
 
 MOST_TERMS = 64  # node affinity terms a gang may have once its pods' are combined
