@@ -71,6 +71,10 @@ _RESOURCES: dict[str, tuple[str, str, bool]] = {
     "poddisruptionbudgets": ("/apis/policy/v1", "poddisruptionbudgets", True),
     "priorityclasses": ("/apis/scheduling.k8s.io/v1", "priorityclasses", False),
     "leases": ("/apis/coordination.k8s.io/v1", "leases", True),
+    "resourceclaims": ("/apis/resource.k8s.io/v1", "resourceclaims", True),
+    "resourceclaimtemplates": ("/apis/resource.k8s.io/v1", "resourceclaimtemplates", True),
+    "deviceclasses": ("/apis/resource.k8s.io/v1", "deviceclasses", False),
+    "resourceslices": ("/apis/resource.k8s.io/v1", "resourceslices", False),
 }
 _KINDS: dict[tuple[str, str], str] = {
     ("v1", "Pod"): "pods",
@@ -86,6 +90,10 @@ _KINDS: dict[tuple[str, str], str] = {
     ("policy/v1", "PodDisruptionBudget"): "poddisruptionbudgets",
     ("scheduling.k8s.io/v1", "PriorityClass"): "priorityclasses",
     ("coordination.k8s.io/v1", "Lease"): "leases",
+    ("resource.k8s.io/v1", "ResourceClaim"): "resourceclaims",
+    ("resource.k8s.io/v1", "ResourceClaimTemplate"): "resourceclaimtemplates",
+    ("resource.k8s.io/v1", "DeviceClass"): "deviceclasses",
+    ("resource.k8s.io/v1", "ResourceSlice"): "resourceslices",
 }
 _ALIASES = {
     "pod": "pods",
@@ -111,6 +119,8 @@ _EMPTIED = (
     VOLCANO,
     WORKLOADS,
     UPSTREAM_GROUPS,
+    "resourceclaims",
+    "resourceclaimtemplates",
 )
 
 

@@ -60,6 +60,10 @@ CLUSTER_GRANTS: dict[tuple[str, str], set[str]] = {
     ("scheduling.volcano.sh", "podgroups/status"): {"patch"},
     ("scheduling.k8s.io", "podgroups"): {"get", "list", "watch", "patch"},
     ("scheduling.k8s.io", "podgroups/status"): {"patch"},
+    # Dynamic Resource Allocation: its pods' claims, allocated and reserved before a bind.
+    ("resource.k8s.io", "resourceclaims"): {"get", "list", "watch"},
+    ("resource.k8s.io", "resourceclaims/status"): {"patch", "update"},
+    ("resource.k8s.io", "resourceclaims/binding"): {"patch", "update"},
 }
 # In the scheduler's own namespace only.
 NAMESPACED_GRANTS: dict[tuple[str, str], set[str]] = {

@@ -13,15 +13,16 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any, TypeVar
 
 from toposched.core import Event, Placement, WorkerFailed, WorkerSlot
-from toposched.kube.annotations import GPUS, encode_gpus
+from toposched.kube.annotations import GPUS, decode_gpus, encode_gpus
 from toposched.kube.api import ApiError, KubeApi
 from toposched.kube.cache import ClusterCache
+from toposched.kube.claims import allocation, requested, status_path
 from toposched.kube.gangs import Gang, Key, kind_of, name_of
 from toposched.kube.nodes import CoreNodes
 from toposched.kube.objects import (
@@ -199,6 +200,11 @@ class Binder:
         its answer was lost (or sent by a predecessor that died with it in flight): the pod is
         read back, and counts as bound if it is where the plan put it."""
         uid = gang.uids.get(key, "")
+        found = self.cache.pods.get(key)
+        if found is not None and found[1].claims and GPUS in annotations:
+            refused = self._allocate_claims(found[1], node, decode_gpus(annotations[GPUS]))
+            if refused:
+                return refused
         try:
             self._write(lambda: self.api.bind(key[0], key[1], node, annotations, uid=uid))
         except ApiError as err:
@@ -210,6 +216,31 @@ class Binder:
             return str(err)
         gang.bound.add(key)
         return ""
+
+    def _allocate_claims(self, pod: Pod, node: str, gpus: tuple[int, ...]) -> str:
+        """Write each of the pod's ResourceClaims its share of `gpus` (its requests in order)
+        and reserve it for the pod, before the pod is bound (the kubelet admits a pod only
+        with its claims allocated and reserved for it); returns why one failed, or ""."""
+        left = list(gpus)
+        for name in pod.claims:
+            claim = self.cache.claims.get((pod.namespace, name))
+            if claim is None:
+                return f"ResourceClaim {pod.namespace}/{name} is gone"
+            count = sum(n for _, n in requested(claim))
+            status = {
+                "allocation": allocation(claim, node, left[:count]),
+                "reservedFor": [{"resource": "pods", "name": pod.name, "uid": pod.uid}],
+            }
+            left = left[count:]
+            try:
+                self._write(partial(self._patch_status, status_path(pod.namespace, name), status))
+            except ApiError as err:
+                return f"allocating ResourceClaim {pod.namespace}/{name}: {err}"
+        return ""
+
+    def _patch_status(self, path: str, status: Mapping[str, object]) -> None:
+        body = {"status": status}
+        self.api.request("PATCH", path, body=body, content_type="application/merge-patch+json")
 
     def _bound_as(self, key: Key, node: str, annotations: dict[str, str]) -> bool:
         try:

@@ -15,6 +15,8 @@ from typing import Any
 
 from toposched.core import WorkerSlot
 from toposched.kube.api import ApiError, KubeApi
+from toposched.kube.claims import API as CLAIMS_API
+from toposched.kube.claims import ClaimError, allocated_devices, claim_gpus, pod_claims
 from toposched.kube.gangs import Gang, Key, gang_key, group_key, kind_of
 from toposched.kube.objects import (
     GANG_KINDS,
@@ -39,6 +41,7 @@ KINDS = {
     "pods": ("v1", "Pod"),
     "others": ("v1", "Pod"),
     "configmaps": ("v1", "ConfigMap"),
+    "resourceclaims": ("resource.k8s.io/v1", "ResourceClaim"),
     **{kind.resource: (kind.api_version, "PodGroup") for kind in GANG_KINDS},
 }
 
@@ -77,6 +80,10 @@ class ClusterCache:
         self.placed: dict[Key, str] = {}  # our pods, where the core put their gangs
         self.held: set[Key] = set()  # our pods whose CPUs and memory the core counts
         self.rejected: dict[Key, str] = {}  # pods refused (bad objects), by key
+        # ResourceClaims (resource.k8s.io/v1), where the cluster serves them; "" in `versions`
+        # where it does not. Which pod references each, to read the pod again when it changes.
+        self.claims: dict[Key, Obj] = {}
+        self.claimed_by: dict[Key, Key] = {}
 
     # ------------------------------------------------------------------ what is watched
 
@@ -105,6 +112,11 @@ class ClusterCache:
     def config_path(self) -> str:
         return f"/api/v1/namespaces/{self.config_namespace}/configmaps"
 
+    def claims_path(self) -> str:
+        if self.namespace:
+            return f"{CLAIMS_API}/namespaces/{self.namespace}/resourceclaims"
+        return f"{CLAIMS_API}/resourceclaims"
+
     # ------------------------------------------------------------------ keeping the copies
 
     def load(self) -> dict[str, str]:
@@ -114,6 +126,8 @@ class ClusterCache:
         pods, pods_rv = self.api.list(self.pods_path(), fieldSelector=self.pod_selector())
         others, others_rv = self.api.list(OTHERS_PATH, fieldSelector=self.others_selector())
         versions = {"nodes": nodes_rv, "pods": pods_rv, "others": others_rv}
+        claims, versions["resourceclaims"] = self._list_claims()
+        self.claims = {key_of(c): c for c in claims}
         self.groups = {}
         for kind in GANG_KINDS:
             groups, versions[kind.resource] = self._list_groups(kind)
@@ -136,6 +150,17 @@ class ClusterCache:
         for key in self.pods:
             self.account(key)
         return versions
+
+    def _list_claims(self) -> tuple[list[Obj], str]:
+        """ResourceClaims, and the list's resourceVersion: "" (not watched) where the cluster
+        does not serve resource.k8s.io/v1."""
+        try:
+            claims, version = self.api.list(self.claims_path())
+        except ApiError as err:
+            if err.status != 404:
+                raise
+            return [], ""
+        return list(claims), version
 
     def _list_groups(self, kind: GangKind) -> tuple[list[Obj], str]:
         """The PodGroups of one kind, and the list's resourceVersion: "" (nothing to watch)
@@ -180,6 +205,32 @@ class ClusterCache:
                 self._keep_group(GANG_RESOURCES[kind], obj)
         elif kind == "configmaps":
             self._configure(None if event_type == "DELETED" else obj)
+        elif kind == "resourceclaims":
+            self._observe_claim(event_type, obj)
+
+    def _observe_claim(self, event_type: str, obj: Obj) -> None:
+        key = key_of(obj)
+        if event_type == "DELETED":
+            self.claims.pop(key, None)
+        else:
+            self.claims[key] = obj
+        pod = self.claimed_by.get(key)
+        found = self.pods.get(pod) if pod is not None else None
+        if pod is not None and found is not None:
+            self._observe_pod("MODIFIED", found[0])
+
+    def taken_by_others(self) -> dict[str, frozenset[int]]:
+        """Per node, toposched's devices that claims not of our pods hold (allocated by
+        another scheduler, or by us for a pod since gone and not yet deallocated)."""
+        ours = {p.uid for _, p in self.pods.values()}
+        taken: dict[str, set[int]] = {}
+        for claim in self.claims.values():
+            holders = (claim.get("status") or {}).get("reservedFor") or []
+            if holders and all(h.get("uid") in ours for h in holders):
+                continue
+            for node, gpu in allocated_devices(claim):
+                taken.setdefault(node, set()).add(gpu)
+        return {node: frozenset(gpus) for node, gpus in taken.items()}
 
     def _configure(self, config: Obj | None) -> None:
         """Guaranteed shares from the `toposched-queues` ConfigMap; a bad one is refused
@@ -216,6 +267,10 @@ class ClusterCache:
             self.usage.drop("other")
             for obj in objects:
                 self._observe_other("ADDED", obj)
+        elif kind == "resourceclaims":
+            self.claims = {key_of(c): c for c in objects}
+            for _, (pod_obj, _) in list(self.pods.items()):
+                self._observe_pod("MODIFIED", pod_obj)
 
     def _keep_group(self, kind: GangKind, obj: Obj) -> None:
         key = group_key(kind, obj)
@@ -235,8 +290,8 @@ class ClusterCache:
             self.placed.pop(key, None)
             return
         try:
-            pod = pod_from(obj)
-        except ObjectError as err:
+            pod = self._with_claims(pod_from(obj), obj)
+        except (ObjectError, ClaimError) as err:
             self.pods.pop(key, None)
             if self.rejected.get(key) != str(err):
                 self.rejected[key] = str(err)
@@ -244,6 +299,21 @@ class ClusterCache:
             return
         self.rejected.pop(key, None)
         self.pods[key] = (obj, pod)
+
+    def _with_claims(self, pod: Pod, obj: Obj) -> Pod:
+        """The pod with the GPUs its ResourceClaims ask (ClaimError for one toposched does not
+        allocate); `claims_made` False while one is not made yet."""
+        refs = pod_claims(obj)
+        if not refs:
+            return pod
+        for ref in refs:
+            if ref.claim is not None:
+                self.claimed_by[(pod.namespace, ref.claim)] = pod.key
+        gpus = claim_gpus(obj, self.claims)
+        names = tuple(ref.claim or "" for ref in refs)
+        if gpus is None:
+            return replace(pod, claims=names, claims_made=False)
+        return replace(pod, gpus=pod.gpus + gpus, claims=names)
 
     def _observe_other(self, event_type: str, obj: Obj) -> None:
         """A pod another scheduler bound (or ours, where this one keeps to a namespace: those

@@ -187,6 +187,9 @@ class KubeScheduler(Driver):
     def config_path(self) -> str:
         return self.cache.config_path()
 
+    def claims_path(self) -> str:
+        return self.cache.claims_path()
+
     def sync(self) -> dict[str, str]:
         """List everything, rebuild the core from bound pods (before anything is bound), and
         reconcile. Returns the resourceVersion of each list, where watches start."""
@@ -236,7 +239,8 @@ class KubeScheduler(Driver):
 
     def _sync_nodes(self) -> None:
         """Each node event fed before the next is worked out (see CoreNodes.sync)."""
-        for event in self.nodes.sync(self.cache.nodes, self.view, self.clock()):
+        taken = self.cache.taken_by_others() if self.cache.claims else {}
+        for event in self.nodes.sync(self.cache.nodes, self.view, self.clock(), taken):
             self.feed(event)
 
     def _sync_bound(self) -> None:
@@ -302,6 +306,10 @@ class KubeScheduler(Driver):
         self._gated = {}
         for _, found in self.cache.pods.values():
             if found.node is None and not found.done and not found.deleting:
+                if not found.claims_made:
+                    why = "its ResourceClaims are not all made yet (the resource claim controller)"
+                    self.binder.warn_pods([found], "WaitingForResourceClaim", why)
+                    continue
                 key, pod = self.cache.gang_of(found)
                 into = self._gated if pod.gates else waiting
                 into.setdefault(key, []).append(pod)

@@ -74,7 +74,13 @@ class CoreNodes:
         self._allocatable: dict[str, dict[str, int]] = {}
         self._topologies: dict[NodeTopology, NodeTopology] = {}
 
-    def sync(self, nodes: Mapping[str, Obj], view: CoreView, now: float) -> Iterator[Event]:
+    def sync(
+        self,
+        nodes: Mapping[str, Obj],
+        view: CoreView,
+        now: float,
+        taken: Mapping[str, frozenset[int]] | None = None,
+    ) -> Iterator[Event]:
         """Nodes join the core once ready with a usable topology and leave it only when
         deleted. A cordoned, NotReady or stale node keeps its running gangs but takes no new
         work (cordoned in the core); a node rewired while gangs run on it keeps its old
@@ -112,6 +118,10 @@ class CoreNodes:
             if parsed is None:
                 continue
             node, gpus = parsed
+            if taken and name in taken:
+                # GPUs that ResourceClaims not of our pods hold are out of reach as failed ones
+                # are, until those claims let go of them.
+                gpus = replace(gpus, unhealthy=gpus.unhealthy | taken[name])
             for gpu in sorted(gpus.unhealthy ^ old.unhealthy):
                 yield GpuHealth(now, name, gpu, gpu not in gpus.unhealthy)
             core = self._core_node(name, node)

@@ -324,6 +324,10 @@ class Pod:
     gates: tuple[str, ...] = ()
     idle: str = ""  # its IDLE annotation, checked by gang_spec
     idle_since: float | None = None  # its IDLE_SINCE annotation: the agent found it idle
+    # Its ResourceClaims (kube/claims.py), by the ResourceClaim names once made; `gpus` counts
+    # what they ask of toposched's DeviceClass once every one is made (`claims_made`).
+    claims: tuple[str, ...] = ()
+    claims_made: bool = True
 
     @property
     def key(self) -> tuple[str, str]:

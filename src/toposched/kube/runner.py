@@ -197,8 +197,11 @@ class Runner:
             ("others", OTHERS_PATH, {"fieldSelector": s.others_selector()}),
             ("configmaps", s.config_path(), {"fieldSelector": QUEUES_SELECTOR}),
         ]
-        # A kind of PodGroup whose CRD the cluster lacks was listed as "" and is not watched.
+        # A kind of PodGroup whose CRD the cluster lacks was listed as "" and is not watched,
+        # as ResourceClaims where the cluster does not serve resource.k8s.io/v1.
         watched += [(k.resource, s.groups_path(k), {}) for k in GANG_KINDS if versions[k.resource]]
+        if versions.get("resourceclaims"):
+            watched.append(("resourceclaims", s.claims_path(), {}))
         self.watchers = [
             Watcher(
                 api,
