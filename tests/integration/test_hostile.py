@@ -4,6 +4,7 @@ field, and creates nothing (issue 16's "bad input that gets in", issue 20 item 6
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -320,3 +321,34 @@ def test_a_stored_row_an_older_version_let_in_stops_no_start_or_list(tmp_path: P
         with sqlite3.connect(server.data_dir / "toposched.db") as conn:
             (spec,) = conn.execute("SELECT spec FROM jobs WHERE name = 'kept'").fetchone()
         assert orjson.loads(spec)["command"] == ["tr\ufffdue"]
+
+
+def test_a_row_that_is_not_json_is_listed_as_corrupt_and_stops_nothing(tmp_path: Path) -> None:
+    with running_server(tmp_path) as server:
+        api = Api(server)
+        api.submit(name="broken", command=["sleep", "600"])
+        api.submit(name="fine", command=["true"])
+        api.until("broken", "running")
+        api.until("fine", "succeeded")
+        api.http.close()
+        server.stop()
+        with sqlite3.connect(server.data_dir / "toposched.db") as conn:
+            conn.execute("UPDATE jobs SET spec = '{\"workers\": 1, ' WHERE name = 'broken'")
+        server.start()  # a row it cannot read stops no start
+        api = Api(server)
+        rows = {j["name"]: j for j in api.get("/api/v1/jobs?all=true")["jobs"]}
+        assert rows["fine"]["state"] == "succeeded"
+        assert rows["broken"]["state"] == "corrupt"
+        assert "its stored spec cannot be read (not JSON" in rows["broken"]["reason"]
+        assert "toposched admin fsck" in rows["broken"]["reason"]
+        reply = api.http.get("/api/v1/jobs/broken")
+        assert reply.status_code == 409
+        assert "job 'broken': its stored spec cannot be read" in reply.json()["detail"]
+        listed = run_cli("list", "--all", **server.env())
+        assert re.search(r"│ broken +│.*│ corrupt +│", listed.out), listed.out
+        api.submit(name="after", command=["true"])  # the server goes on
+        api.until("after", "succeeded")
+        api.http.close()
+        found = run_cli("admin", "fsck", "--data-dir", str(server.data_dir), "--json")
+        (entry,) = json.loads(found.out)["unreadable"]
+        assert (entry["job"], entry["column"], entry["repairable"]) == ("broken", "spec", False)

@@ -80,6 +80,7 @@ STATE_STYLE = {
     "rejected": "red",
     "dependency-failed": "red",
     "idle-stopped": "yellow",
+    "corrupt": "bold red",
 }
 
 

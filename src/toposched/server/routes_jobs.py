@@ -34,7 +34,7 @@ from toposched.server.schemas import (
     JobSubmit,
     ListQuery,
 )
-from toposched.store import DuplicateJob, JobRow
+from toposched.store import CORRUPT, DuplicateJob, JobRow
 
 router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
 
@@ -76,8 +76,8 @@ def _common(row: JobRow, reason: str, runtime: Runtime) -> dict[str, Any]:
         priority=row.priority,
         state=row.state,
         reason=reason,
-        workers=row.spec["workers"],
-        gpus_per_worker=row.spec["gpus"],
+        workers=row.spec.get("workers", 0),  # none in a corrupt row's (store.CORRUPT)
+        gpus_per_worker=row.spec.get("gpus", 0),
         placement=[
             {"worker": rank, "node": slot["node"], "gpus": slot["gpus"]}
             for rank, slot in enumerate(row.placement or [])
@@ -348,7 +348,10 @@ def _after(token: str, scope: str) -> int:
 
 @router.get("/{name}", response_model=JobOut)
 def get_job(name: str, server: Server, who: Caller) -> JobOut:
-    return job_out(server.runtime, _row(server.runtime, name), who, history=True)
+    row = _row(server.runtime, name)
+    if row.state == CORRUPT:
+        raise HTTPException(status.HTTP_409_CONFLICT, f"job {name!r}: {row.reason}")
+    return job_out(server.runtime, row, who, history=True)
 
 
 @router.delete("/{name}", response_model=JobOut, status_code=status.HTTP_202_ACCEPTED)

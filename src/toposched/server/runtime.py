@@ -72,7 +72,15 @@ from toposched.executors.local import (
 from toposched.executors.supervisor import read_exit, read_pids
 from toposched.server.localnode import LocalNode
 from toposched.server.predicted import Predictor
-from toposched.store import DuplicateJob, JobRow, NewJob, Store, StoreError, write_fault
+from toposched.store import (
+    CORRUPT,
+    DuplicateJob,
+    JobRow,
+    NewJob,
+    Store,
+    StoreError,
+    write_fault,
+)
 from toposched.store.db import KEEP
 
 if TYPE_CHECKING:
@@ -246,7 +254,15 @@ class Runtime(Driver):
         their submission order. Returns one line per job whose fate changed."""
         notes: list[str] = []
         with self.lock:
-            rows = self.store.jobs(states=LIVE)
+            rows = []
+            for row in self.store.jobs(states=LIVE):
+                if row.state == CORRUPT:
+                    # Nothing can be restored from it: it is listed as corrupt, and its workers,
+                    # if any run, are not adopted (the log has what could not be read).
+                    log.error("job %s: %s; not restored", row.name, row.reason)
+                    notes.append(f"{row.name}: not restored: {row.reason}")
+                    continue
+                rows.append(row)
             self._deleting = {r.name for r in rows if r.delete_when_ended}
             for row in self.store.ended_to_delete(ENDED):  # ended before a crash let them go
                 if self._removed(row):

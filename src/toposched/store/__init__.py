@@ -2,6 +2,7 @@
 
 from toposched.store.db import (
     BUSY_TIMEOUT_S,
+    CORRUPT,
     FAULT_KINDS,
     DuplicateJob,
     HistoryRow,
@@ -18,6 +19,7 @@ from toposched.store.migrations import SCHEMA_VERSION
 
 __all__ = [
     "BUSY_TIMEOUT_S",
+    "CORRUPT",
     "FAULT_KINDS",
     "SCHEMA_VERSION",
     "DuplicateJob",

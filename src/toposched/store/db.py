@@ -6,7 +6,7 @@ import functools
 import json
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -170,7 +170,26 @@ _TOKEN = select(schema.tokens.c.user, schema.tokens.c.team, schema.tokens.c.role
 
 
 def _job(row: Row[Any]) -> JobRow:
-    return JobRow(*row)  # type: ignore[call-arg]  # columns in field order (_JOB_COLUMNS)
+    job = JobRow(*row)  # type: ignore[call-arg]  # columns in field order (_JOB_COLUMNS)
+    for column in ("spec", "placement"):
+        value = getattr(job, column)
+        if isinstance(value, Unreadable):
+            # Listed by its name, in a state of its own; nothing else is read from it.
+            why = (
+                f"its stored {column} cannot be read ({value.problem}); `toposched admin fsck` "
+                "lists such rows"
+            )
+            return replace(job, spec={}, placement=None, state=CORRUPT, reason=why)
+    return job
+
+
+class Unreadable(dict[str, Any]):
+    """A JSON column's text that no reader can decode (as `read_json` returns it): the job is
+    shown as `corrupt` rather than stopping a start or a list."""
+
+    def __init__(self, problem: str) -> None:
+        super().__init__()
+        self.problem = problem
 
 
 def _sqlite_pragmas(busy_timeout_s: float) -> Callable[[Any, Any], None]:
@@ -206,6 +225,7 @@ BUSY_TIMEOUT_S = 5.0
 KEEP = object()  # `set_queue`: leave the queue's idle rule as it is
 # The state of a deleted job's row: no job state, so no list or count shows it.
 DELETED = "deleted"
+CORRUPT = "corrupt"  # a job whose stored record cannot be read (see `_job`)
 
 
 @functools.cache
@@ -244,7 +264,8 @@ def read_json(text: str | bytes) -> Any:
         try:
             value = json.loads(text)
         except ValueError:
-            raise err from None
+            _log.error("a stored value is not JSON (%s): %.200s", err, text)
+            return Unreadable(f"not JSON: {err}")
         _log.warning(
             "a stored value holds text that is not UTF-8 (a lone surrogate); read with U+FFFD "
             "in its place: %.200s",
