@@ -66,7 +66,9 @@ def test_document_is_valid(name: str, doc: Doc) -> None:
         pytest.fail(
             f"{name} {doc['kind']}: invalid for Kubernetes {e.version}: {path}: {e.message}"
         )
-    cluster_scoped = doc["kind"].startswith(("Cluster", "ValidatingAdmission", "Namespace"))
+    cluster_scoped = doc["kind"].startswith(
+        ("Cluster", "ValidatingAdmission", "Namespace", "DeviceClass")
+    )
     assert ("namespace" in doc["metadata"]) != cluster_scoped, name
     if not cluster_scoped:
         assert doc["metadata"]["namespace"] == NAMESPACE
@@ -92,6 +94,8 @@ def test_cluster_role_grants_exactly_what_the_agent_does() -> None:
     assert grants(one("ClusterRole")) == {
         ("", "nodes"): {"get", "patch"},
         ("", "pods"): {"list", "patch"},
+        ("resource.k8s.io", "resourceslices"): {"get", "create", "update"},
+        ("resource.k8s.io", "resourceclaims"): {"get"},
     }
     binding = one("ClusterRoleBinding")
     assert binding["roleRef"]["name"] == one("ClusterRole")["metadata"]["name"]

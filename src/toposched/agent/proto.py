@@ -1,5 +1,7 @@
 """The kubelet APIs the agent speaks, built at run time from their .proto files: the device
-plugin API (deviceplugin.proto) and the pod resources API (podresources.proto).
+plugin API (deviceplugin.proto), the pod resources API (podresources.proto), and for Dynamic
+Resource Allocation the DRA plugin API (draplugin.proto) and plugin registration
+(pluginregistration.proto).
 
 The project keeps no generated code in git, so the Python modules are made from the .proto when
 first needed, by `grpc.protos_and_services` (grpcio-tools, in the `kube` extra). It compiles in
@@ -23,6 +25,8 @@ DEFAULT_POD_RESOURCES = "/var/lib/kubelet/pod-resources/kubelet.sock"
 # Resolved against sys.path, where the installed package (or src/ in a checkout) lies.
 PROTO = "toposched/agent/deviceplugin.proto"
 POD_RESOURCES_PROTO = "toposched/agent/podresources.proto"
+DRA_PROTO = "toposched/agent/draplugin.proto"
+REGISTRATION_PROTO = "toposched/agent/pluginregistration.proto"
 
 
 def grpc() -> Any:
@@ -53,3 +57,15 @@ def _pod_resources() -> tuple[Any, Any]:
 def pod_resources() -> tuple[Any, Any]:
     """The pod resources API: its messages, and its stub and servicer functions."""
     return _pod_resources()
+
+
+@functools.cache
+def dra() -> tuple[Any, Any]:
+    """The DRA plugin API: its messages, and its stub and servicer functions."""
+    return grpc().protos_and_services(DRA_PROTO)  # type: ignore[no-any-return]
+
+
+@functools.cache
+def registration() -> tuple[Any, Any]:
+    """The plugin registration API: its messages, and its stub and servicer functions."""
+    return grpc().protos_and_services(REGISTRATION_PROTO)  # type: ignore[no-any-return]

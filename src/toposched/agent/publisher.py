@@ -13,6 +13,7 @@ import logging
 from collections.abc import Callable
 from typing import Protocol
 
+from toposched.agent.dra import SlicePublisher
 from toposched.agent.state import Gpus, NodeState
 from toposched.discovery.nvml import NvmlUnavailable
 from toposched.kube.annotations import TOPOLOGY, AnnotationError, decode_topology, encode_topology
@@ -48,6 +49,7 @@ class Publisher:
         read_topology: Callable[[], NodeTopology],
         health: Health | None = None,
         read_minors: Callable[[], tuple[int, ...]] | None = None,
+        slices: SlicePublisher | None = None,
     ) -> None:
         self.api = api
         self.node = node
@@ -58,6 +60,7 @@ class Publisher:
         # taken to be numbered as the GPUs are.
         self.read_minors = read_minors
         self.published: str | None = None
+        self.slices = slices  # the node's ResourceSlice (DRA), where the cluster serves it
 
     def step(self) -> Gpus:
         """One poll: read, publish if changed; the reading is returned (and kept in `state`)."""
@@ -66,6 +69,8 @@ class Publisher:
             self._log_change(gpus)
         if gpus.topology is not None:
             self._publish(encode_topology(gpus.topology, sorted(gpus.unhealthy), gpus.stale))
+            if self.slices is not None and not gpus.stale:
+                self.slices.publish(gpus.topology, gpus.unhealthy)
         return gpus
 
     def _read(self) -> Gpus:

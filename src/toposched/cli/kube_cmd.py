@@ -175,6 +175,24 @@ def node_agent(
         "container, as NVIDIA's dcgm-exporter names them (its port by default); '' for none. "
         "Needs NVML.",
     ),
+    dra: bool = typer.Option(
+        True,
+        "--dra/--no-dra",
+        help="Publish the GPUs as a ResourceSlice (Dynamic Resource Allocation, driver "
+        "gpu.toposched.io) and serve the kubelet's DRA plugin API, where the cluster serves "
+        "resource.k8s.io/v1.",
+    ),
+    dra_plugins_dir: Path = typer.Option(
+        Path("/var/lib/kubelet/plugins"),
+        "--dra-plugins-dir",
+        help="The kubelet's DRA plugins directory: the plugin's socket is made in "
+        "gpu.toposched.io/ there.",
+    ),
+    plugins_registry: Path = typer.Option(
+        Path("/var/lib/kubelet/plugins_registry"),
+        "--plugins-registry",
+        help="The kubelet's plugin registration directory, where it finds the DRA plugin.",
+    ),
 ) -> None:
     """Publish this node's GPU topology and health on its Node, and serve the kubelet device
     plugin that gives each container the GPUs toposched chose for its pod."""
@@ -219,8 +237,18 @@ def node_agent(
                 fail(f"--metrics-listen {metrics_listen!r}: {err}")
     else:
         typer.echo("without NVML no GPU metrics are served and no idle rule is applied", err=True)
+    slices = None
+    if dra and _serves_dra(api):
+        from toposched.agent.dra import SlicePublisher, facts_from_nvml
+        from toposched.agent.drakubelet import DraPlugin, serve_dra
+
+        slices = SlicePublisher(api, node_name, facts_from_nvml(nvml) if nvml is not None else ())
+        size = read_topology().size
+        serve_dra(DraPlugin(api, node_name, size), dra_plugins_dir, plugins_registry)
+    elif dra:
+        typer.echo("the cluster does not serve resource.k8s.io/v1: no ResourceSlice", err=True)
     agent = NodeAgent(
-        Publisher(api, node_name, state, read_topology, health, read_minors),
+        Publisher(api, node_name, state, read_topology, health, read_minors, slices),
         PluginServer(plugin),
         interval,
         activity,
@@ -233,6 +261,17 @@ def node_agent(
     typer.echo(f"toposched kube node-agent: node {node_name}, {resource}, topology from {source}")
     with contextlib.suppress(KeyboardInterrupt):
         agent.run()
+
+
+def _serves_dra(api: Any) -> bool:
+    """Whether the API server serves resource.k8s.io/v1 (DRA, GA in 1.34)."""
+    from toposched.kube.api import ApiError
+
+    try:
+        api.request("GET", "/apis/resource.k8s.io/v1")
+    except ApiError:
+        return False
+    return True
 
 
 def _topology_source(
