@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from tests.kube.live import LiveCluster
-from tests.kube.test_scheduler_e2e import DGX1, Cluster, node, node_name, pod
+from tests.kube.test_scheduler_e2e import DGX1, Cluster, node, node_name, pod, podgroup
 from tests.server import wait_for as until
 from toposched.kube.claims import DEVICE_CLASS, DRIVER
 from toposched.placement.ring import ring_bandwidth
@@ -36,9 +36,9 @@ def template(name: str, count: int, device_class: str = DEVICE_CLASS) -> dict[st
     }
 
 
-def claiming_pod(name: str, template_name: str) -> dict[str, Any]:
+def claiming_pod(name: str, template_name: str, group: str | None = None) -> dict[str, Any]:
     """A pod of toposched's that asks its GPUs by a claim made from `template_name`."""
-    made = pod(name)
+    made = pod(name, group=group)
     made["spec"]["containers"][0]["resources"] = {"claims": [{"name": "gpus"}]}
     made["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimTemplateName": template_name}]
     return made
@@ -145,3 +145,29 @@ def test_a_claim_of_another_driver_is_left_alone_with_an_event(cluster: Cluster)
     claim = until(lambda: claim_of(server, "foreign"), "the claim made")
     assert "allocation" not in (claim.get("status") or {})
     assert not cluster.pod("foreign")["spec"].get("nodeName")
+
+
+def test_a_gang_of_claims_is_allocated_whole_each_pod_on_an_nvlink_ring(cluster: Cluster) -> None:
+    server = cluster.server
+    for i in range(2):
+        server.create(node(f"dgx{i}"))
+    cluster.start()
+    server.create(template("four", 4))
+    server.create(podgroup("bert", 3))
+    names = [f"bert-{i}" for i in range(3)]
+    for name in names:
+        server.create(claiming_pod(name, "four", group="bert"))
+    where = until(lambda: cluster.bound(*names), "the gang bound", timeout_s=30)
+    for name in names:
+        claim = claim_of(server, name)
+        gpus = sorted(int(d[2].removeprefix("gpu-")) for d in devices(claim))
+        node_bound, annotated = where[name]
+        assert gpus == sorted(annotated) and len(gpus) == 4
+        assert {d[1] for d in devices(claim)} == {node_name(server, node_bound)}
+        assert ring_bandwidth(DGX1, gpus) == 25.0
+        assert claim["status"]["reservedFor"][0]["name"] == name
+    # 12 GPUs on two 8-GPU nodes: one node holds two of the workers, on its two NVLink quads.
+    per_node: dict[str, list[int]] = {}
+    for node_bound, annotated in where.values():
+        per_node.setdefault(node_bound, []).extend(annotated)
+    assert sorted(len(g) for g in per_node.values()) == [4, 8]
