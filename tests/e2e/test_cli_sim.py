@@ -26,6 +26,10 @@ KEYS = {
     "migrations",
     "max_wait_s",
     "partial_hold_gpu_hours",
+    "preemptions_per_job",
+    "preemptions_per_job_p99",
+    "stopped_share",
+    "lost_gpu_hours",
     "wall_s",
 }
 
@@ -49,6 +53,34 @@ def test_sim_json_and_files(cli: Callable[..., Result], tmp_path: Path) -> None:
     assert len(rows) == 60 and {"jct_s", "placement_quality", "state"} <= set(rows[0])
     for plot in ("jct_cdf.png", "utilisation.png", "queue_length.png"):
         assert (out / plot).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_what_stops_cost_is_a_workload_parameter(
+    cli: Callable[..., Result], tmp_path: Path
+) -> None:
+    def lost(*flags: str) -> dict[str, float]:
+        r = cli(
+            "sim", "--trace", PHILLY, "--cluster", "2*dgx1-v100", "--limit", "80",
+            "--policy", "toposched", "--out", str(tmp_path), "--no-plots", "--json", *flags,
+        )  # fmt: skip
+        assert r.code == 0, r.err
+        figures: dict[str, float] = r.json()["policies"]["toposched"]
+        return figures
+
+    cheap = lost("--checkpoint-every", "1", "--restore", "0")
+    dear = lost("--checkpoint-every", "3600", "--restore", "600")
+    assert cheap["preemptions"] > 0, "the workload must stop some jobs for this to say anything"
+    assert cheap["lost_gpu_hours"] < dear["lost_gpu_hours"]
+    assert 0 < dear["stopped_share"] <= 1
+    assert dear["preemptions_per_job"] == dear["preemptions"] / dear["jobs"]
+    for flags, said in (
+        (("--checkpoint-every", "0"), "--checkpoint-every must be a positive number"),
+        (("--restore", "-1"), "--restore must be a number of seconds >= 0"),
+    ):
+        r = cli(
+            "sim", "--trace", PHILLY, "--cluster", "2*dgx1-v100", "--out", str(tmp_path), *flags
+        )
+        assert r.code != 0 and said in r.err, r.err
 
 
 def test_sim_table(cli: Callable[..., Result], tmp_path: Path) -> None:

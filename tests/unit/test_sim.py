@@ -85,21 +85,35 @@ def test_k8s_default_deadlocks_where_gang_policies_finish() -> None:
 
 
 @pytest.mark.parametrize(
-    ("checkpoint", "a_runs"),
+    ("checkpoint", "interval", "restore", "a_runs", "lost"),
     [
         # No checkpoint: a is told to stop at 10 (the policy's 10 s grace), b runs 20-70,
-        # and a starts over: 100 s more, from 70.
-        (None, (0, 170)),
-        # A 30 s checkpoint: a stops at 40 having done 10 s, b runs 40-90, a does the 90 s
-        # left from 90.
-        (30.0, (0, 180)),
+        # and a starts over: 100 s more, from 70; with no restart cost, 10 s x 8 GPUs lost.
+        (None, 1800.0, 0.0, (0, 170), 10 * 8),
+        # The same, and its restart costs 120 s: 100 + 120 s from 70.
+        (None, 1800.0, 120.0, (0, 290), (10 + 120) * 8),
+        # A 30 s checkpoint grace, a checkpoint every 5 s of work: a stops at 40 having done
+        # 10 s, all saved; b runs 40-90, a does the 90 s left from 90.
+        (30.0, 5.0, 0.0, (0, 180), 0),
+        # Checkpoints every 1800 s of work: the 10 s done are lost, and the restore costs
+        # 120 s: 100 + 120 s from 90.
+        (30.0, 1800.0, 120.0, (0, 310), (10 + 120) * 8),
     ],
 )
 def test_a_reclaimed_job_pays_its_checkpoint_contract(
-    checkpoint: float | None, a_runs: tuple[float, float]
+    checkpoint: float | None,
+    interval: float,
+    restore: float,
+    a_runs: tuple[float, float],
+    lost: float,
 ) -> None:
     # Queue b is guaranteed the whole node; a borrowed it, so b's job reclaims it.
-    workload = Workload(relax_after_s=None, checkpoint_grace_s=checkpoint)
+    workload = Workload(
+        relax_after_s=None,
+        checkpoint_grace_s=checkpoint,
+        checkpoint_interval_s=interval,
+        restore_s=restore,
+    )
     result = run(
         trace(("a", 0, 8, 100, "a"), ("b", 10, 8, 50, "b")),
         "1*dgx1-v100",
@@ -108,6 +122,11 @@ def test_a_reclaimed_job_pays_its_checkpoint_contract(
     )
     stop = 10 + (checkpoint if checkpoint is not None else 10)
     assert outcome(result) == {"a": a_runs, "b": (stop, stop + 50)}
+    assert [j.stops for j in result.jobs] == [1, 0]
+    assert [j.lost_gpu_s for j in result.jobs] == [pytest.approx(lost), 0]
+    summary = summarise(result)
+    assert summary["preemptions_per_job"] == 0.5 and summary["stopped_share"] == 0.5
+    assert summary["lost_gpu_hours"] == pytest.approx(lost / 3600)
     assert [j.preemptions for j in result.jobs] == [1, 0]
     shares = team_shares(result)
     assert shares["b"]["guaranteed"] == 1.0

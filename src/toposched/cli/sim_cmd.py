@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -39,6 +40,10 @@ TABLE = (
     ("effective_util", "effective util", "{:.1%}"),
     ("placement_quality_mean", "placement quality", "{:.3f}"),
     ("preemptions", "preempt", "{:,}"),
+    ("preemptions_per_job", "preempt/job", "{:.3f}"),
+    ("preemptions_per_job_p99", "preempt/job p99", "{:.0f}"),
+    ("stopped_share", "jobs stopped", "{:.1%}"),
+    ("lost_gpu_hours", "lost GPU·h", "{:,.0f}"),
     ("migrations", "migrate", "{:,}"),
     ("partial_hold_gpu_hours", "partial-hold GPU·h", "{:,.0f}"),
     ("wall_s", "wall s", "{:.1f}"),
@@ -102,6 +107,19 @@ def sim(
     no_checkpoint: bool = typer.Option(
         False, "--no-checkpoint", help="Jobs cannot checkpoint: a stopped job starts over."
     ),
+    checkpoint_every: float = typer.Option(
+        DEFAULT_WORKLOAD.checkpoint_interval_s,
+        "--checkpoint-every",
+        metavar="SECONDS",
+        help="Seconds of work between a job's checkpoints: a stop loses the work since the "
+        "last one.",
+    ),
+    restore: float = typer.Option(
+        DEFAULT_WORKLOAD.restore_s,
+        "--restore",
+        metavar="SECONDS",
+        help="What a restart after a stop costs (processes, data loader, restore).",
+    ),
     guarantee: list[str] = typer.Option(
         [], "--guarantee", help="QUEUE=GPUS guaranteed to a queue (repeatable); others get none."
     ),
@@ -163,7 +181,16 @@ def sim(
         fail(str(err))
     except OSError as err:
         fail(f"--out {out}: {err.strerror or err}")
-    workload = replace(DEFAULT_WORKLOAD, relax_after_s=relax_after)
+    if not 0 < checkpoint_every < math.inf:
+        fail(f"--checkpoint-every must be a positive number of seconds, got {checkpoint_every}")
+    if not 0 <= restore < math.inf:
+        fail(f"--restore must be a number of seconds >= 0, got {restore}")
+    workload = replace(
+        DEFAULT_WORKLOAD,
+        relax_after_s=relax_after,
+        checkpoint_interval_s=checkpoint_every,
+        restore_s=restore,
+    )
     if no_checkpoint:
         workload = replace(workload, checkpoint_grace_s=None)
     results: list[SimResult] = []

@@ -34,6 +34,7 @@ from toposched.core import (
     Transition,
     make_scheduler_policy,
 )
+from toposched.core.stopcost import checkpointed_s, lost_s
 from toposched.perf import DEFAULT_BATCH, ModelSpec, PerfModel
 from toposched.perf.interference import factor_from_counts, level_masks, neighbour_counts
 from toposched.perf.steptime import fastest, mixed_step_time, step_time
@@ -74,6 +75,9 @@ class SimJob:
     alone_s: float = 0.0  # integral of that over running time
     preemptions: int = 0
     migrations: int = 0
+    stops: int = 0  # stops it resumed after (preemptions, migrations, resizes)
+    lost_gpu_s: float = 0.0  # GPU-seconds of work lost to stops, restores included
+    restore_left: float = 0.0  # seconds of restore still in `remaining`
     partial_gpu_s: float = 0.0
     placements: list[tuple[str, ...]] = field(default_factory=list)  # each start's nodes
 
@@ -323,9 +327,24 @@ class Simulation(Driver):
         elif action.kind is StopKind.MIGRATE:
             job.migrations += 1
         resumes = action.kind in (StopKind.PREEMPT, StopKind.MIGRATE, StopKind.RESIZE)
-        if resumes and self.workload.checkpoint_grace_s is None:
-            job.remaining = job.trace.duration_s  # no checkpoint: the work is lost
+        if resumes:
+            self._lose(job)
         self._push(self.now + action.grace_s, _STOPPED, job.trace.name)
+
+    def _lose(self, job: SimJob) -> None:
+        """A stop it resumes after: the work since its last checkpoint is done again (all of
+        it without checkpoints), and its restart costs the workload's restore time."""
+        workload = self.workload
+        interval = (
+            workload.checkpoint_interval_s if workload.checkpoint_grace_s is not None else None
+        )
+        done = job.trace.duration_s - (job.remaining - job.restore_left)
+        lost = lost_s(done, interval)
+        gpus = job.placement.gpus if job.placement is not None else job.trace.gpus
+        job.stops += 1
+        job.lost_gpu_s += (lost + workload.restore_s) * gpus
+        job.remaining = job.trace.duration_s - checkpointed_s(done, interval) + workload.restore_s
+        job.restore_left = workload.restore_s
 
     def _vacate(self, job: SimJob) -> None:
         placement = job.placement
@@ -348,6 +367,7 @@ class Simulation(Driver):
         if dt > 0 and job.rate > 0:
             gpus = job.placement.gpus if job.placement is not None else 0
             job.remaining = max(0.0, job.remaining - dt * job.rate)
+            job.restore_left = max(0.0, job.restore_left - dt * job.rate)  # restored first
             job.run_s += dt
             job.speed_s += dt * job.rate
             job.gpu_s += dt * gpus

@@ -63,6 +63,10 @@ def summarise(result: SimResult) -> dict[str, float | int | bool]:
         # The same without the slowdown from neighbours: what the GPU choice alone cost.
         "placement_quality_alone_mean": sum(alone) / len(alone) if alone else 0.0,
         "preemptions": sum(j.preemptions for j in jobs),
+        "preemptions_per_job": sum(j.preemptions for j in jobs) / len(jobs) if jobs else 0.0,
+        "preemptions_per_job_p99": percentile(sorted(j.preemptions for j in jobs), 99),
+        "stopped_share": sum(1 for j in jobs if j.stops) / len(jobs) if jobs else 0.0,
+        "lost_gpu_hours": sum(j.lost_gpu_s for j in jobs) / 3600,
         "migrations": sum(j.migrations for j in jobs),
         "partial_hold_gpu_hours": sum(j.partial_gpu_s for j in jobs) / 3600,
         "deadlocked": result.deadlocked,

@@ -17,13 +17,18 @@ class Workload:
     when it is larger than a node) and accepts any placement after waiting `relax_after_s`,
     as Philly's scheduler relaxed locality for waiting jobs. With `checkpoint_grace_s` set,
     every job saves its state on SIGTERM within that time, so it can be preempted or moved
-    without losing work; otherwise a stopped job starts over. Each worker asks its node for
+    without losing more than the work since its last checkpoint: it saves every
+    `checkpoint_interval_s` seconds of work, and a restart after a stop costs `restore_s`
+    seconds (processes, framework and data loader start, restore from storage); otherwise a
+    stopped job starts over, and its restart costs as much. Each worker asks its node for
     the trace's CPUs and memory per GPU and one of its GPU types (all of them one type: a
     gang does not mix types).
     """
 
     relax_after_s: float | None = 1800.0
     checkpoint_grace_s: float | None = 30.0
+    checkpoint_interval_s: float = 1800.0
+    restore_s: float = 120.0
 
     def spec(self, job: TraceJob, node_gpus: int) -> JobSpec:
         prefer = Locality.NODE if job.gpus <= node_gpus else Locality.RACK
