@@ -542,6 +542,7 @@ def test_bad_input_exits_2_and_creates_nothing(
         ("submit", "--gpus", "0", "--", "true"),
         ("submit", "--model", "nosuch", "--", "true"),
         ("submit", "--gputopology", "maybe", "--", "true"),
+        ("submit", "--checkpoint-every", "0", "--", "true"),
     )
     said = [
         "error: --limit: expected a finite number of seconds, got inf",
@@ -553,6 +554,7 @@ def test_bad_input_exits_2_and_creates_nothing(
         "error: --cpus: a job without GPUs (gpus 0) must ask for CPUs (e.g. 2 or 500m)\n",
         "error: --model: unknown model 'nosuch'; known models: alexnet, ",
         "error: --gputopology must be true or false, got 'maybe'\n",
+        "error: --checkpoint-every must be more than 0\n",
     ]
     for result, line in zip(results, said, strict=True):
         assert result.code == 2, result.err
@@ -561,6 +563,13 @@ def test_bad_input_exits_2_and_creates_nothing(
     assert not (REPO / "pwned").exists()
     with server.client() as http:
         assert http.get("/api/v1/jobs", params={"all": "true", "limit": 1000}).json() == before
+
+
+def test_a_checkpoint_interval_is_kept_and_shown(cli: Callable[..., Result]) -> None:
+    said = cli("submit", "--name", "saves", "--checkpoint-every", "600", "--", "true")
+    assert said.code == 0, said.err
+    shown = cli("get", "saves").out
+    assert "checkpoint  SIGTERM, 30 s grace, every 600 s of work" in shown, shown
 
 
 def test_a_token_with_a_newline_is_an_authentication_error(server: ServerProcess) -> None:

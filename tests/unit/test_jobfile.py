@@ -110,6 +110,11 @@ def test_lines_of_fields_and_nested_fields() -> None:
     assert job.line_of("query.worker") is None
 
 
+def test_a_checkpoint_may_say_how_often_it_saves() -> None:
+    text = "checkpoint: {signal: SIGUSR1, interval_s: 1800}\ncommand: train\n"
+    assert parse_job_text(text).spec["checkpoint"] == {"signal": "SIGUSR1", "interval_s": 1800.0}
+
+
 def test_command_as_a_list_keeps_each_word_as_written() -> None:
     text = "command: [python, train.py, --lr, 0.10, --epochs, 010, --flag, yes, '']\n"
     assert parse_job_text(text).spec["command"] == [

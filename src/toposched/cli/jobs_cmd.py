@@ -256,7 +256,8 @@ def print_job(job: dict[str, Any], server_url: str = "") -> None:
     rows.append(("command", escape(" ".join(job["command"]))))
     if spec.get("checkpoint"):
         cp = spec["checkpoint"]
-        rows.append(("checkpoint", f"{cp['signal']}, {cp['grace_s']:g} s grace"))
+        every = f", every {cp['interval_s']:g} s of work" if cp.get("interval_s") else ""
+        rows.append(("checkpoint", f"{cp['signal']}, {cp['grace_s']:g} s grace{every}"))
     if spec.get("workdir"):
         rows.append(("workdir", escape(spec["workdir"])))
     if spec.get("image"):
@@ -459,6 +460,7 @@ SUBMIT_FLAGS = {
     "elastic": "--elastic",
     "checkpoint.signal": "--checkpoint-signal",
     "checkpoint.grace_s": "--checkpoint-grace",
+    "checkpoint.interval_s": "--checkpoint-every",
     "idle": "--idle-after",
     "idle.after": "--idle-after",
     "idle.below": "--idle-below",
@@ -666,6 +668,12 @@ def submit(
         "A job without one is preempted only to give back GPUs its queue borrowed beyond its "
         "guarantee.",
     ),
+    checkpoint_every: float = typer.Option(
+        None,
+        "--checkpoint-every",
+        metavar="SECONDS",
+        help="Seconds of work between the job's checkpoints: what a stop would lose.",
+    ),
     checkpoint_grace: float = typer.Option(
         None,
         "--checkpoint-grace",
@@ -774,6 +782,7 @@ def submit(
         command = list(NOTEBOOK_COMMAND)
     _finite("--limit", limit)
     _finite("--checkpoint-grace", checkpoint_grace)
+    _finite("--checkpoint-every", checkpoint_every)
     jobfile: JobFile | None = None
     base: dict[str, Any] = {}
     if file is not None:
@@ -835,6 +844,8 @@ def submit(
         checkpoint["signal"] = checkpoint_signal
     if checkpoint_grace is not None:
         checkpoint["grace_s"] = checkpoint_grace
+    if checkpoint_every is not None:
+        checkpoint["interval_s"] = checkpoint_every
     if checkpoint:
         overrides["checkpoint"] = checkpoint
     _finite("--idle-below", idle_below)

@@ -17,7 +17,7 @@
     cpus: 8                      # per worker: 8, 2.5 or 500m
     memory: 64Gi                 # per worker: 64Gi, 512Mi, 64G or bytes
     elastic: {min: 2, max: 4}    # or "2:4"
-    checkpoint: {signal: SIGUSR1, grace_s: 60}
+    checkpoint: {signal: SIGUSR1, grace_s: 60, interval_s: 1800}
     idle: {after: 30m, below: 5, action: stop}   # give the GPUs back when they sit idle
     restart: on-failure          # never | on-failure
     max_restarts: 3
@@ -440,7 +440,7 @@ class _Reader:
                 node, name, f"expected {{signal: SIGUSR1, grace_s: 30}}, got {_kind(node)}"
             )
         out: dict[str, Any] = {}
-        for key, value in self.items(node, f"{name}.", ("signal", "grace_s")):
+        for key, value in self.items(node, f"{name}.", ("signal", "grace_s", "interval_s")):
             path = f"{name}.{key}"
             out[key] = self.text(value, path) if key == "signal" else self.number(value, path)
         return out

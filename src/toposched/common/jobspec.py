@@ -34,7 +34,11 @@ def core_spec(name: str, owner: str, queue: str, spec: dict[str, Any]) -> JobSpe
         priority=spec["priority"],
         locality=LocalityRule.parse(spec["locality"]),
         elastic=Elastic(elastic["min"], elastic["max"]) if elastic else None,
-        checkpoint=Checkpoint(checkpoint["signal"], checkpoint["grace_s"]) if checkpoint else None,
+        checkpoint=(
+            Checkpoint(checkpoint["signal"], checkpoint["grace_s"], checkpoint.get("interval_s"))
+            if checkpoint
+            else None
+        ),
         restart=RestartPolicy(spec["restart"]),
         max_restarts=spec["max_restarts"],
         limit_s=spec.get("limit_s"),

@@ -104,12 +104,17 @@ class Checkpoint:
 
     signal: str = "SIGTERM"
     grace_s: float = 30.0
+    # Seconds of work between its checkpoints, where it says: what a stop loses is the work
+    # since the last one (core/stopcost.py); None: unknown.
+    interval_s: float | None = None
 
     def __post_init__(self) -> None:
         if not self.signal.startswith("SIG") or not self.signal[3:].isalnum():
             raise JobError(f"checkpoint signal must be a name such as SIGUSR1, got {self.signal!r}")
         if self.grace_s < 0:
             raise JobError(f"checkpoint grace_s must be >= 0, got {self.grace_s}")
+        if self.interval_s is not None and not 0 < self.interval_s < math.inf:
+            raise JobError(f"checkpoint interval_s must be a positive time, got {self.interval_s}")
 
 
 class IdleAction(StrEnum):

@@ -128,6 +128,9 @@ class ElasticIn(Strict):
 class CheckpointIn(Strict):
     signal: str = "SIGTERM"
     grace_s: Annotated[Seconds, Field(ge=0, le=86_400)] = 30.0
+    interval_s: Annotated[Seconds, Field(gt=0, le=30 * 86_400)] | None = Field(
+        None, description="Seconds of work between its checkpoints: what a stop would lose"
+    )
 
     @field_validator("signal")
     @classmethod
