@@ -44,8 +44,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # tools/kube, the control plane
 
-from benchmarks.kube_bind import make_nodes, start_toposched  # noqa: E402
-from tools.kube import build  # noqa: E402
+from benchmarks.kube_bind import control_plane_binaries, make_nodes, start_toposched  # noqa: E402
 from tools.kube.controlplane import ControlPlane  # noqa: E402
 
 from toposched.agent.dra import resource_slice  # noqa: E402
@@ -207,15 +206,7 @@ def main() -> None:
     def say(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
-    try:
-        binaries = build.built() if args.smoke else build.build(say)
-    except build.BuildError as err:
-        raise SystemExit(f"error: {err}") from None
-    if binaries is None:
-        raise SystemExit(
-            "error: no Kubernetes control plane built for the pinned versions (or no `go`): "
-            f"`make kube-binaries` builds it ({build.FIRST_BUILD}) into {build.cache_root()}"
-        )
+    binaries = control_plane_binaries(args.smoke, say)
     sizes = workload(args.claims, args.nodes, args.seed)
     with tempfile.TemporaryDirectory(prefix="dra-alloc-") as tmp:
         plane = ControlPlane(Path(tmp), binaries, controllers="*,-node-lifecycle-controller")

@@ -52,6 +52,7 @@ import tempfile
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -427,6 +428,21 @@ def make_nodes(api: KubeApi, count: int) -> None:
         list(pool.map(one, range(count)))
 
 
+def control_plane_binaries(smoke: bool, say: Callable[[str], None]) -> Path:
+    """The control plane's binaries, built first unless `smoke`: a smoke run must not start the
+    first build (about 15 minutes; CI builds it before). SystemExit says how to get them."""
+    try:
+        binaries = build.built() if smoke else build.build(say)
+    except build.BuildError as err:
+        raise SystemExit(f"error: {err}") from None
+    if binaries is None:
+        raise SystemExit(
+            "error: no Kubernetes control plane built for the pinned versions (or no `go`): "
+            f"`make kube-binaries` builds it ({build.FIRST_BUILD}) into {build.cache_root()}"
+        )
+    return binaries
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -459,16 +475,7 @@ def main() -> None:
     def say(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
-    try:
-        # A smoke run must not start the first build (about 15 minutes): CI builds it before.
-        binaries = build.built() if args.smoke else build.build(say)
-    except build.BuildError as err:
-        raise SystemExit(f"error: {err}") from None
-    if binaries is None:
-        raise SystemExit(
-            "error: no Kubernetes control plane built for the pinned versions (or no `go`): "
-            f"`make kube-binaries` builds it ({build.FIRST_BUILD}) into {build.cache_root()}"
-        )
+    binaries = control_plane_binaries(args.smoke, say)
     gangs = workload(args.pods, args.seed, args.run_s)
     with tempfile.TemporaryDirectory(prefix="kube-bind-") as tmp:
         plane = ControlPlane(Path(tmp), binaries, controllers="*,-node-lifecycle-controller")

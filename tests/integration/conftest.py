@@ -1,4 +1,5 @@
-"""Database URLs for integration tests: SQLite files and databases in one throwaway PostgreSQL."""
+"""Fixtures of the integration tests: database URLs (SQLite files and databases in one throwaway
+PostgreSQL), and a server shared by a module's tests."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import make_url
 
 from tests.integration.postgres import PostgresUnavailable, throwaway_postgres
+from tests.server import Api, ServerProcess, running_server
 from toposched.store import sqlite_url
 
 
@@ -65,3 +67,19 @@ def out(tmp_path: Path) -> Path:
     path = tmp_path / "out"
     path.mkdir()
     return path
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """A real server on an emulated DGX-1, shared by the module's tests (a module may define
+    a server of its own instead)."""
+    with running_server(tmp_path_factory.mktemp("srv")) as srv:
+        yield srv
+
+
+@pytest.fixture
+def api(server: ServerProcess) -> Iterator[Api]:
+    """The admin's API of `server`, every live job cancelled after the test."""
+    client = Api(server)
+    yield client
+    client.drain()

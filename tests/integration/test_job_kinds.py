@@ -6,7 +6,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,19 +15,6 @@ from tests.server import Api, ServerProcess, running_server, wait_for
 from toposched.client.jobfile import load_job_file
 
 MEMBER = str(Path(__file__).parent / "workers" / "member.py")
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    with running_server(tmp_path_factory.mktemp("kinds")) as srv:
-        yield srv
-
-
-@pytest.fixture
-def api(server: ServerProcess) -> Iterator[Api]:
-    client = Api(server)
-    yield client
-    client.drain()
 
 
 def command(out: Path, **actions: str) -> list[str]:

@@ -3,26 +3,10 @@ alone (gpus 0), with real workers, through the REST API."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-from tests.server import Api, ServerProcess, envs, running_server, wait_for, worker
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    with running_server(tmp_path_factory.mktemp("srv")) as srv:
-        yield srv
-
-
-@pytest.fixture
-def api(server: ServerProcess) -> Iterator[Api]:
-    client = Api(server)
-    yield client
-    client.drain()
+from tests.server import Api, envs, running_server, wait_for, worker
 
 
 def stage(out: Path, name: str, wait: str | None = None, **exits: int) -> dict[str, Any]:

@@ -6,11 +6,9 @@ import contextlib
 import os
 import stat
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
-import pytest
 
 from tests.server import (
     TOPOSCHED,
@@ -24,19 +22,6 @@ from tests.server import (
 )
 from toposched.server.auth import Principal, ensure_admin_token, lookup
 from toposched.store import Store, sqlite_url
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    with running_server(tmp_path_factory.mktemp("srv")) as srv:
-        yield srv
-
-
-@pytest.fixture
-def api(server: ServerProcess) -> Iterator[Api]:
-    client = Api(server)
-    yield client
-    client.drain()
 
 
 def test_gang_runs_with_torchrun_environment_and_logs(api: Api, out: Path) -> None:
