@@ -813,6 +813,7 @@ def test_a_cluster_with_only_volcanos_crd_binds_an_mpi_job(
             "nodes",
             "others",
             "pods",
+            "resourceclaims",  # and resource.k8s.io/v1 (Dynamic Resource Allocation)
             "volcano-podgroups",
         ]
         cluster.stop()

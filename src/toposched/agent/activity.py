@@ -183,8 +183,8 @@ class PodActivity:
             due = since is not None and now - since >= rule.after_s
             marked = annotations.get(IDLE_SINCE) is not None
             # Written on a change only (a write that failed is tried again next poll).
-            if due and not marked:
-                self._mark(pod, f"{since:.0f}")
+            if since is not None and due and not marked:
+                self._mark(pod, str(int(since)))  # the second it began, not a later one
             elif marked and not due:
                 self._mark(pod, None)
         for uid in self.watch.jobs() - running:
