@@ -8,7 +8,7 @@ from typing import Any
 from tests.agent.conftest import DGX1, NODE, NS
 from tests.agent.fakes import HealthNvml, short_tmp_dir
 from tests.kube.live import LiveCluster
-from toposched.agent.dra import SlicePublisher, facts_from_nvml, slice_name
+from toposched.agent.dra import CHECK_EVERY, SlicePublisher, facts_from_nvml, slice_name
 from toposched.agent.drakubelet import DraPlugin, serve_dra
 from toposched.agent.health import NvmlHealth
 from toposched.agent.proto import dra, grpc, registration
@@ -71,6 +71,14 @@ def test_the_slice_lists_each_gpu_and_follows_its_health(
         health = {d["name"]: d["attributes"]["healthy"]["bool"] for d in again["devices"]}
         assert health == {f"gpu-{i}": i != 3 for i in range(8)}
         assert writes(cluster) == 2
+        # The kubelet deletes a driver's slices when it starts: within CHECK_EVERY polls the
+        # agent has seen it gone and published it again.
+        cluster.api.request("DELETE", f"{SLICES}/{slice_name(NODE)}")
+        for _ in range(CHECK_EVERY):
+            agent.step()
+        back = the_slice(cluster)["spec"]
+        assert back["pool"]["generation"] == 3
+        assert [d["name"] for d in back["devices"]] == [f"gpu-{i}" for i in range(8)]
     finally:
         cluster.api.request("DELETE", f"{SLICES}/{slice_name(NODE)}")
 

@@ -25,6 +25,8 @@ from toposched.topology.resources import memory_text
 
 log = logging.getLogger(__name__)
 
+CHECK_EVERY = 6  # unchanged polls between reads that the slice still exists (a minute at 10 s)
+
 Obj = Mapping[str, Any]
 
 
@@ -121,12 +123,19 @@ class SlicePublisher:
         self.facts = tuple(facts)
         self.published: list[dict[str, Any]] | None = None
         self.generation = 0
+        self._unchecked = 0  # polls since the slice was last seen to exist
 
     def publish(self, topology: NodeTopology, unhealthy: frozenset[int]) -> None:
         wanted = devices(topology, unhealthy, self.facts)
-        if wanted == self.published:
-            return
         path = f"{API}/resourceslices/{slice_name(self.node)}"
+        if wanted == self.published:
+            # The kubelet deletes a driver's slices when it starts (and when the driver's
+            # plugin goes away): every CHECK_EVERY polls, one read to see that it is there.
+            self._unchecked += 1
+            if self._unchecked < CHECK_EVERY or self._exists(path):
+                return
+            log.warning("node %s: its ResourceSlice is gone; publishing it again", self.node)
+        self._unchecked = 0
         try:
             node = self.api.request("GET", f"/api/v1/nodes/{self.node}")
             try:
@@ -155,6 +164,14 @@ class SlicePublisher:
             slice_name(self.node),
             self.generation,
         )
+
+    def _exists(self, path: str) -> bool:
+        self._unchecked = 0
+        try:
+            self.api.request("GET", path)
+        except ApiError as err:
+            return err.status != 404  # another failure: not known to be gone
+        return True
 
 
 def facts_from_nvml(nvml: Any) -> tuple[GpuFacts, ...]:
