@@ -16,13 +16,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+
+from toposched.kube.objects import Obj
 
 DRIVER = "gpu.toposched.io"
 DEVICE_CLASS = "gpu.toposched.io"
 API = "/apis/resource.k8s.io/v1"
-
-Obj = Mapping[str, Any]  # a Kubernetes object as the API returns it
 
 
 class ClaimError(ValueError):

@@ -133,7 +133,7 @@ class ActivityMonitor:
             held.setdefault(job, []).append(gpu)
         per_job = self._by_nvml(owners, held) if self.usage is not None else None
         if per_job is None:
-            per_job = self._by_cpu(running, now)
+            per_job = self._by_cpu(running, owners, held, now)
         rules = self._rules(running)
         with self._lock:
             for job in list(self.jobs):
@@ -192,17 +192,19 @@ class ActivityMonitor:
                 gpu.index,
                 pid,
             )
-        self._said_outside = (self._said_outside | set(outside)) if outside else self._said_outside
+        self._said_outside.update(outside)
         return GpuNow(gpu.index, gpu.busy_pct, gpu.memory_used, gpu.memory_total, job, outside)
 
-    def _by_cpu(self, running: Mapping[str, int], now: float) -> dict[str, list[float]]:
+    def _by_cpu(
+        self,
+        running: Mapping[str, int],
+        owners: Mapping[int, str],
+        held: Mapping[str, list[int]],
+        now: float,
+    ) -> dict[str, list[float]]:
         groups = self.runtime.executor.process_groups()
         wanted = {job: groups.get((job, attempt), []) for job, attempt in running.items()}
         seconds = self.cpu_seconds([g for gs in wanted.values() for g in gs])
-        owners = self.runtime.gpu_owners()
-        count: dict[str, int] = {}
-        for job in owners.values():
-            count[job] = count.get(job, 0) + 1
         found: dict[str, list[float]] = {}
         with self._lock:
             for job, pgids in wanted.items():
@@ -215,7 +217,7 @@ class ActivityMonitor:
                 if before is None or now <= at:
                     continue  # the first reading: a rate needs two
                 pct = min(100.0, max(0.0, 100.0 * (used - before) / (now - at)))
-                found[job] = [pct] * max(1, count.get(job, 1))
+                found[job] = [pct] * max(1, len(held.get(job, ())))
             self.gpus = {
                 gpu: GpuNow(gpu, found.get(job, [0.0])[0], None, None, job, ())
                 for gpu, job in owners.items()
