@@ -7,7 +7,7 @@ Run: .venv/bin/python benchmarks/api_load.py [--jobs 10000] [--clients 8] [--url
      .venv/bin/python benchmarks/api_load.py --smoke
 
 Without --url it starts `toposched serve --emulate dgx1-v100` on a free port with a fresh data
-directory (SQLite, WAL) and stops it afterwards. First one job takes all 8 GPUs (it sleeps), so
+directory (SQLite) and stops it afterwards. First one job takes all 8 GPUs (it sleeps), so
 the measured submissions are stored, scheduled and left waiting: the figure is the API, store and
 scheduler path, not process start-up. Each client is a thread with its own keep-alive HTTP
 connection (the standard library's, the lightest), submitting one job at a time. Issue 5's
