@@ -3,10 +3,11 @@ functions and the same errors, for a fraction of the framework's work per reques
 
 FastAPI's routing, dependency solving and parameter reading cost a submit about a quarter of
 the server's CPU (`benchmarks/api_load.py --costs`), and the server is bound by one core.
-A request these routes take is read here and handed to the functions the FastAPI routes call
-(`caller`, `submitted`, `page`); one they would read otherwise than FastAPI does (another
-content type, a body or query that does not validate, an odd header) goes on to FastAPI as
-it came, so that its answer, a 422 above all, is FastAPI's own. An exception is answered by
+A request these routes take is read here (its body by `wirejson.read_json`, the one reader
+FastAPI's routes use too) and handed to the functions the FastAPI routes call (`caller`,
+`submitted`, `page`); one they would read otherwise than FastAPI does (another content type, a
+body or query that does not validate, an odd header) goes on to FastAPI as it came, so that its
+answer, a 422 above all, is FastAPI's own. An exception is answered by
 the application's handlers, as FastAPI answers it. The OpenAPI schema still describes both
 routes: FastAPI's are still there, and answer what these pass on.
 """
@@ -17,7 +18,6 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 from urllib.parse import parse_qsl
 
-import orjson
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -28,6 +28,7 @@ from toposched.server.auth import Principal
 from toposched.server.deps import ServerState, caller
 from toposched.server.routes_jobs import page, submitted
 from toposched.server.schemas import MAX_IDEMPOTENCY_KEY, JobSubmit, ListQuery
+from toposched.server.wirejson import BodyError, read_json
 
 PATH = "/api/v1/jobs"
 LISTED = ("state",)  # ListQuery's fields read as lists: every value, in order
@@ -75,8 +76,8 @@ class HotRoutes:
         if raw is None:  # the client went away: nobody to answer
             return
         try:
-            body = JobSubmit.model_validate(orjson.loads(raw))
-        except (orjson.JSONDecodeError, ValidationError):
+            body = JobSubmit.model_validate(read_json(raw))
+        except (BodyError, ValidationError):
             await self.app(scope, _replay(raw, receive), send)
             return
         said_key = None if key is None else key.decode("latin-1")

@@ -27,9 +27,10 @@ from toposched.server.schemas import (
     WhoAmI,
     check_name,
 )
+from toposched.server.wirejson import WireRoute
 from toposched.store.db import KEEP
 
-router = APIRouter()
+router = APIRouter(route_class=WireRoute)
 
 
 @router.get("/api/v1/health", response_model=Health, tags=["cluster"])

@@ -34,9 +34,10 @@ from toposched.server.schemas import (
     JobSubmit,
     ListQuery,
 )
+from toposched.server.wirejson import WireRoute
 from toposched.store import CORRUPT, DuplicateJob, JobRow
 
-router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
+router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"], route_class=WireRoute)
 
 STATES = tuple(state.value for state in JobState)
 
