@@ -17,6 +17,7 @@ from toposched.placement.gang import Placement
 
 # Stops after which the job runs again on its checkpoint: its own grace is all it needs.
 CHECKPOINTED = (StopKind.PREEMPT, StopKind.MIGRATE, StopKind.RESIZE, StopKind.IDLE)
+ROOM_MAKING = (StopKind.PREEMPT, StopKind.MIGRATE, StopKind.RESIZE)  # stops for another job
 
 
 def stop_signal(spec: JobSpec, kind: StopKind, policy: SchedulerPolicy) -> tuple[str, float]:
@@ -68,6 +69,8 @@ class Changes:
         self.books.touch_nodes_of(rec)
         rec.stop_kind = kind
         rec.stop_why = why
+        if kind in ROOM_MAKING:
+            rec.stops += 1
         self.demotions.stopped(rec)
         rec.note(self.books.now, f"stopping ({kind.value}): {why}")
         return [

@@ -175,7 +175,7 @@ class GangCycle:
             if out:
                 return out
         if self.policy.migration and not self._known_no_room(request):
-            plan = plan_defragment(books, rec, request, self.place)
+            plan = plan_defragment(books, rec, request, self.place, self.reclaim.rule)
             if plan is None:
                 self.no_room[1].add(request)
             out = self.carry_out(rec, plan)

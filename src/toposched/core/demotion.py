@@ -1,4 +1,5 @@
-"""Least attained service: which running jobs have had enough service to be demoted, and when."""
+"""Least attained service: which running jobs have had enough service to be demoted, and when
+they may be stopped for it (not while a stop rule protects them: core/stoprule.py)."""
 
 from __future__ import annotations
 
@@ -6,20 +7,31 @@ import heapq
 import math
 
 from toposched.core.records import JobRecord
+from toposched.core.stoprule import StopRule
 
 
 class Demotions:
     """Running checkpointable jobs (not being stopped) by when they reach the threshold.
 
     A job's demotion time is fixed while it runs on one placement (its GPUs times the time it
-    runs), so it is computed when it starts and kept in a heap; `due(now)` moves the jobs whose
-    time has come into `demoted`, where reclaim looks for victims without walking every job.
+    runs), so it is computed when it starts; so is the end of its protection after stops
+    (`StopRule.protected_until`). It becomes a victim at the later of the two, kept in a heap;
+    `due(now)` moves the jobs whose time has come into `demoted`, where reclaim looks for
+    victims without walking every job. A job protected for good is timed for demotion (its
+    rank when it waits again) but never becomes a victim.
     """
 
-    def __init__(self, threshold_gpu_s: float | None, job_nodes: dict[str, dict[int, int]]) -> None:
-        """`job_nodes`: the scheduler's GPUs of each job by node (read, never changed)."""
+    def __init__(
+        self,
+        threshold_gpu_s: float | None,
+        job_nodes: dict[str, dict[int, int]],
+        rule: StopRule | None = None,
+    ) -> None:
+        """`job_nodes`: the scheduler's GPUs of each job by node (read, never changed);
+        `rule`: what protects a job that was stopped before (None: nothing)."""
         self.threshold = threshold_gpu_s
         self.job_nodes = job_nodes
+        self.rule = rule
         self.demoted: dict[str, JobRecord] = {}
         # The demoted jobs by node, with their GPUs there and their costs (reclaim's
         # VictimsByNode), kept as jobs are demoted and stop rather than gathered at every search.
@@ -28,7 +40,8 @@ class Demotions:
         # priority, its GPUs; fixed while it runs on one placement.
         self._costs: dict[str, tuple[int, int, int]] = {}
         self._nodes: dict[str, tuple[int, ...]] = {}  # each demoted job's nodes
-        self._at: dict[str, float] = {}
+        self._at: dict[str, float] = {}  # when each tracked job becomes a victim
+        self._demote_at: dict[str, float] = {}  # when each tracked job is demoted
         self._heap: list[tuple[float, int, str]] = []
         self._jobs: dict[str, JobRecord] = {}
 
@@ -40,15 +53,22 @@ class Demotions:
         if not rec.placement.gpus:
             return  # a job without GPUs has no GPU service: it is never demoted
         left = self.threshold - (rec.service(now) - rec.forgiven)
-        at = now + max(0.0, left) / rec.placement.gpus
-        self._at[rec.name] = at
+        demote_at = now + max(0.0, left) / rec.placement.gpus
+        self._demote_at[rec.name] = demote_at
         self._jobs[rec.name] = rec
+        at = demote_at
+        if self.rule is not None:
+            at = max(at, self.rule.protected_until(rec, now))
+        if math.isinf(at):
+            return
+        self._at[rec.name] = at
         heapq.heappush(self._heap, (at, rec.seq, rec.name))
 
     def stopped(self, rec: JobRecord) -> None:
         """`rec` is being stopped, or holds no GPUs any more (entries left in the heap are
         skipped as stale)."""
         self._at.pop(rec.name, None)
+        self._demote_at.pop(rec.name, None)
         self._jobs.pop(rec.name, None)
         if self.demoted.pop(rec.name, None) is not None:
             for i in self._nodes.pop(rec.name):
@@ -95,5 +115,5 @@ class Demotions:
         """Whether a tracked running job is demoted by `now`; None if it is not tracked."""
         if name in self.demoted:
             return True
-        at = self._at.get(name)
+        at = self._demote_at.get(name)
         return None if at is None else at <= now

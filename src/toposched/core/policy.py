@@ -72,6 +72,14 @@ class SchedulerPolicy:
     may preempt it if it can checkpoint (None: no demotion; order by submission alone).
     promote_after_s: a demoted job that has waited this long ranks with the others again, so
     it cannot starve (None: never promoted).
+    Stops that pay (core/stoprule.py; docs/scheduler.md, "Preemption that pays"): after its
+    k-th stop (preempted, moved or shrunk) a job runs `stop_protect_s * 2**(k-1)` seconds
+    before least attained service or a migration may stop it again, and after `max_stops`
+    stops never (None: no cap); guarantees and priorities still preempt it. A demoted job is
+    preempted for one that is not only when the run time it is expected to have left (its
+    run time so far) exceeds the other's (at least `young_job_s`) by `pay_margin` times what
+    the stop costs it: the work since its last checkpoint (every `checkpoint_interval_s` of
+    work, where the job does not say) and `restore_s` to start again (None: no test).
     spread_by_model: None (the default): a gang spans the fewest nodes. A number >= 0: a gang
     that may span nodes and names its model goes where the driver's performance model
     predicts the shortest step, on the fewest nodes within this fraction of it (0: the
@@ -101,6 +109,12 @@ class SchedulerPolicy:
     grow_after_s: float = 60.0
     demote_after_gpu_h: float | None = 8.0
     promote_after_s: float | None = 86_400.0
+    stop_protect_s: float = 3600.0
+    max_stops: int | None = 2
+    pay_margin: float | None = 1.0
+    young_job_s: float = 1800.0
+    checkpoint_interval_s: float = 1800.0
+    restore_s: float = 120.0
     keep_finished: int = 10_000
     spread_by_model: float | None = None
     type_choice: TypeChoice = TypeChoice.FASTEST
@@ -134,10 +148,18 @@ class SchedulerPolicy:
                 "demote_after_gpu_h needs order 'fair' (fifo ignores service): "
                 "set demote_after_gpu_h=null with order=fifo"
             )
-        for key in ("demote_after_gpu_h", "promote_after_s"):
+        for key in ("demote_after_gpu_h", "promote_after_s", "checkpoint_interval_s"):
             value = getattr(self, key)
             if value is not None and not value > 0:
                 raise PolicyError(f"{key} must be positive, got {value}")
+        for key in ("stop_protect_s", "pay_margin", "young_job_s", "restore_s"):
+            value = getattr(self, key)
+            if value is not None and not value >= 0:
+                raise PolicyError(f"{key} must be >= 0, got {value}")
+        if self.max_stops is not None and self.max_stops < 1:
+            raise PolicyError(
+                f"max_stops must be at least 1 (or null: no cap), got {self.max_stops}"
+            )
         if self.keep_finished < 0:
             raise PolicyError(f"keep_finished must be >= 0, got {self.keep_finished}")
         if not self.type_tolerance >= 0:

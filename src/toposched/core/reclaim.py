@@ -6,6 +6,7 @@ reserves those GPUs. It reads the books and the job order, and changes neither.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from itertools import combinations
 
@@ -15,6 +16,7 @@ from toposched.core.job import JobState
 from toposched.core.ordering import Waiting
 from toposched.core.policy import SchedulerPolicy
 from toposched.core.records import JobRecord
+from toposched.core.stoprule import StopRule
 from toposched.placement.gang import GangRequest, Shortfall, node_gpus, ring_gbps
 from toposched.placement.policies import GangPlacer
 from toposched.placement.request import Mode
@@ -120,14 +122,18 @@ class Reclaim:
         demotions: Demotions,
         policy: SchedulerPolicy,
         place: GangPlacer,
+        rule: StopRule | None = None,
     ) -> None:
         self.books = books
         self.waiting = waiting
         self.demotions = demotions
         self.policy = policy
         self.place = place
+        self.rule = rule or StopRule.of(policy)
         self.memo: dict[tuple[object, ...], ShapeChoice | None] = {}
         self._no_victims: tuple[tuple[object, ...], float] | None = None  # (asked, until)
+        # When the stop rule may first say yes to a victim it refused in the last search.
+        self._recheck = math.inf
 
     def plan(self, rec: JobRecord, request: GangRequest) -> Plan | None:
         """The victims to stop for `rec` and the GPUs they give, or None."""
@@ -135,10 +141,19 @@ class Reclaim:
         known = self._no_victims
         if known and known[0] == asked and self.books.now < min(known[1], self.demotions.next_at()):
             return None
+        self._recheck = math.inf
         plan = self.plan_reclaim(rec, request)
         if plan is None:
-            self._no_victims = (asked, self.demotions.next_at())
+            self._no_victims = (asked, min(self.demotions.next_at(), self._recheck))
         return plan
+
+    def _pays(self, victim: JobRecord, rec: JobRecord) -> bool:
+        """The stop rule's test, noting when a refused victim should be asked about again."""
+        now = self.books.now
+        if self.rule.pays(victim, rec, now):
+            return True
+        self._recheck = min(self._recheck, self.rule.next_checkpoint(victim, now))
+        return False
 
     def victims_for(self, rec: JobRecord) -> list[JobRecord]:
         """Running jobs `rec` may preempt: work borrowed beyond another queue's guarantee (if
@@ -179,7 +194,7 @@ class Reclaim:
             for r in sorted(self.demotions.due(self.books.now).values(), key=lambda r: r.seq):
                 if r.name in chosen or r.state is not JobState.RUNNING:
                     continue
-                if not self._behind(r, rec, level):
+                if not self._behind(r, rec, level) or not self._pays(r, rec):
                     continue
                 q = queues[r.spec.queue]
                 if (
@@ -258,11 +273,18 @@ class Reclaim:
         """`victim_costs`, and the same victims by node when they are kept so. Without guarantees
         and with one priority everywhere, the victims are exactly the demoted running jobs, which
         `Demotions` keeps with their costs and by node: no job is walked (the common case of a
-        replay)."""
+        replay), but those whose stop would not pay (core/stoprule.py) are left out."""
         if self.waiting.demotes_alone():
             if self.waiting.waiting_level(rec) != 0:
                 return {}, None
-            return self.demotions.victims(self.books.now), self.demotions.on_node
+            costs = self.demotions.victims(self.books.now)
+            jobs = self.books.jobs
+            unpaid = {name for name in costs if not self._pays(jobs[name], rec)}
+            if not unpaid:
+                return costs, self.demotions.on_node
+            # Only the demoted jobs whose stop pays for `rec`, gathered by node again.
+            costs = {name: cost for name, cost in costs.items() if name not in unpaid}
+            return costs, None
         return {v.name: victim_cost(v) for v in self.victims_for(rec)}, None
 
     def plan_reclaim(

@@ -41,6 +41,9 @@ class JobRecord:
     # Service a promotion forgave (least attained service): demotion counts what came after.
     forgiven: float = 0.0
     restarts: int = 0
+    # Times the core stopped it to make room (preempted, moved, shrunk): what protects it from
+    # more (core/stoprule.py).
+    stops: int = 0
     reason: str = ""
     said: Said | None = None  # what `reason` states that may change before it is read
     tried: int = 0  # the last scheduling cycle that looked at this job

@@ -11,6 +11,7 @@ from toposched.core.job import JobState
 from toposched.core.moves import placement_of, plan_defrag
 from toposched.core.reclaim import Reclaim
 from toposched.core.records import JobRecord
+from toposched.core.stoprule import StopRule
 from toposched.placement.gang import GangRequest, Placement, Shortfall
 from toposched.placement.policies import GangPlacer
 from toposched.placement.tables import to_mask
@@ -94,9 +95,10 @@ def _shrink_plan(
 
 
 def plan_defragment(
-    books: Books, rec: JobRecord, request: GangRequest, place: GangPlacer
+    books: Books, rec: JobRecord, request: GangRequest, place: GangPlacer, rule: StopRule
 ) -> RoomPlan | None:
-    """Migrate the fewest checkpointable jobs so that one node can take the blocked job."""
+    """Migrate the fewest checkpointable jobs so that one node can take the blocked job (not
+    those the stop rule protects)."""
     cap = books.capacity
     if request.gpus > cap.total_free:
         return None  # asked at every blocked head: the cheap test first
@@ -107,6 +109,8 @@ def plan_defragment(
     # Jobs holding GPUs, found through the GPUs, in submission order.
     for r in sorted(books.holders.values(), key=lambda r: r.seq):
         if r.state is not JobState.RUNNING or r.placement is None or not r.spec.checkpointable:
+            continue
+        if rule.protected(r, books.now):
             continue
         by_node = r.placement.gpus_by_node()
         if len(by_node) != 1:

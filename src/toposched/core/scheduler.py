@@ -52,6 +52,7 @@ from toposched.core.policy import SchedulerPolicy, TypeChoice
 from toposched.core.reclaim import Reclaim
 from toposched.core.records import JobRecord
 from toposched.core.reservation import Reserver
+from toposched.core.stoprule import StopRule
 from toposched.core.typechoice import FastestType, TypeSpeed
 from toposched.core.validate import check as check_books
 from toposched.core.views import CoreView, JobView
@@ -100,7 +101,9 @@ class Scheduler:
         for name, guaranteed in (queues or {}).items():
             books.configure_queue(name, guaranteed)
         demote = policy.demote_after_gpu_h
-        self.demotions = Demotions(None if demote is None else demote * 3600.0, books.job_nodes)
+        self.stop_rule = rule = StopRule.of(policy)
+        threshold = None if demote is None else demote * 3600.0
+        self.demotions = Demotions(threshold, books.job_nodes, rule)
         self.waiting = waiting = Waiting(books, policy, self.demotions)
         self.changes = changes = Changes(books, waiting, self.demotions, policy)
         self.lifecycle = Lifecycle(books, waiting, changes, self.demotions, policy)
@@ -119,7 +122,7 @@ class Scheduler:
             place = OneType(place, choose)
             # Preemption plans the fewest nodes: a spread plan would stop more jobs for it.
             fewest = OneType(placing.gang, choose)
-            self.reclaim = Reclaim(books, waiting, self.demotions, policy, fewest)
+            self.reclaim = Reclaim(books, waiting, self.demotions, policy, fewest, rule)
             reserver = Reserver(books, policy.default_runtime_s, validate)
             self.gang = GangCycle(books, waiting, changes, policy, place, self.reclaim, reserver)
         if not policy.gang:

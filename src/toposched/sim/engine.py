@@ -169,9 +169,12 @@ class Simulation(Driver):
         )
         self._type_steps: dict[str, StepTime] = {}
         self._reference: dict[tuple[object, ...], float] = {}
+        # The core estimates what a stop costs with the workload's own restart time, unless
+        # told otherwise (each job says its checkpoint interval: Workload.spec).
+        params = {"restore_s": self.workload.restore_s, **(policy_params or {})}
         scheduler = Scheduler(
             cluster,
-            make_scheduler_policy(policy, policy_params or {}),
+            make_scheduler_policy(policy, params),
             self.guarantees,
             rng=random.Random(seed),
             step_time=self._step_time,

@@ -38,7 +38,9 @@ class Workload:
             locality = LocalityRule(prefer, Locality.ANY, self.relax_after_s)
         checkpoint = None
         if self.checkpoint_grace_s is not None:
-            checkpoint = Checkpoint("SIGTERM", self.checkpoint_grace_s)
+            checkpoint = Checkpoint(
+                "SIGTERM", self.checkpoint_grace_s, interval_s=self.checkpoint_interval_s
+            )
         return JobSpec(
             job.name,
             workers=job.gpus,
