@@ -223,6 +223,45 @@ def test_a_bad_idle_annotation_is_refused_naming_it(text: str, said: str) -> Non
         gang_spec("team-a/w0", [pod], 1)
 
 
+def test_a_gang_says_how_often_it_checkpoints_on_the_podgroup_or_the_pod() -> None:
+    saves = {"toposched.io/checkpoint": "true", "toposched.io/checkpoint-interval": "20m"}
+    spec = gang_spec("team-a/w0", [pod_from(pod_obj("w0", 1, annotations=saves))], 1)
+    assert spec.checkpoint is not None and spec.checkpoint.interval_s == 1200.0
+    group = {"metadata": {"annotations": {**saves, "toposched.io/checkpoint-interval": "900"}}}
+    plain = pod_from(pod_obj("w1", 1, annotations=saves))
+    grouped = gang_spec("team-a/g", [plain], 1, {**group, "spec": {"minMember": 1}})
+    assert grouped.checkpoint is not None and grouped.checkpoint.interval_s == 900.0
+    silent = {"toposched.io/checkpoint": "true"}
+    said = gang_spec("team-a/w2", [pod_from(pod_obj("w2", 1, annotations=silent))], 1)
+    assert said.checkpoint is not None and said.checkpoint.interval_s is None
+
+
+@pytest.mark.parametrize(
+    ("annotations", "said"),
+    [
+        ({"toposched.io/checkpoint-interval": "30m"}, 'it needs toposched.io/checkpoint: "true"'),
+        (
+            {"toposched.io/checkpoint": "true", "toposched.io/checkpoint-interval": "often"},
+            "checkpoint-interval must be a time such as 30m",
+        ),
+        (
+            {"toposched.io/checkpoint": "true", "toposched.io/checkpoint-interval": "nan"},
+            "checkpoint-interval must be a positive time",
+        ),
+        (
+            {"toposched.io/checkpoint": "true", "toposched.io/checkpoint-interval": "31d"},
+            "must be at most 30d",
+        ),
+    ],
+)
+def test_a_bad_checkpoint_interval_is_refused_naming_it(
+    annotations: dict[str, str], said: str
+) -> None:
+    pod = pod_from(pod_obj("w0", 1, annotations=annotations))
+    with pytest.raises(ObjectError, match=said):
+        gang_spec("team-a/w0", [pod], 1)
+
+
 def test_a_checkpoint_annotation_and_grace_must_be_usable() -> None:
     pod = pod_from(pod_obj("w0", 1, annotations={"toposched.io/checkpoint": "yes"}))
     with pytest.raises(ObjectError, match=r'checkpoint must be "true" or "false"'):

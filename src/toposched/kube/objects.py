@@ -53,6 +53,10 @@ DEFAULT_RACK_LABEL = "toposched.io/rack"
 # and whose controller makes them again: only such work is preempted for a higher priority or
 # by least attained service (core/reclaim.py), as on the standalone server.
 CHECKPOINT = "toposched.io/checkpoint"
+# With CHECKPOINT "true": how often the job checkpoints, in its run time (`30m`, `1800`), on the
+# PodGroup or the pod: what a stop of it loses, which the core weighs (core/stoprule.py).
+CHECKPOINT_INTERVAL = "toposched.io/checkpoint-interval"
+MAX_CHECKPOINT_INTERVAL_S = 30 * 86_400.0  # as the API's checkpoint.interval_s
 EVICTION_SIGNAL = "SIGTERM"
 DEFAULT_GRACE_S = 30.0  # Kubernetes' default terminationGracePeriodSeconds
 # A job's idle rule, on the PodGroup or the pod (`after=30m,below=5,action=stop`; below and
@@ -309,6 +313,7 @@ class Pod:
     labels: Mapping[str, str] = field(default_factory=dict)
     accept_unknown: str = "false"  # its ACCEPT_UNKNOWN annotation, checked by gang_spec
     checkpoint: str = "false"  # its CHECKPOINT annotation, checked by gang_spec
+    checkpoint_interval: str = ""  # its CHECKPOINT_INTERVAL annotation, checked by gang_spec
     grace_s: float = DEFAULT_GRACE_S  # its terminationGracePeriodSeconds
     group_kind: GangKind = SCHEDULER_PLUGINS  # which kind of PodGroup `group` names
     # What it asks of a node, as kube-scheduler reads it: its effective requests (CPUs in
@@ -406,6 +411,7 @@ def pod_from(obj: Obj) -> Pod:
         labels=labels,
         accept_unknown=annotations.get(ACCEPT_UNKNOWN) or "false",
         checkpoint=annotations.get(CHECKPOINT) or "false",
+        checkpoint_interval=annotations.get(CHECKPOINT_INTERVAL) or "",
         grace_s=float(grace),
         group_kind=kind,
         requests=requests,
@@ -612,9 +618,14 @@ def gang_spec(
     saves = annotations.get(CHECKPOINT) or first.checkpoint
     if saves not in ("true", "false"):
         raise ObjectError(f'{job}: {CHECKPOINT} must be "true" or "false", not {saves!r}')
+    interval = checkpoint_interval(
+        job, annotations.get(CHECKPOINT_INTERVAL) or first.checkpoint_interval, saves == "true"
+    )
     # The shortest grace of the gang: an eviction gives each pod its own.
     checkpoint = (
-        Checkpoint(EVICTION_SIGNAL, min(p.grace_s for p in pods)) if saves == "true" else None
+        Checkpoint(EVICTION_SIGNAL, min(p.grace_s for p in pods), interval)
+        if saves == "true"
+        else None
     )
     idle = parse_idle(job, annotations.get(IDLE) or first.idle)
     base = EVERY_NODE if accept == "true" else KNOWN_ONLY
@@ -644,6 +655,25 @@ def gang_spec(
         )
     except (JobError, ClusterError) as err:
         raise ObjectError(f"{job}: {err}") from None
+
+
+def checkpoint_interval(job: str, text: str, saves: bool) -> float | None:
+    """A gang's CHECKPOINT_INTERVAL annotation in seconds (None where there is none); it says
+    how often a job that checkpoints does, so it needs CHECKPOINT "true"."""
+    if not text:
+        return None
+    if not saves:
+        raise ObjectError(
+            f"{job}: {CHECKPOINT_INTERVAL} says how often a job checkpoints; it needs "
+            f'{CHECKPOINT}: "true"'
+        )
+    try:
+        seconds = parse_duration(text, CHECKPOINT_INTERVAL)
+    except DurationError as err:
+        raise ObjectError(f"{job}: {err}") from None
+    if seconds > MAX_CHECKPOINT_INTERVAL_S:
+        raise ObjectError(f"{job}: {CHECKPOINT_INTERVAL} must be at most 30d, got {text!r}")
+    return seconds
 
 
 def parse_idle(job: str, text: str) -> IdleRule | None:
