@@ -335,8 +335,8 @@ def test_a_restart_keeps_each_jobs_attained_service(data: Path, out: Path) -> No
     submitted after the restart, and `short` counts on from 80."""
     now = [1000.0]
     # Demoted after 100 GPU-seconds; without the stop rule, whose test of a stop's worth
-    # would keep a job that has run for seconds.
-    las = {"demote_after_gpu_h": 100 / 3600, "pay_margin": None}
+    # would keep a job that has run for seconds, and whose patience would keep `short` waiting.
+    las = {"demote_after_gpu_h": 100 / 3600, "pay_margin": None, "preempt_patience_s": 0.0}
     first = Rig(data, clock=lambda: now[0], **las)
     checkpoint = {"signal": "SIGUSR1", "grace_s": 10}
     first.submit("long", out, gpus=8, checkpoint=checkpoint, env={"WAIT": "never"})

@@ -1328,7 +1328,13 @@ def test_gang_policies_do_not_deadlock(policy: str) -> None:
 
 # Demoted after 3,600 GPU-seconds; least attained service alone, without the stop rule
 # (core/stoprule.py), which tests/unit/test_stoprule.py takes on.
-LAS = {"demote_after_gpu_h": 1.0, "pay_margin": None, "max_stops": None, "stop_protect_s": 0.0}
+LAS = {
+    "demote_after_gpu_h": 1.0,
+    "pay_margin": None,
+    "max_stops": None,
+    "stop_protect_s": 0.0,
+    "preempt_patience_s": 0.0,
+}
 
 
 def not_preempted(what: str, long: Any, policy: dict[str, Any]) -> Case:

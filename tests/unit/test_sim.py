@@ -157,7 +157,12 @@ def test_no_job_is_stopped_more_often_than_the_stop_rule_allows() -> None:
     priority, so every stop is the rule's to allow): without the cap some job is stopped far
     more often."""
     t = read_trace(DATA, limit=3000, seed=0)
-    fast = {"demote_after_gpu_h": 1.0, "stop_protect_s": 0.0, "pay_margin": None}
+    fast = {
+        "demote_after_gpu_h": 1.0,
+        "stop_protect_s": 0.0,
+        "pay_margin": None,
+        "preempt_patience_s": 0.0,
+    }
     capped = run(t, "8*dgx1-v100/8", policy_params={**fast, "max_stops": 2})
     free = run(t, "8*dgx1-v100/8", policy_params={**fast, "max_stops": None})
     assert max(j.stops for j in capped.jobs) <= 2

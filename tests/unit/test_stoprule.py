@@ -26,6 +26,7 @@ COST = {
     "pay_margin": 1.0,
     "max_stops": None,
     "stop_protect_s": 0.0,
+    "preempt_patience_s": 0.0,
 }
 
 
@@ -61,6 +62,18 @@ def test_without_the_cost_test_the_demoted_job_goes_at_once() -> None:
     ]
 
 
+def test_a_waiting_job_has_a_job_stopped_for_it_only_once_it_has_waited_its_patience() -> None:
+    """`new` waits from 500 s; with 300 s of patience it may have the demoted `long` stopped
+    from 800 s (the cost test off), not before: GPUs freed meanwhile would have been its own."""
+    s = scheduler(DGX1, **{**COST, "pay_margin": None, "preempt_patience_s": 300.0})
+    s.handle(*submit(job("long", 8, checkpoint=CKPT)))
+    assert project(s.handle(*submit(job("new", 8, checkpoint=CKPT), t=500))) == [
+        ("transition", "new", None, "pending")
+    ]
+    assert project(s.handle(Tick(799))) == []
+    assert project(s.handle(Tick(800))) == stopping("long", "preempt")
+
+
 def test_a_job_says_its_own_checkpoint_interval() -> None:
     """Checkpointing every 100 s, `long` loses at most 100 s: at 500 s the gain (0: it is
     expected to have 600 s left as `new` is) is still too small; at 801 s (last checkpoint at
@@ -82,8 +95,9 @@ def record(name: str, stops: int, started_at: float) -> JobRecord:
 
 
 RULE = StopRule(
+    patience_s=0.0,
     protect_s=1000.0,
-    max_stops=3,
+    max_stops=4,
     restore_s=120.0,
     checkpoint_interval_s=300.0,
     young_s=600.0,
@@ -92,22 +106,23 @@ RULE = StopRule(
 
 
 @pytest.mark.parametrize(
-    ("stops", "until"), [(0, 50.0), (1, 1050.0), (2, 2050.0), (3, math.inf), (7, math.inf)]
+    ("stops", "until"),
+    [(0, 50.0), (1, 1050.0), (2, 2050.0), (3, 3050.0), (4, math.inf), (7, math.inf)],
 )
-def test_protection_doubles_with_each_stop_and_ends_at_the_cap(stops: int, until: float) -> None:
+def test_protection_grows_with_each_stop_and_ends_at_the_cap(stops: int, until: float) -> None:
     assert RULE.protected_until(record("j", stops, 50.0), 50.0) == until
 
 
 def test_a_protected_job_is_demoted_but_not_a_victim_until_its_protection_ends() -> None:
     """Demoted 450 s after it starts (3,600 GPU-s on 8 GPUs), but stopped once before, so
-    protected for 1,000 s: a victim from 1,050 s. Stopped three times: never a victim, though
-    demoted (it ranks as demoted when it waits again)."""
-    nodes: dict[str, dict[int, int]] = {"once": {0: 0xFF}, "thrice": {0: 0xFF}}
+    protected for 1,000 s: a victim from 1,050 s. Stopped four times (the cap): never a
+    victim, though demoted (it ranks as demoted when it waits again)."""
+    nodes: dict[str, dict[int, int]] = {"once": {0: 0xFF}, "capped": {0: 0xFF}}
     demotions = Demotions(3600.0, nodes, RULE)
-    once, thrice = record("once", 1, 50.0), record("thrice", 3, 50.0)
+    once, capped = record("once", 1, 50.0), record("capped", 4, 50.0)
     demotions.started(once, 50.0)
-    demotions.started(thrice, 50.0)
-    assert demotions.is_demoted("once", 600.0) and demotions.is_demoted("thrice", 600.0)
+    demotions.started(capped, 50.0)
+    assert demotions.is_demoted("once", 600.0) and demotions.is_demoted("capped", 600.0)
     assert demotions.victims(600.0) == {}
     assert demotions.next_at() == 1050.0
     assert set(demotions.victims(1050.0)) == {"once"}

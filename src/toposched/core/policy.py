@@ -72,8 +72,10 @@ class SchedulerPolicy:
     may preempt it if it can checkpoint (None: no demotion; order by submission alone).
     promote_after_s: a demoted job that has waited this long ranks with the others again, so
     it cannot starve (None: never promoted).
-    Stops that pay (core/stoprule.py; docs/scheduler.md, "Preemption that pays"): after its
-    k-th stop (preempted, moved or shrunk) a job runs `stop_protect_s * 2**(k-1)` seconds
+    Stops that pay (core/stoprule.py; docs/scheduler.md, "Preemption that pays"): least
+    attained service stops a job for a waiting one only after it has waited
+    `preempt_patience_s` (GPUs that free up meanwhile are its own). After its
+    k-th stop (preempted, moved or shrunk) a job runs `k * stop_protect_s` seconds
     before least attained service or a migration may stop it again, and after `max_stops`
     stops never (None: no cap); guarantees and priorities still preempt it. A demoted job is
     preempted for one that is not only when the run time it is expected to have left (its
@@ -109,8 +111,9 @@ class SchedulerPolicy:
     grow_after_s: float = 60.0
     demote_after_gpu_h: float | None = 8.0
     promote_after_s: float | None = 86_400.0
-    stop_protect_s: float = 3600.0
-    max_stops: int | None = 2
+    preempt_patience_s: float = 1800.0
+    stop_protect_s: float = 0.0
+    max_stops: int | None = None
     pay_margin: float | None = 1.0
     young_job_s: float = 1800.0
     checkpoint_interval_s: float = 1800.0
@@ -152,7 +155,13 @@ class SchedulerPolicy:
             value = getattr(self, key)
             if value is not None and not value > 0:
                 raise PolicyError(f"{key} must be positive, got {value}")
-        for key in ("stop_protect_s", "pay_margin", "young_job_s", "restore_s"):
+        for key in (
+            "stop_protect_s",
+            "pay_margin",
+            "young_job_s",
+            "restore_s",
+            "preempt_patience_s",
+        ):
             value = getattr(self, key)
             if value is not None and not value >= 0:
                 raise PolicyError(f"{key} must be >= 0, got {value}")

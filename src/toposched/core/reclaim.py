@@ -147,6 +147,15 @@ class Reclaim:
             self._no_victims = (asked, min(self.demotions.next_at(), self._recheck))
         return plan
 
+    def _patient(self, rec: JobRecord) -> bool:
+        """Whether `rec` has waited long enough to have a job stopped for it by least attained
+        service (else it is asked again when it has)."""
+        until = self.rule.patient_until(rec)
+        if self.books.now >= until:
+            return True
+        self._recheck = min(self._recheck, until)
+        return False
+
     def _pays(self, victim: JobRecord, rec: JobRecord) -> bool:
         """The stop rule's test, noting when a refused victim should be asked about again."""
         now = self.books.now
@@ -170,7 +179,7 @@ class Reclaim:
             and self.books.lowest_priority[spec.queue] < spec.priority
         )
         level = self.waiting.waiting_level(rec)
-        las = self.policy.demote_after_gpu_h is not None and level == 0
+        las = self.policy.demote_after_gpu_h is not None and level == 0 and self._patient(rec)
         if not (within or lower or las):
             return []
         borrowed: dict[str, set[str]] = {}
@@ -275,7 +284,7 @@ class Reclaim:
         `Demotions` keeps with their costs and by node: no job is walked (the common case of a
         replay), but those whose stop would not pay (core/stoprule.py) are left out."""
         if self.waiting.demotes_alone():
-            if self.waiting.waiting_level(rec) != 0:
+            if self.waiting.waiting_level(rec) != 0 or not self._patient(rec):
                 return {}, None
             costs = self.demotions.victims(self.books.now)
             jobs = self.books.jobs

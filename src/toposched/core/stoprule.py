@@ -4,9 +4,15 @@ A stop costs the victim the work since its last checkpoint and a restart (core/s
 rules keep least attained service from spending more on stops than it saves:
 
 - Protection: after its k-th stop (preempted, moved or shrunk) a job runs at least
-  `protect_s * 2**(k-1)` before least attained service may stop it again, and after
+  `k * protect_s` before least attained service or a migration may stop it again, and after
   `max_stops` stops never (a queue's guarantee and a higher priority still may: those are
-  promises, not estimates).
+  promises, not estimates). Growing linearly, not doubling: on a busy cluster a doubling
+  protection soon keeps the longest jobs on their GPUs for days while short jobs queue.
+- Patience: least attained service stops a job for a waiting one only once that one has
+  waited `patience_s`. Where jobs end often, as in a busy shared cluster, a job at the head of
+  the queue gets GPUs that free up within minutes, and a stop would save it only those minutes
+  at the cost of the victim's lost work and restart; a job that found none in that time (a
+  large gang, a full cluster) is the one a stop serves.
 - Cost: a demoted job is stopped for a job that has not been demoted only when the run time it
   is expected to have left exceeds the other's by more than the stop costs it. Under a heavy
   tail the run time left grows with the run time had (the mean residual life of a Pareto
@@ -34,6 +40,7 @@ class StopRule:
     checkpoint_interval_s: float
     young_s: float
     pay_margin: float | None
+    patience_s: float = 0.0
 
     @classmethod
     def of(cls, policy: SchedulerPolicy) -> StopRule:
@@ -44,7 +51,13 @@ class StopRule:
             policy.checkpoint_interval_s,
             policy.young_job_s,
             policy.pay_margin,
+            policy.preempt_patience_s,
         )
+
+    def patient_until(self, rec: JobRecord) -> float:
+        """From when the waiting `rec` may have a job stopped for it by least attained
+        service."""
+        return rec.waiting_since + self.patience_s
 
     def protected(self, rec: JobRecord, now: float) -> bool:
         """Whether `rec`, running since its last start, may not be stopped at `now`."""
@@ -58,7 +71,7 @@ class StopRule:
             return now
         if self.max_stops is not None and k >= self.max_stops:
             return math.inf
-        return now + self.protect_s * 2.0 ** (k - 1)
+        return now + self.protect_s * k
 
     def cost_s(self, rec: JobRecord, now: float) -> float:
         """What stopping the running `rec` now costs it: the work since its last checkpoint
