@@ -16,8 +16,8 @@ trace, average JCT at most 2.5x the bound with at most 0.2 preemptions per job, 
 4x below the best peer. The last line is JSON: setting -> its figures.
 
 Without --setting, the settings tried for docs/scheduler.md: least attained service alone
-(`las`), the stop rule's defaults (`rule`: 30 minutes' patience, the cost test, no protection,
-no cap), and each of its parameters moved.
+(`las`), the stop rule's defaults (`rule`: 30 minutes' patience; no cost test, protection or cap),
+and each of its parameters moved.
 --smoke (CI, seconds): the first 300 jobs on 4 DGX-1s, two settings and the peer.
 """
 
@@ -39,7 +39,7 @@ SETTINGS = {
     "rule": "",
     "patience-10m": "preempt_patience_s=600",
     "patience-1h": "preempt_patience_s=3600",
-    "no-cost-test": "pay_margin=null",
+    "cost-test": "pay_margin=1",
     "protect-10m": "stop_protect_s=600",
     "protect-30m": "stop_protect_s=1800",
     "cap-4": "max_stops=4",

@@ -114,7 +114,7 @@ class SchedulerPolicy:
     preempt_patience_s: float = 1800.0
     stop_protect_s: float = 0.0
     max_stops: int | None = None
-    pay_margin: float | None = 1.0
+    pay_margin: float | None = None
     young_job_s: float = 1800.0
     checkpoint_interval_s: float = 1800.0
     restore_s: float = 120.0
