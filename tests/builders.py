@@ -21,6 +21,15 @@ from toposched.topology import preset
 from toposched.topology.cluster import Cluster, Node
 
 DGX1 = "dgx1-v100"
+# Least attained service alone, demoted after 3,600 GPU-seconds: without the stop rule
+# (core/stoprule.py), which tests/unit/test_stoprule.py takes on.
+LAS = {
+    "demote_after_gpu_h": 1.0,
+    "pay_margin": None,
+    "max_stops": None,
+    "stop_protect_s": 0.0,
+    "preempt_patience_s": 0.0,
+}
 PCIE8 = "pcie-8gpu-2socket"
 PCIE4 = "pcie-4gpu-2socket"
 HGX = "hgx-h100"

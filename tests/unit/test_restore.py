@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.builders import DGX1, job, moved, project, scheduler, snapshot, started, submit
+from tests.builders import DGX1, LAS, job, moved, project, scheduler, snapshot, started, submit
 from toposched.core import (
     Checkpoint,
     JobFinished,
@@ -135,17 +135,6 @@ def test_a_stopping_job_needs_its_placement() -> None:
     with pytest.raises(SchedulingError, match="needs its placement"):
         s.handle(JobRestored(1, job("x"), 0, None, stopping=StopKind.CANCEL))
     assert s.books.jobs == {}
-
-
-# Demoted after 3,600 GPU-seconds; least attained service alone, without the stop rule
-# (core/stoprule.py), which tests/unit/test_stoprule.py takes on.
-LAS = {
-    "demote_after_gpu_h": 1.0,
-    "pay_margin": None,
-    "max_stops": None,
-    "stop_protect_s": 0.0,
-    "preempt_patience_s": 0.0,
-}
 
 
 @pytest.mark.parametrize(

@@ -20,6 +20,7 @@ import pytest
 
 from tests.builders import (
     DGX1,
+    LAS,
     PCIE4,
     PCIE8,
     Step,
@@ -1325,16 +1326,6 @@ def test_gang_policies_do_not_deadlock(policy: str) -> None:
 
 
 # ---------------------------------------------------------------- least attained service
-
-# Demoted after 3,600 GPU-seconds; least attained service alone, without the stop rule
-# (core/stoprule.py), which tests/unit/test_stoprule.py takes on.
-LAS = {
-    "demote_after_gpu_h": 1.0,
-    "pay_margin": None,
-    "max_stops": None,
-    "stop_protect_s": 0.0,
-    "preempt_patience_s": 0.0,
-}
 
 
 def not_preempted(what: str, long: Any, policy: dict[str, Any]) -> Case:
