@@ -24,7 +24,6 @@ and each of its parameters moved.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import subprocess
 import sys
@@ -57,13 +56,12 @@ FIGURES = (
 
 
 def bound_s(trace: Path, limit: int | None) -> float:
-    """The mean run time of the jobs replayed (the first `limit` by submission)."""
-    with trace.open(newline="") as handle:
-        rows = [r for r in csv.DictReader(handle) if r.get("duration")]
-    rows.sort(key=lambda r: r["timestamp"])
-    if limit is not None:
-        rows = rows[:limit]
-    return sum(float(r["duration"]) for r in rows) / len(rows)
+    """The mean run time of the jobs replayed (the first `limit` by submission), as the
+    simulator reads the trace (any format it reads)."""
+    from toposched.sim.traces import read_trace
+
+    jobs = read_trace(trace, limit=limit).jobs
+    return sum(job.duration_s for job in jobs) / len(jobs)
 
 
 def replay(args: argparse.Namespace, policy: str, params: str) -> dict[str, float]:
