@@ -9,7 +9,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NoReturn
 
-import typer
 from rich.console import Console
 
 EXIT_BAD_INPUT = 2
@@ -30,9 +29,10 @@ def emit_json(value: Any) -> None:
 
 
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
-    """Print `error: message` on stderr and exit with `code`."""
+    """Print `error: message` on stderr and exit with `code` (SystemExit, not typer's Exit:
+    the server commands run without typer too; click lets it end the program alike)."""
     sys.stderr.write(f"error: {message}\n")
-    raise typer.Exit(code)
+    raise SystemExit(code)
 
 
 def request_lines(path: str) -> Iterator[tuple[int, str]]:
