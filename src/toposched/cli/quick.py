@@ -127,7 +127,6 @@ def declared(function: Callable[..., Any]) -> list[Declared]:
 def parse(function: Callable[..., Any], words: list[str], dashes: bool = False) -> dict[str, Any]:
     """The keyword arguments typer would call `function` with for `words`; NotPlain where
     the words are typer's to read."""
-    params = declared(function)
     kwargs: dict[str, Any] = {}
     context = Context()
     if dashes:
@@ -136,21 +135,13 @@ def parse(function: Callable[..., Any], words: list[str], dashes: bool = False) 
             words, context.meta[AFTER_DASHES] = words[:at], words[at + 1 :]
         else:
             context.meta[AFTER_DASHES] = None
-    flags: dict[str, tuple[Declared, bool | None]] = {}
-    arguments: list[Declared] = []
+    params = declared(function)
+    flags, arguments = parameters(params)
     for param in params:
         if param.kind is CommandContext:
             kwargs[param.name] = context
         elif isinstance(param.declared, OptSpec):
-            on, off = param.declared.names()
-            flag_value = True if param.kind is bool else None
-            flags.update({flag: (param, flag_value) for flag in on})
-            flags.update({flag: (param, False) for flag in off})
             kwargs[param.name] = missing(param)
-        elif isinstance(param.declared, ArgSpec):
-            arguments.append(param)
-        else:
-            raise NotPlain(f"{param.name}: neither an option nor an argument")
     given: list[str] = []
     rest = iter(words)
     for word in rest:
@@ -165,9 +156,10 @@ def parse(function: Callable[..., Any], words: list[str], dashes: bool = False) 
                 kwargs[param.name] = flag_value
                 continue
             if not eq:
-                value = next(rest, "-")  # none left: as one that starts with `-`
-                if value.startswith("-") and value != "-":
-                    raise NotPlain(flag)
+                following = next(rest, None)
+                if following is None or (following.startswith("-") and following != "-"):
+                    raise NotPlain(flag)  # no value, or one typer may read otherwise
+                value = following
             converted = convert(param, value)
             if is_list(param.kind):
                 kwargs[param.name] = [*(kwargs[param.name] or ()), converted]
@@ -179,16 +171,37 @@ def parse(function: Callable[..., Any], words: list[str], dashes: bool = False) 
     return kwargs
 
 
+Flags = dict[str, tuple[Declared, bool | None]]
+
+
+def parameters(params: list[Declared]) -> tuple[Flags, list[Declared]]:
+    """The flags of a command's options, each with its option and, for a flag that takes no
+    value, the value it sets; and its arguments in order."""
+    flags: Flags = {}
+    arguments: list[Declared] = []
+    for param in params:
+        if param.kind is CommandContext:
+            continue
+        if isinstance(param.declared, OptSpec):
+            on, off = param.declared.names()
+            flag_value = True if param.kind is bool else None
+            flags.update({flag: (param, flag_value) for flag in on})
+            flags.update({flag: (param, False) for flag in off})
+        elif isinstance(param.declared, ArgSpec):
+            arguments.append(param)
+        else:
+            raise NotPlain(f"{param.name}: neither an option nor an argument")
+    return flags, arguments
+
+
 def missing(param: Declared) -> Any:
-    """What typer gives a parameter not given: () for a repeatable one, else its default."""
+    """What typer gives a parameter not given: its default (None for a repeatable one)."""
     assert param.declared is not None
     default = param.declared.default
     if default is ...:
         raise NotPlain(f"{param.name} is required")
-    if is_list(param.kind):
-        if default is not None:
-            raise NotPlain(f"{param.name}: a repeatable default")
-        return ()
+    if is_list(param.kind) and default is not None:
+        raise NotPlain(f"{param.name}: a repeatable default")
     return default
 
 
@@ -201,10 +214,7 @@ def place(arguments: list[Declared], given: list[str]) -> dict[str, Any]:
         if is_list(param.kind):
             if index != len(arguments) - 1:
                 raise NotPlain("a repeatable argument before another")
-            required = param.declared is not None and param.declared.default is ...
-            if required and not words:
-                raise NotPlain(f"{param.name} is required")
-            out[param.name] = [convert(param, word) for word in words] if words else ()
+            out[param.name] = [convert(param, word) for word in words] if words else missing(param)
             words = []
         elif words:
             out[param.name] = convert(param, words.pop(0))
