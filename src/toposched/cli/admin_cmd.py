@@ -9,9 +9,6 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
-from rich.markup import escape
-from rich.table import Table
-
 from toposched.cli.flags import Arg, Opt
 from toposched.cli.jobs_cmd import (
     JSON,
@@ -23,10 +20,11 @@ from toposched.cli.jobs_cmd import (
     shape,
     state_text,
 )
-from toposched.cli.output import EXIT_BAD_INPUT, console, emit_json, fail
+from toposched.cli.output import EXIT_BAD_INPUT, console, emit_json, escape, fail
 
 if TYPE_CHECKING:
     import typer
+    from rich.table import Table
 
 # toposched.topology (for its quantities' texts) is imported where a node's GPUs, CPUs and
 # memory are written: `top job` and the other server commands start without it.
@@ -42,6 +40,8 @@ def link_text(code: str) -> str:
 
 
 def node_table(node: dict[str, Any]) -> Table:
+    from rich.table import Table
+
     gpus = node["gpus"]
     busy = sum(1 for g in gpus if g["job"] is not None)
     title = (
@@ -125,6 +125,8 @@ def held_texts(node: dict[str, Any]) -> tuple[str, str]:
 
 def top_job(server: str = SERVER, as_json: bool = JSON) -> None:
     """Running jobs, one line each: shape, GPUs (node:indices per worker), time running."""
+    from rich.table import Table
+
     with api(server) as client:
         jobs = list(client.all_jobs(states=["running", "stopping"]))
     if as_json:
@@ -168,6 +170,8 @@ def busy_columns(job: dict[str, Any]) -> tuple[str, str]:
 def node_list(server: str = SERVER, as_json: bool = JSON) -> None:
     """Nodes: GPUs in all, free and unhealthy, labels and topology (`top node` shows which
     job holds each GPU)."""
+    from rich.table import Table
+
     with api(server) as client:
         nodes = client.nodes()
     if as_json:
@@ -223,6 +227,8 @@ def node_label(
 
 def queue_list(server: str = SERVER, as_json: bool = JSON) -> None:
     """Queues: guaranteed GPUs, GPUs in use, running and pending jobs."""
+    from rich.table import Table
+
     with api(server) as client:
         queues = client.queues()
     if as_json:

@@ -20,11 +20,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from rich.markup import escape
-from rich.table import Table
-
 from toposched.cli.flags import AFTER_DASHES, Arg, CommandContext, Opt
-from toposched.cli.output import EXIT_BAD_INPUT, console, emit_json, fail
+from toposched.cli.output import EXIT_BAD_INPUT, console, emit_json, escape, fail
 from toposched.client.http import (
     UNREACHABLE,
     ApiError,
@@ -38,6 +35,7 @@ from toposched.common.frameworks import KindError, kind_of
 
 if TYPE_CHECKING:
     import typer
+    from rich.table import Table
 
     from toposched.client.jobfile import JobFile
 
@@ -226,6 +224,8 @@ def workers_text(job: dict[str, Any]) -> str:
 
 
 def print_job(job: dict[str, Any], server_url: str = "") -> None:
+    from rich.table import Table
+
     spec = job.get("spec") or {}
     rows = [
         ("name", escape(job["name"])),
@@ -327,6 +327,8 @@ def attempt_text(job: dict[str, Any]) -> str:
 
 def jobs_table(jobs: list[dict[str, Any]], title: str | None = None, wide: bool = False) -> Table:
     """One row per job; `wide` adds the ring, the model and its predicted speed."""
+    from rich.table import Table
+
     table = Table(title=title, title_justify="left")
     columns = ["NAME", "QUEUE", "OWNER", "STATE", "SHAPE", "GPUS", "RESTARTS", "AGE"]
     if wide:

@@ -7,9 +7,10 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, cast
 
-from rich.console import Console
+if TYPE_CHECKING:
+    from rich.console import Console
 
 EXIT_BAD_INPUT = 2
 EXIT_NOT_ENOUGH_GPUS = 3
@@ -18,10 +19,33 @@ EXIT_NOT_ENOUGH_GPUS = 3
 # cells; there is no screen to fit, so give tables the room a 16-GPU matrix needs.
 PIPED_WIDTH = 240
 
-console = Console(
-    highlight=False,
-    width=None if sys.stdout.isatty() or "COLUMNS" in os.environ else PIPED_WIDTH,
-)
+
+class _ConsoleOnFirstUse:
+    """rich's Console, made (and rich imported, some 35 ms) when first used: `logs` and the
+    `--json` of every server command print without it."""
+
+    def __init__(self) -> None:
+        self._made: Console | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        if self._made is None:
+            from rich.console import Console
+
+            self._made = Console(
+                highlight=False,
+                width=None if sys.stdout.isatty() or "COLUMNS" in os.environ else PIPED_WIDTH,
+            )
+        return getattr(self._made, name)
+
+
+console = cast("Console", _ConsoleOnFirstUse())
+
+
+def escape(text: str) -> str:
+    """`text` with rich's markup escaped (rich.markup.escape, imported on first use)."""
+    from rich.markup import escape as rich_escape
+
+    return rich_escape(text)
 
 
 def emit_json(value: Any) -> None:
