@@ -1,6 +1,6 @@
 """The client's wire over the standard library's http.client: plain HTTP to one server.
 
-It loads in a few milliseconds where httpx takes some 60 (issue 32: a CLI that answers at
+It loads in some 20 ms where httpx takes some 60 (issue 32: a CLI that answers at
 once). One connection is kept for the requests that follow (a list's pages, a delete of many
 jobs), and made again when the server has closed it meanwhile.
 """
