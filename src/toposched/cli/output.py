@@ -20,22 +20,29 @@ EXIT_NOT_ENOUGH_GPUS = 3
 PIPED_WIDTH = 240
 
 
-class _ConsoleOnFirstUse:
-    """rich's Console, made (and rich imported, some 35 ms) when first used: `logs` and the
-    `--json` of every server command print without it."""
+_made: list[Console] = []
 
-    def __init__(self) -> None:
-        self._made: Console | None = None
 
-    def __getattr__(self, name: str) -> Any:
-        if self._made is None:
-            from rich.console import Console
+def rich_console() -> Console:
+    """The one rich Console of the CLI, made (and rich imported, some 35 ms) on first need."""
+    if not _made:
+        from rich.console import Console
 
-            self._made = Console(
+        _made.append(
+            Console(
                 highlight=False,
                 width=None if sys.stdout.isatty() or "COLUMNS" in os.environ else PIPED_WIDTH,
             )
-        return getattr(self._made, name)
+        )
+    return _made[0]
+
+
+class _ConsoleOnFirstUse:
+    """Stands for rich_console() until used: `logs` and the `--json` of every server command
+    print without rich. Give rich itself (Progress, Live) rich_console(), not this."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(rich_console(), name)
 
 
 console = cast("Console", _ConsoleOnFirstUse())
