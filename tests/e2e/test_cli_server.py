@@ -1013,3 +1013,36 @@ def test_submit_exports_the_submitters_environment_as_sbatch_does(
     shown = run(env, "get", "exp-default").out
     assert re.search(r"exported +PATH, VIRTUAL_ENV \(from the submitter's environment\)", shown)
     assert job(server, "exp-env")["spec"]["exported"] == ["PATH"]
+
+
+# Runs `toposched ARGS` in this interpreter and prints, as it ends, the modules it loaded.
+MODULES_AT_EXIT = """
+import atexit, json, sys
+atexit.register(lambda: print(json.dumps(sorted(sys.modules)), file=sys.__stdout__))
+sys.argv = ["toposched", *sys.argv[1:]]
+from toposched.cli.main import main
+main()
+"""
+
+
+def test_logs_and_json_answers_load_neither_typer_nor_rich(
+    server: ServerProcess, cli: Callable[..., Result]
+) -> None:
+    assert cli("submit", "--name", "quiet", "--", "echo", "hi").code == 0
+    wait_for(server, "quiet", "succeeded")
+    loaded = {}
+    for args in (("logs", "quiet"), ("list", "--all", "--json"), ("get", "quiet")):
+        done = subprocess.run(
+            [sys.executable, "-c", MODULES_AT_EXIT, *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=user_env(server),
+        )
+        assert done.returncode == 0, done.stderr
+        loaded[args[0]] = set(json.loads(done.stdout.splitlines()[-1]))
+    assert "quiet" in done.stdout  # get's text
+    for name, modules in loaded.items():
+        assert not {"typer", "click", "httpx"} & modules, name
+    assert "rich" not in loaded["logs"] and "rich" not in loaded["list"]
+    assert "rich" in loaded["get"]  # its text is rich's

@@ -89,6 +89,18 @@ def test_a_server_command_loads_nothing_heavy(args: tuple[str, ...]) -> None:
     assert ("toposched.topology" in modules) == (args[0] == "submit")
 
 
+@pytest.mark.parametrize("args", [("list",), ("logs", "job-1"), ("top", "node")])
+def test_a_plain_http_server_is_reached_without_httpx(
+    args: tuple[str, ...], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in [n for n in os.environ if n.lower().endswith("_proxy")]:
+        monkeypatch.delenv(name)  # a proxy is httpx's to go through
+    code, modules = modules_after(*args)
+    assert code == 6
+    assert loaded(modules, ("httpx", "httpcore", "certifi")) == []
+    assert "toposched.client.stdlib_wire" in modules
+
+
 def test_the_job_commands_module_imports_nothing_heavy() -> None:
     done = subprocess.run(
         [

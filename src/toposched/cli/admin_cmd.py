@@ -7,12 +7,9 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import typer
-from rich.markup import escape
-from rich.table import Table
-
+from toposched.cli.flags import Arg, Opt
 from toposched.cli.jobs_cmd import (
     JSON,
     SERVER,
@@ -23,15 +20,14 @@ from toposched.cli.jobs_cmd import (
     shape,
     state_text,
 )
-from toposched.cli.output import EXIT_BAD_INPUT, console, emit_json, fail
+from toposched.cli.output import EXIT_BAD_INPUT, console, emit_json, escape, fail
+
+if TYPE_CHECKING:
+    import typer
+    from rich.table import Table
 
 # toposched.topology (for its quantities' texts) is imported where a node's GPUs, CPUs and
 # memory are written: `top job` and the other server commands start without it.
-
-top_app = typer.Typer(no_args_is_help=True, help="What runs where: GPUs of each node, jobs.")
-node_app = typer.Typer(no_args_is_help=True, help="Nodes: their GPUs and labels.")
-queue_app = typer.Typer(no_args_is_help=True, help="Queues (one per team) and their shares.")
-token_app = typer.Typer(no_args_is_help=True, help="API tokens (admin).")
 
 LINK_STYLE = {"PIX": "cyan", "PXB": "cyan", "PHB": "yellow", "NODE": "yellow", "SYS": "red"}
 
@@ -44,6 +40,8 @@ def link_text(code: str) -> str:
 
 
 def node_table(node: dict[str, Any]) -> Table:
+    from rich.table import Table
+
     gpus = node["gpus"]
     busy = sum(1 for g in gpus if g["job"] is not None)
     title = (
@@ -78,7 +76,6 @@ def busy_text(gpu: dict[str, Any]) -> str:
     return f"{busy:.0f}%" + (f" {memory / 2**30:.1f} GiB" if memory else "")
 
 
-@top_app.command("node")
 def top_node(server: str = SERVER, as_json: bool = JSON) -> None:
     """Each node's GPU map: which job holds each GPU, and the links between them.
 
@@ -126,9 +123,10 @@ def held_texts(node: dict[str, Any]) -> tuple[str, str]:
     return cpu_text, mem_text
 
 
-@top_app.command("job")
 def top_job(server: str = SERVER, as_json: bool = JSON) -> None:
     """Running jobs, one line each: shape, GPUs (node:indices per worker), time running."""
+    from rich.table import Table
+
     with api(server) as client:
         jobs = list(client.all_jobs(states=["running", "stopping"]))
     if as_json:
@@ -169,10 +167,11 @@ def busy_columns(job: dict[str, Any]) -> tuple[str, str]:
     return now, f"{activity['mean_pct']:.0f}%"
 
 
-@node_app.command("list")
 def node_list(server: str = SERVER, as_json: bool = JSON) -> None:
     """Nodes: GPUs in all, free and unhealthy, labels and topology (`top node` shows which
     job holds each GPU)."""
+    from rich.table import Table
+
     with api(server) as client:
         nodes = client.nodes()
     if as_json:
@@ -200,10 +199,9 @@ def node_list(server: str = SERVER, as_json: bool = JSON) -> None:
     console.print(table)
 
 
-@node_app.command("label")
 def node_label(
-    node: str = typer.Argument(..., help="Node name (see `toposched top node`)."),
-    label: str = typer.Argument(..., metavar="KEY=VALUE|KEY-", help="Set KEY, or remove it."),
+    node: str = Arg(..., help="Node name (see `toposched top node`)."),
+    label: str = Arg(..., metavar="KEY=VALUE|KEY-", help="Set KEY, or remove it."),
     server: str = SERVER,
     as_json: bool = JSON,
 ) -> None:
@@ -227,9 +225,10 @@ def node_label(
             console.print(f"{escape(node)}: labels {escape(labels) or '(none)'}")
 
 
-@queue_app.command("list")
 def queue_list(server: str = SERVER, as_json: bool = JSON) -> None:
     """Queues: guaranteed GPUs, GPUs in use, running and pending jobs."""
+    from rich.table import Table
+
     with api(server) as client:
         queues = client.queues()
     if as_json:
@@ -253,24 +252,19 @@ def queue_list(server: str = SERVER, as_json: bool = JSON) -> None:
     console.print(table)
 
 
-@queue_app.command("set")
 def queue_set(
-    queue: str = typer.Argument(..., help="Queue name (a team)."),
-    gpus: int = typer.Argument(
-        None, min=0, help="GPUs guaranteed to the queue (kept if left out)."
-    ),
-    idle_after: str = typer.Option(
+    queue: str = Arg(..., help="Queue name (a team)."),
+    gpus: int = Arg(None, min=0, help="GPUs guaranteed to the queue (kept if left out)."),
+    idle_after: str = Opt(
         None,
         "--idle-after",
         metavar="TIME",
         help="The queue's idle rule, for its jobs that set none: give their GPUs back once "
         "every one stays below --idle-below percent busy this long (30m, 1h, 45s).",
     ),
-    idle_below: float = typer.Option(None, "--idle-below", metavar="PERCENT", help="Default 5."),
-    idle_action: str = typer.Option(
-        None, "--idle-action", metavar="notify|stop", help="Default notify."
-    ),
-    no_idle: bool = typer.Option(False, "--no-idle", help="Remove the queue's idle rule."),
+    idle_below: float = Opt(None, "--idle-below", metavar="PERCENT", help="Default 5."),
+    idle_action: str = Opt(None, "--idle-action", metavar="notify|stop", help="Default notify."),
+    no_idle: bool = Opt(False, "--no-idle", help="Remove the queue's idle rule."),
     server: str = SERVER,
     as_json: bool = JSON,
 ) -> None:
@@ -294,11 +288,10 @@ def queue_set(
     console.print(f"queue {escape(queue)}: {share}; idle rule: {rule_text}")
 
 
-@token_app.command("create")
 def token_create(
-    user: str = typer.Option(..., "--user", help="User name."),
-    team: str = typer.Option(..., "--team", help="The user's team: the queue they may use."),
-    admin: bool = typer.Option(False, "--admin", help="May do everything, in every queue."),
+    user: str = Opt(..., "--user", help="User name."),
+    team: str = Opt(..., "--team", help="The user's team: the queue they may use."),
+    admin: bool = Opt(False, "--admin", help="May do everything, in every queue."),
     server: str = SERVER,
     as_json: bool = JSON,
 ) -> None:
@@ -331,8 +324,23 @@ def whoami(server: str = SERVER, as_json: bool = JSON) -> None:
 
 
 def register(app: typer.Typer) -> None:
+    import typer
+
+    from toposched.cli.flags import typer_function
+
+    top_app = typer.Typer(no_args_is_help=True, help="What runs where: GPUs of each node, jobs.")
+    top_app.command("node")(typer_function(top_node))
+    top_app.command("job")(typer_function(top_job))
     app.add_typer(top_app, name="top")
+    node_app = typer.Typer(no_args_is_help=True, help="Nodes: their GPUs and labels.")
+    node_app.command("list")(typer_function(node_list))
+    node_app.command("label")(typer_function(node_label))
     app.add_typer(node_app, name="node")
+    queue_app = typer.Typer(no_args_is_help=True, help="Queues (one per team) and their shares.")
+    queue_app.command("list")(typer_function(queue_list))
+    queue_app.command("set")(typer_function(queue_set))
     app.add_typer(queue_app, name="queue")
+    token_app = typer.Typer(no_args_is_help=True, help="API tokens (admin).")
+    token_app.command("create")(typer_function(token_create))
     app.add_typer(token_app, name="token")
-    app.command("whoami")(whoami)
+    app.command("whoami")(typer_function(whoami))

@@ -20,13 +20,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-import typer
-from rich.markup import escape
-from rich.table import Table
-from typer._click import Context as ClickContext
-from typer.core import TyperCommand
-
-from toposched.cli.output import EXIT_BAD_INPUT, console, emit_json, fail
+from toposched.cli.flags import AFTER_DASHES, Arg, CommandContext, Opt
+from toposched.cli.output import EXIT_BAD_INPUT, console, emit_json, escape, fail
 from toposched.client.http import (
     UNREACHABLE,
     ApiError,
@@ -39,6 +34,9 @@ from toposched.client.http import (
 from toposched.common.frameworks import KindError, kind_of
 
 if TYPE_CHECKING:
+    import typer
+    from rich.table import Table
+
     from toposched.client.jobfile import JobFile
 
 # The job file's reader (PyYAML) and the quantities (toposched.topology) are imported by the
@@ -62,13 +60,13 @@ STATUS_EXIT = {
 }
 
 # Every server command takes these two.
-SERVER = typer.Option(
+SERVER = Opt(
     None,
     "--server",
     metavar="URL",
     help="The toposched server (default: $TOPOSCHED_URL, else http://127.0.0.1:8080).",
 )
-JSON = typer.Option(False, "--json", help="Print JSON (the server's answer) instead of text.")
+JSON = Opt(False, "--json", help="Print JSON (the server's answer) instead of text.")
 
 STATE_STYLE = {
     "pending": "yellow",
@@ -226,6 +224,8 @@ def workers_text(job: dict[str, Any]) -> str:
 
 
 def print_job(job: dict[str, Any], server_url: str = "") -> None:
+    from rich.table import Table
+
     spec = job.get("spec") or {}
     rows = [
         ("name", escape(job["name"])),
@@ -327,6 +327,8 @@ def attempt_text(job: dict[str, Any]) -> str:
 
 def jobs_table(jobs: list[dict[str, Any]], title: str | None = None, wide: bool = False) -> Table:
     """One row per job; `wide` adds the ring, the model and its predicted speed."""
+    from rich.table import Table
+
     table = Table(title=title, title_justify="left")
     columns = ["NAME", "QUEUE", "OWNER", "STATE", "SHAPE", "GPUS", "RESTARTS", "AGE"]
     if wide:
@@ -495,8 +497,6 @@ def flag_words(flag: str, msg: str) -> str:
     return f"{flag}: {msg}"
 
 
-# Where SubmitCommand leaves the words after `--` for `submit`.
-AFTER_DASHES = "toposched.command"
 SUBMIT_USAGE = "toposched submit [KIND] [OPTIONS] -- COMMAND..."
 # `submit notebook`: an interactive session that runs Jupyter unless given a command.
 NOTEBOOK = "notebook"
@@ -507,23 +507,6 @@ NOTEBOOK_COMMAND = (
     "--ip=0.0.0.0",
     "--port=$(TOPOSCHED_PORT)",
 )
-
-
-class SubmitCommand(TyperCommand):
-    """`submit [KIND] [OPTIONS] -- COMMAND...`: the words after the first `--` are the command,
-    set aside before the options are parsed, so that no option is ever taken for a word of the
-    command nor a word of the command for an option."""
-
-    def parse_args(self, ctx: ClickContext, args: list[str]) -> list[str]:
-        command: list[str] | None = None
-        if "--" in args:
-            at = args.index("--")
-            args, command = args[:at], args[at + 1 :]
-        ctx.meta[AFTER_DASHES] = command
-        return super().parse_args(ctx, args)
-
-    def collect_usage_pieces(self, ctx: ClickContext) -> list[str]:
-        return ["[KIND]", "[OPTIONS]", "-- COMMAND..."]
 
 
 def kind_and_command(
@@ -564,7 +547,7 @@ def kind_and_command(
 
 
 # The words before `--` of `submit` and `kube submit`: at most the job kind (kind_and_command).
-KIND_WORD = typer.Argument(
+KIND_WORD = Arg(
     None,
     metavar="[KIND]",
     help="The job kind: pytorch (the default), tensorflow or mpi, or Arena's pytorchjob, tfjob, "
@@ -575,53 +558,53 @@ KIND_WORD = typer.Argument(
 
 
 def submit(
-    ctx: typer.Context,
+    ctx: CommandContext,
     words: list[str] = KIND_WORD,
-    file: Path = typer.Option(
+    file: Path = Opt(
         None, "--file", "-f", metavar="JOB.yaml", help="Job spec file; flags override its fields."
     ),
-    name: str = typer.Option(
+    name: str = Opt(
         None,
         "--name",
         help="Job name (default: made up by the server). Taken until the job has ended and "
         "been deleted.",
     ),
-    queue: str = typer.Option(None, "--queue", help="Queue (default: your team)."),
-    priority: int = typer.Option(None, "--priority", help="-1000..1000 (default 0)."),
-    workers: int = typer.Option(None, "--workers", help="Workers in the gang (default 1)."),
-    gpus: int = typer.Option(
+    queue: str = Opt(None, "--queue", help="Queue (default: your team)."),
+    priority: int = Opt(None, "--priority", help="-1000..1000 (default 0)."),
+    workers: int = Opt(None, "--workers", help="Workers in the gang (default 1)."),
+    gpus: int = Opt(
         None,
         "--gpus",
         help="GPUs per worker (default 1); 0: a job of CPUs and memory alone (give --cpus), "
         "as a pipeline's data preparation.",
     ),
-    ps: int = typer.Option(
+    ps: int = Opt(
         None, "--ps", min=0, metavar="N", help="Parameter servers (tensorflow jobs; no GPU)."
     ),
-    gang: bool = typer.Option(
+    gang: bool = Opt(
         False,
         "--gang",
         help="Accepted for Arena's sake and changes nothing: every job is a gang, scheduled "
         "whole (all its workers start together, or none does).",
     ),
-    selector: list[str] = typer.Option(
+    selector: list[str] = Opt(
         None,
         "--selector",
         metavar="KEY=VALUE",
         help="Run only on nodes with this label (see `toposched node list`); repeatable, "
         "every one must match.",
     ),
-    gpu_type: list[str] = typer.Option(
+    gpu_type: list[str] = Opt(
         None,
         "--gpu-type",
         metavar="TYPE",
         help="A GPU type the job accepts (e.g. V100; see `toposched node list`); repeatable or "
         "comma-separated (default: any type). A gang runs on one type unless --mixed-types.",
     ),
-    mixed_types: bool = typer.Option(
+    mixed_types: bool = Opt(
         None, "--mixed-types", help="One gang may span GPU types.", show_default=False
     ),
-    gputopology: str = typer.Option(
+    gputopology: str = Opt(
         None,
         "--gputopology",
         metavar="true|false",
@@ -629,7 +612,7 @@ def submit(
         "GPU indices); true (the default) by how the GPUs are linked.",
         show_default=False,
     ),
-    image: str = typer.Option(
+    image: str = Opt(
         None,
         "--image",
         metavar="IMAGE",
@@ -637,29 +620,27 @@ def submit(
         "GPUs passed as devices). Nothing is exported by default then: the image has its "
         "own programs.",
     ),
-    model: str = typer.Option(
+    model: str = Opt(
         None,
         "--model",
         metavar="NAME",
         help="What the job trains, a model of `toposched perf --list` (default resnet50): "
         "`get` predicts its speed on the GPUs it gets.",
     ),
-    gpu_memory: str = typer.Option(
+    gpu_memory: str = Opt(
         None, "--gpu-memory", metavar="QUANTITY", help="The least memory per GPU, e.g. 32Gi."
     ),
-    cpus: str = typer.Option(
-        None, "--cpus", metavar="QUANTITY", help="CPUs per worker: 8, 2.5 or 500m."
-    ),
-    memory: str = typer.Option(
+    cpus: str = Opt(None, "--cpus", metavar="QUANTITY", help="CPUs per worker: 8, 2.5 or 500m."),
+    memory: str = Opt(
         None, "--memory", metavar="QUANTITY", help="Memory per worker: 64Gi, 512Mi, 64G or bytes."
     ),
-    locality: str = typer.Option(
+    locality: str = Opt(
         None, "--locality", help="node, rack, pod, any, or PREFER,ACCEPT@SECONDS (default node)."
     ),
-    elastic: str = typer.Option(
+    elastic: str = Opt(
         None, "--elastic", metavar="MIN:MAX", help="Run with any worker count in MIN..MAX."
     ),
-    checkpoint_signal: str = typer.Option(
+    checkpoint_signal: str = Opt(
         None,
         "--checkpoint-signal",
         metavar="SIGNAL",
@@ -668,13 +649,13 @@ def submit(
         "A job without one is preempted only to give back GPUs its queue borrowed beyond its "
         "guarantee.",
     ),
-    checkpoint_every: float = typer.Option(
+    checkpoint_every: float = Opt(
         None,
         "--checkpoint-every",
         metavar="SECONDS",
         help="Seconds of work between the job's checkpoints: what a stop would lose.",
     ),
-    checkpoint_grace: float = typer.Option(
+    checkpoint_grace: float = Opt(
         None,
         "--checkpoint-grace",
         metavar="SECONDS",
@@ -682,39 +663,39 @@ def submit(
         "moved (default 30); a cancel or a failed worker gives at least the server's stop "
         "grace (10 s by default).",
     ),
-    idle_after: str = typer.Option(
+    idle_after: str = Opt(
         None,
         "--idle-after",
         metavar="TIME",
         help="Give the GPUs back once every one stays below --idle-below percent busy this "
         "long (30m, 1h, 45s); default: the queue's rule, if any (docs/idle.md).",
     ),
-    idle_below: float = typer.Option(
+    idle_below: float = Opt(
         None,
         "--idle-below",
         metavar="PERCENT",
         help="The idle threshold, percent busy (default 5): NVML utilization, or the CPU "
         "stand-in where the server has no NVML.",
     ),
-    idle_action: str = typer.Option(
+    idle_action: str = Opt(
         None,
         "--idle-action",
         metavar="notify|stop",
         help="notify (default): say so in `get`, the history and /metrics; stop: stop it as a "
         "preemption does (a checkpointable job waits again, others end idle-stopped).",
     ),
-    restart: Restart = typer.Option(None, "--restart", help="never (default) or on-failure."),
-    max_restarts: int = typer.Option(None, "--max-restarts", help="Default 3."),
-    limit: float = typer.Option(
+    restart: Restart = Opt(None, "--restart", help="never (default) or on-failure."),
+    max_restarts: int = Opt(None, "--max-restarts", help="Default 3."),
+    limit: float = Opt(
         None,
         "--limit",
         metavar="SECONDS",
         help="Expected run time: the reservation plans backfill with it (not enforced).",
     ),
-    env: list[str] = typer.Option(
+    env: list[str] = Opt(
         None, "--env", "-e", metavar="KEY=VALUE", help="An environment variable; repeatable."
     ),
-    export: str = typer.Option(
+    export: str = Opt(
         None,
         "--export",
         metavar="NAMES|ALL|NONE",
@@ -724,13 +705,13 @@ def submit(
         "where set (your virtualenv's python runs the job); for a remote one, none. --env "
         "and the job file's env win over it.",
     ),
-    workdir: str = typer.Option(
+    workdir: str = Opt(
         None,
         "--workdir",
         metavar="DIR",
         help="Working directory of the workers (default, for this machine's server: here).",
     ),
-    interactive: bool = typer.Option(
+    interactive: bool = Opt(
         False,
         "--interactive",
         help="A session (a notebook, a shell, an editor server): one worker with a port of its "
@@ -738,13 +719,13 @@ def submit(
         "by it; `get` shows its URL; never restarted; stopped after an hour idle unless it or "
         "its queue has an idle rule (docs/idle.md).",
     ),
-    command_visible: bool = typer.Option(
+    command_visible: bool = Opt(
         None,
         "--command-visible/--command-hidden",
         help="Whether other teams may see the command (default: hidden from them).",
         show_default=False,
     ),
-    after: list[str] = typer.Option(
+    after: list[str] = Opt(
         None,
         "--after",
         metavar="NAME[:ok|:any]",
@@ -909,8 +890,8 @@ def _finite(flag: str, value: float | None) -> None:
 
 
 def get(
-    name: str = typer.Argument(..., help="Job name."),
-    kind: str = typer.Option(
+    name: str = Arg(..., help="Job name."),
+    kind: str = Opt(
         None,
         "--type",
         metavar="KIND",
@@ -940,28 +921,26 @@ def get(
 
 
 def list_jobs(
-    all_jobs: bool = typer.Option(
-        False, "--all", "-a", help="Include ended jobs, and show every page."
-    ),
-    state: list[str] = typer.Option(
+    all_jobs: bool = Opt(False, "--all", "-a", help="Include ended jobs, and show every page."),
+    state: list[str] = Opt(
         None, "--state", help="Only jobs in this state; repeatable (pending, running, ...)."
     ),
-    queue: str = typer.Option(None, "--queue", help="Only jobs of this queue."),
-    owner: str = typer.Option(None, "--owner", help="Only jobs of this user."),
-    limit: int = typer.Option(
+    queue: str = Opt(None, "--queue", help="Only jobs of this queue."),
+    owner: str = Opt(None, "--owner", help="Only jobs of this user."),
+    limit: int = Opt(
         None,
         "--limit",
         min=1,
         help="Jobs per page (server default 100, at most 1000); with --all, at most this "
         "many jobs in all.",
     ),
-    continue_: str = typer.Option(
+    continue_: str = Opt(
         None,
         "--continue",
         metavar="TOKEN",
         help="Start after the page that printed this token (give the same filters).",
     ),
-    wide: bool = typer.Option(
+    wide: bool = Opt(
         False,
         "--wide",
         "-w",
@@ -1012,12 +991,12 @@ def _next_command(
 
 
 def logs(
-    name: str = typer.Argument(..., help="Job name."),
-    follow: bool = typer.Option(
+    name: str = Arg(..., help="Job name."),
+    follow: bool = Opt(
         False, "--follow", "-f", help="Keep printing until the workers of this attempt end."
     ),
-    worker: int = typer.Option(0, "--worker", "-w", min=0, help="Worker rank (default 0)."),
-    tail: int = typer.Option(
+    worker: int = Opt(0, "--worker", "-w", min=0, help="Worker rank (default 0)."),
+    tail: int = Opt(
         None,
         "--tail",
         "-n",
@@ -1026,7 +1005,7 @@ def logs(
         help="Only the last N lines (then, with --follow, what comes after).",
     ),
     server: str = SERVER,
-    as_json: bool = typer.Option(
+    as_json: bool = Opt(
         False, "--json", help='One JSON object per line: {"job", "worker", "line"}.'
     ),
 ) -> None:
@@ -1045,7 +1024,7 @@ def logs(
             # The reader went away (| head): not an error; keep Python from complaining at exit.
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         except KeyboardInterrupt:
-            raise typer.Exit(130) from None
+            raise SystemExit(130) from None
 
 
 def _json_lines(name: str, worker: int, chunks: Iterator[bytes]) -> None:
@@ -1063,14 +1042,14 @@ def _json_lines(name: str, worker: int, chunks: Iterator[bytes]) -> None:
 
 
 def delete(
-    names: list[str] = typer.Argument(..., metavar="NAME...", help="Job names."),
-    keep: bool = typer.Option(
+    names: list[str] = Arg(..., metavar="NAME...", help="Job names."),
+    keep: bool = Opt(
         False,
         "--keep",
         help="Only cancel a live job: it stays (state, logs) until deleted again.",
     ),
     server: str = SERVER,
-    as_json: bool = typer.Option(
+    as_json: bool = Opt(
         False, "--json", help="Print each job as the server answers, one JSON object a line."
     ),
 ) -> None:
@@ -1098,7 +1077,7 @@ def delete(
         if len(names) > 1:
             said = ", ".join(name for name, _ in failed)
             sys.stderr.write(f"error: not deleted: {said} ({len(failed)} of {len(names)})\n")
-        raise typer.Exit(exit_code(failed[0][1]))
+        raise SystemExit(exit_code(failed[0][1]))
 
 
 def _deleted(job: dict[str, Any], keep: bool) -> None:
@@ -1119,7 +1098,7 @@ def _deleted(job: dict[str, Any], keep: bool) -> None:
 
 
 def explain(
-    name: str = typer.Argument(..., help="Job name."),
+    name: str = Arg(..., help="Job name."),
     server: str = SERVER,
     as_json: bool = JSON,
 ) -> None:
@@ -1133,9 +1112,12 @@ def explain(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("submit", cls=SubmitCommand)(submit)
-    app.command("get")(get)
-    app.command("list")(list_jobs)
-    app.command("logs")(logs)
-    app.command("delete")(delete)
-    app.command("explain")(explain)
+    from toposched.cli.flags import typer_function
+    from toposched.cli.submit_command import SubmitCommand
+
+    app.command("submit", cls=SubmitCommand)(typer_function(submit))
+    app.command("get")(typer_function(get))
+    app.command("list")(typer_function(list_jobs))
+    app.command("logs")(typer_function(logs))
+    app.command("delete")(typer_function(delete))
+    app.command("explain")(typer_function(explain))

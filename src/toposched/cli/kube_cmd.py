@@ -18,9 +18,10 @@ import typer
 
 from toposched.agent.proto import DEFAULT_PLUGIN_DIR, DEFAULT_POD_RESOURCES
 from toposched.cli import kube_jobs_cmd
-from toposched.cli.jobs_cmd import SubmitCommand
+from toposched.cli.flags import typer_function
 from toposched.cli.output import fail
 from toposched.cli.params import policy_params
+from toposched.cli.submit_command import SubmitCommand
 from toposched.core import SCHEDULER_POLICIES, PolicyError, make_scheduler_policy
 from toposched.discovery.catalog_files import load_perf_model
 from toposched.kube.objects import DEFAULT_RACK_LABEL, GPU_RESOURCE
@@ -303,7 +304,7 @@ def _topology_source(
 
 
 # Jobs on a cluster, Arena-like: the commands live with their helpers in kube_jobs_cmd.
-app.command("submit", cls=SubmitCommand)(kube_jobs_cmd.submit)
+app.command("submit", cls=SubmitCommand)(typer_function(kube_jobs_cmd.submit))
 app.command("list")(kube_jobs_cmd.list_jobs)
 app.command("get")(kube_jobs_cmd.get)
 app.command("explain")(kube_jobs_cmd.explain)

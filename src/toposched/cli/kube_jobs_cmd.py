@@ -17,7 +17,8 @@ from typing import Any
 import typer
 from rich.markup import escape
 
-from toposched.cli.jobs_cmd import AFTER_DASHES, KIND_WORD, kind_and_command
+from toposched.cli.flags import AFTER_DASHES
+from toposched.cli.jobs_cmd import KIND_WORD, kind_and_command
 from toposched.cli.output import EXIT_BAD_INPUT, console, emit_json, fail
 from toposched.client.jobfile import JobFileError, load_job_file, merge_spec, parse_env_pairs
 from toposched.common.frameworks import KindError, kind_of

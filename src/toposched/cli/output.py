@@ -7,10 +7,10 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, cast
 
-import typer
-from rich.console import Console
+if TYPE_CHECKING:
+    from rich.console import Console
 
 EXIT_BAD_INPUT = 2
 EXIT_NOT_ENOUGH_GPUS = 3
@@ -19,10 +19,40 @@ EXIT_NOT_ENOUGH_GPUS = 3
 # cells; there is no screen to fit, so give tables the room a 16-GPU matrix needs.
 PIPED_WIDTH = 240
 
-console = Console(
-    highlight=False,
-    width=None if sys.stdout.isatty() or "COLUMNS" in os.environ else PIPED_WIDTH,
-)
+
+_made: list[Console] = []
+
+
+def rich_console() -> Console:
+    """The one rich Console of the CLI, made (and rich imported, some 35 ms) on first need."""
+    if not _made:
+        from rich.console import Console
+
+        _made.append(
+            Console(
+                highlight=False,
+                width=None if sys.stdout.isatty() or "COLUMNS" in os.environ else PIPED_WIDTH,
+            )
+        )
+    return _made[0]
+
+
+class _ConsoleOnFirstUse:
+    """Stands for rich_console() until used: `logs` and the `--json` of every server command
+    print without rich. Give rich itself (Progress, Live) rich_console(), not this."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(rich_console(), name)
+
+
+console = cast("Console", _ConsoleOnFirstUse())
+
+
+def escape(text: str) -> str:
+    """`text` with rich's markup escaped (rich.markup.escape, imported on first use)."""
+    from rich.markup import escape as rich_escape
+
+    return rich_escape(text)
 
 
 def emit_json(value: Any) -> None:
@@ -30,9 +60,10 @@ def emit_json(value: Any) -> None:
 
 
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
-    """Print `error: message` on stderr and exit with `code`."""
+    """Print `error: message` on stderr and exit with `code` (SystemExit, not typer's Exit:
+    the server commands run without typer too; click lets it end the program alike)."""
     sys.stderr.write(f"error: {message}\n")
-    raise typer.Exit(code)
+    raise SystemExit(code)
 
 
 def request_lines(path: str) -> Iterator[tuple[int, str]]:

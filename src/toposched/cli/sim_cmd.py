@@ -11,7 +11,7 @@ import typer
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from toposched.cli.output import console, emit_json, fail
+from toposched.cli.output import console, emit_json, fail, rich_console
 from toposched.cli.params import policy_params
 from toposched.core import SCHEDULER_POLICIES, PolicyError, make_scheduler_policy
 from toposched.dashboard.simreport import write_html
@@ -200,7 +200,7 @@ def sim(
         BarColumn(),
         TextColumn("{task.completed:,}/{task.total:,} jobs"),
         TimeElapsedColumn(),
-        console=console,
+        console=rich_console(),
         transient=as_json,
         disable=as_json,
     ) as bar:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import socket
-import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -20,6 +19,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 from urllib.parse import quote, urlsplit
 
+from toposched.client.wire import (
+    CannotConnect,
+    Failure,
+    InvalidTarget,
+    NoAnswerInTime,
+    Reply,
+    Wire,
+    connect,
+)
 from toposched.common.paths import ADMIN_TOKEN_FILE, default_data_dir, loopback
 
 if TYPE_CHECKING:
@@ -181,53 +189,9 @@ def _field_lines(detail: list[Any]) -> list[tuple[str, str]]:
     return out
 
 
-def _text(resp: httpx.Response, limit: int = 300) -> str:
+def _text(resp: Reply, limit: int = 300) -> str:
     text = resp.text.strip()
     return text if len(text) <= limit else text[:limit] + "..."
-
-
-def _httpx() -> Any:
-    # Imported on first use: every `toposched` command imports this module, and the commands
-    # that never talk to a server (place, sim, ...) need not pay for httpx.
-    if "httpx" not in sys.modules:
-        _import_httpx_without_its_cli()
-    import httpx
-
-    return httpx
-
-
-# httpx's own command line (`httpx URL`), which httpx imports with itself when it can: click,
-# pygments and rich's progress bars and syntax, some 30 ms of every server command's start.
-HTTPX_CLI = "httpx._main"
-
-
-def _import_httpx_without_its_cli() -> None:
-    """Import httpx without its command line: while it loads, HTTPX_CLI cannot be imported,
-    and httpx's `main` becomes the stub it has for an install without the CLI's extras (only
-    the `httpx` command calls it). Importable again afterwards, as before, for whoever wants
-    it."""
-    sys.modules[HTTPX_CLI] = None  # type: ignore[assignment]
-    try:
-        import httpx  # noqa: F401
-    finally:
-        if sys.modules.get(HTTPX_CLI, 0) is None:
-            del sys.modules[HTTPX_CLI]
-
-
-def _tls_verify(url: str) -> Any:
-    """What httpx verifies TLS with for a client of `url`: its default (True: certifi's CA
-    bundle, which httpx loads as the client is made, some 50 ms of every command's start),
-    except for a server reached over plain HTTP without a proxy. Every request of a Client
-    goes to its own URL, so that one never makes a TLS connection: it gets a context that
-    trusts no CA, made at no cost, which would refuse any TLS connection were one made."""
-    if urlsplit(url).scheme != "http":
-        return True
-    import ssl
-    import urllib.request
-
-    if urllib.request.getproxies():  # a proxy may be reached over TLS: as httpx does
-        return True
-    return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
 
 
 class Client:
@@ -255,13 +219,9 @@ class Client:
         if token:
             check_token(token, token_source)
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._http: httpx.Client = _httpx().Client(
-            base_url=self.url + API,
-            headers=headers,
-            timeout=timeout,
-            transport=transport,
-            verify=_tls_verify(self.url),
-        )
+        # The standard library's http.client where it serves (plain HTTP, no proxy, no
+        # transport given), else httpx: see toposched.client.wire.
+        self._wire: Wire = connect(self.url + API, headers, timeout, transport)
 
     @classmethod
     def from_env(
@@ -273,7 +233,7 @@ class Client:
         return cls(url, token.value, token_source=token.source, on_retry=on_retry)
 
     def close(self) -> None:
-        self._http.close()
+        self._wire.close()
 
     def __enter__(self) -> Client:
         return self
@@ -283,26 +243,22 @@ class Client:
 
     # ------------------------------------------------------------------ plumbing
 
-    def _unreachable(self, err: httpx.TransportError) -> ApiError:
-        hx = _httpx()
-        if isinstance(err, hx.UnsupportedProtocol | hx.InvalidURL):
+    def _unreachable(self, err: Failure) -> ApiError:
+        if isinstance(err, InvalidTarget):
             raise ConfigError(f"server URL {self.url!r} is not valid: {err}") from None
-        if isinstance(err, hx.ConnectError | hx.ConnectTimeout):
-            reason = str(err) or type(err).__name__
+        if isinstance(err, CannotConnect):
             return ApiError(
                 UNREACHABLE,
-                f"the server at {self.url} is not reachable ({reason}); start one with "
+                f"the server at {self.url} is not reachable ({err}); start one with "
                 f"`toposched serve`, or point --server / ${URL_ENV} at a running one",
             )
-        if isinstance(err, hx.TimeoutException):
+        if isinstance(err, NoAnswerInTime):
             return ApiError(
                 UNREACHABLE, f"the server at {self.url} did not answer within {self.timeout:g} s"
             )
-        return ApiError(
-            UNREACHABLE, f"lost the connection to the server at {self.url}: {err or type(err)}"
-        )
+        return ApiError(UNREACHABLE, f"lost the connection to the server at {self.url}: {err}")
 
-    def _error(self, resp: httpx.Response) -> ApiError:
+    def _error(self, resp: Reply) -> ApiError:
         try:
             body = resp.json()
         except ValueError:
@@ -315,33 +271,33 @@ class Client:
         elif isinstance(detail, str):
             message = detail
         else:
-            message = (
-                f"HTTP {resp.status_code} from {self.url}: {_text(resp) or resp.reason_phrase}"
-            )
-        if resp.status_code == 401:
+            message = f"HTTP {resp.status} from {self.url}: {_text(resp) or resp.reason}"
+        if resp.status == 401:
             if self.token is None:
                 message += f"; no token was sent: {self.token_source or TOKEN_ENV + ' is unset'}"
             elif self.token_source:
                 message += f" (the token from {self.token_source})"
-        return ApiError(resp.status_code, message or f"HTTP {resp.status_code}", body, fields)
+        return ApiError(resp.status, message or f"HTTP {resp.status}", body, fields)
 
-    def _send(self, method: str, path: str, **request: Any) -> httpx.Response:
-        """One request (`request`: httpx's json, params, headers), retried while the server
-        answers 503 (it stored nothing) and, for a read or a request with an idempotency key,
-        when the answer is lost; the last failure is raised."""
-        hx = _httpx()
+    def _send(self, method: str, path: str, **request: Any) -> Reply:
+        """One request (`request`: json, params, headers), retried while the server answers
+        503 (it stored nothing) and, for a read or a request with an idempotency key, when the
+        answer is lost; the last failure is raised."""
         repeatable = method == "GET" or IDEMPOTENCY_KEY in (request.get("headers") or {})
         for attempt in range(1, self.retry.tries + 1):
             last = attempt == self.retry.tries
             try:
-                resp = self._http.request(method, path, **request)
-            except hx.TransportError as err:
-                lost = not isinstance(err, hx.ConnectError | hx.UnsupportedProtocol | hx.InvalidURL)
-                if last or not (repeatable and lost):
+                resp = self._wire.send(method, path, **request)
+            except Failure as err:
+                # Refused or misaddressed: nothing was sent, and trying again changes nothing.
+                sent = not isinstance(err, InvalidTarget) and (
+                    not isinstance(err, CannotConnect) or err.timed_out
+                )
+                if last or not (repeatable and sent):
                     raise self._unreachable(err) from None
-                self._pause(attempt, None, f"lost the answer ({err or type(err).__name__})")
+                self._pause(attempt, None, f"lost the answer ({err})")
                 continue
-            if resp.status_code != 503 or last:
+            if resp.status != 503 or last:
                 return resp
             self._pause(attempt, resp.headers.get("retry-after"), self._error(resp).message)
         raise AssertionError("unreachable: the last try returns or raises")
@@ -357,13 +313,13 @@ class Client:
     def _request(self, method: str, path: str, **request: Any) -> Any:
         """The JSON answer of `_send`, or its error."""
         resp = self._send(method, path, **request)
-        if resp.status_code >= 400:
+        if resp.status >= 400:
             raise self._error(resp)
         try:
             return resp.json()
         except ValueError:
             raise ApiError(
-                resp.status_code,
+                resp.status,
                 f"unexpected answer from {self.url}{API}{path} (not JSON): {_text(resp)!r}; "
                 "is it a toposched server?",
             ) from None
@@ -455,17 +411,15 @@ class Client:
         params: dict[str, Any] = {"worker": worker, "follow": "true" if follow else "false"}
         if tail is not None:
             params["tail"] = tail
-        hx = _httpx()
-        # Following waits as long as the job runs: no read timeout then.
-        timeout = hx.Timeout(self.timeout, read=None if follow else self.timeout)
         path = f"/jobs/{_segment(name)}/logs"
         try:
-            with self._http.stream("GET", path, params=params, timeout=timeout) as resp:
-                if resp.status_code >= 400:
-                    resp.read()
-                    raise self._error(resp)
-                yield from resp.iter_bytes()
-        except hx.TransportError as err:
+            # Following waits as long as the job runs: no read timeout then.
+            read_timeout = None if follow else self.timeout
+            with self._wire.stream("GET", path, params=params, read_timeout=read_timeout) as resp:
+                if resp.status >= 400:
+                    raise self._error(resp.read())
+                yield from resp.chunks()
+        except Failure as err:
             raise self._unreachable(err) from None
 
     def nodes(self) -> list[dict[str, Any]]:
