@@ -271,6 +271,10 @@ class Simulation(Driver):
             self._settle(job)
             return JobFinished(self.now, name, True)
         if kind == _STOPPED:
+            if job.state is not JobState.STOPPING:
+                # It finished within the same instant it was told to stop (the core took the
+                # finish): its processes are gone already, and the report would be stale.
+                return None
             return JobStopped(self.now, name)
         return Tick(self.now)
 
