@@ -110,6 +110,13 @@ class PendingJobs:
         # (when its tier widens or it is promoted, seq, name): then it may need filing again.
         self._due: list[tuple[float, int, str]] = []
         self.cpu_only = 0  # waiting jobs without GPUs: a cycle goes on for them with none free
+        # Each list's entry in a merge's heap, its head's rank kept until the head changes
+        # (`_stale`) or its queue's stamp does: a cycle starts from these rather than ranking
+        # every list again, which on a long queue was most of its cost.
+        self._heads: dict[Key, tuple[Rank, Key, int, int]] = {}
+        self._stale: set[Key] = set()
+        self._by_queue: dict[str, dict[Key, None]] = {}  # each queue's lists, in filing order
+        self._stamps: dict[str, object] = {}
 
     def __bool__(self) -> bool:
         return bool(self.filed)
@@ -119,7 +126,15 @@ class PendingJobs:
     ) -> None:
         spec = rec.spec
         key = (spec.queue, shape_now(rec, now))
-        bisect.insort(self.lists.setdefault(key, []), (*self.key(rec, level), rec.name))
+        entries = self.lists.get(key)
+        if entries is None:
+            entries = self.lists[key] = []
+            self._by_queue.setdefault(key[0], {})[key] = None
+        entry = (*self.key(rec, level), rec.name)
+        at = bisect.bisect_left(entries, entry)
+        entries.insert(at, entry)
+        if at == 0:
+            self._stale.add(key)
         self.filed[rec.name] = key
         self.level[rec.name] = level
         if promote_at is not None:
@@ -140,9 +155,17 @@ class PendingJobs:
         key = self.filed.pop(rec.name)
         level = self.level.pop(rec.name)
         entries = self.lists[key]
-        del entries[bisect.bisect_left(entries, (*self.key(rec, level), rec.name))]
+        at = bisect.bisect_left(entries, (*self.key(rec, level), rec.name))
+        del entries[at]
+        if at == 0:
+            self._stale.add(key)
         if not entries:
             del self.lists[key]
+            lists = self._by_queue[key[0]]
+            del lists[key]
+            if not lists:
+                del self._by_queue[key[0]]
+                self._stamps.pop(key[0], None)
         self.cpu_only -= rec.spec.cpu_only
         if rec.spec.limit_s is not None:
             self.declared[key] -= 1
@@ -165,22 +188,43 @@ class PendingJobs:
                 out.append(name)
         return out
 
-    def order(self, rank: Callable[[str], Rank], skip: Callable[[Key], bool]) -> Iterator[str]:
+    def _rank_heads(self, rank: Callable[[str], Rank], stamp: Callable[[str], object]) -> None:
+        """Bring `_heads` up to date: lists whose head changed, and every list of a queue whose
+        stamp moved, are ranked again."""
+        stale = self._stale
+        for queue, keys in self._by_queue.items():
+            now = stamp(queue)
+            if queue not in self._stamps or self._stamps[queue] != now:
+                self._stamps[queue] = now
+                stale.update(keys)
+        heads = self._heads
+        for key in stale:
+            entries = self.lists.get(key)
+            if entries:
+                heads[key] = (rank(entries[0][-1]), key, 0, 0)
+            else:
+                heads.pop(key, None)
+        stale.clear()
+
+    def order(
+        self,
+        rank: Callable[[str], Rank],
+        skip: Callable[[Key], bool],
+        stamp: Callable[[str], object],
+    ) -> Iterator[str]:
         """Merge the lists' heads by rank, best first.
 
-        A rank changes only with its queue's usage: after a job starts (it is gone from its
-        list when the caller resumes the iterator), every list of its queue is ranked again.
-        A list for which `skip` says so when its turn comes is dropped whole.
+        A rank changes only with its queue's usage, which `stamp` tells (it changes whenever
+        the ranks of a queue's jobs may have): after a job starts (it is gone from its list
+        when the caller resumes the iterator), every list of its queue is ranked again. A list
+        for which `skip` says so when its turn comes is dropped whole.
         """
-        heap: list[tuple[Rank, Key, int, int]] = []
-        pos: dict[Key, int] = {}
-        by_queue: dict[str, list[Key]] = {}
-        version: dict[str, int] = {}
-        for key, entries in self.lists.items():
-            pos[key] = 0
-            by_queue.setdefault(key[0], []).append(key)
-            heap.append((rank(entries[0][-1]), key, 0, 0))
+        self._rank_heads(rank, stamp)
+        heap = list(self._heads.values())
         heapq.heapify(heap)
+        pos = dict.fromkeys(self._heads, 0)
+        by_queue = self._by_queue
+        version: dict[str, int] = {}
         while heap:
             _, key, at, seen = heapq.heappop(heap)
             queue = key[0]
@@ -205,7 +249,7 @@ class PendingJobs:
                 continue
             # It started: its queue's usage, and so the rank of each of its lists, changed.
             version[queue] = seen = version.get(queue, 0) + 1
-            for other in by_queue[queue]:
+            for other in by_queue.get(queue, ()):
                 if other not in pos:
                     continue
                 rest = self.lists.get(other, [])
@@ -349,5 +393,9 @@ class Waiting:
         if only is not None:
             yield jobs[only]
             return
-        for name in self.lists.order(self.rank_of, skip or (lambda key: False)):
+        for name in self.lists.order(self.rank_of, skip or (lambda key: False), self._stamp):
             yield jobs[name]
+
+    def _stamp(self, queue: str) -> int:
+        """What the ranks of `queue`'s waiting jobs depend on besides their own terms."""
+        return self.books.queues[queue].version if self._keeps_ranks else 0

@@ -80,6 +80,9 @@ class SimJob:
     restore_left: float = 0.0  # seconds of restore still in `remaining`
     partial_gpu_s: float = 0.0
     placements: list[tuple[str, ...]] = field(default_factory=list)  # each start's nodes
+    # The busy GPUs of its nodes when `rate` was last worked out (None: not since it last
+    # paused): the rate depends on nothing else while its placement holds.
+    rated_busy: tuple[int, ...] | None = None
 
 
 @dataclass
@@ -151,6 +154,8 @@ class Simulation(Driver):
         self._framework = self.perf.catalog.framework(framework)
         self._models: dict[str, ModelSpec] = {}
         self._speeds: dict[tuple[object, ...], float] = {}
+        # Interference factor by (node kind, our GPUs, the others' GPUs, model).
+        self._factors: dict[tuple[int, int, int, str], float] = {}
         self.type_speed = TypeSpeeds(self.perf)
         # Each node's GPU type as the catalog names it (`gpu_type`: every node that one).
         self.node_type = {n.name: gpu_type or self.type_speed.of_node(n) for n in cluster.nodes}
@@ -386,20 +391,27 @@ class Simulation(Driver):
         """No more progress from now; a finish planned for the job is void."""
         self._settle(job)
         job.rate = 0.0
+        job.rated_busy = None
         job.token += 1
 
     def _respeed(self, nodes: set[str]) -> None:
         """Jobs on `nodes` (they or their neighbours changed): new speed, new finish time."""
         names = {name for node in nodes for name in self.on_node[node]}
+        busy = self.busy
         for name in sorted(names):
             job = self.jobs[name]
             if job.state is JobState.STOPPING or job.placement is None:
                 continue
+            seen = tuple([busy[node] for node in job.nodes])
+            if seen == job.rated_busy:
+                continue  # a neighbour left and another came on the very same GPUs
             rate = self._speed(job)
             if rate == job.rate:
+                job.rated_busy = seen
                 continue
             self._pause(job)
             job.rate = rate
+            job.rated_busy = seen
             self._push(self.now + job.remaining / rate, _FINISH, name, job.token)
 
     def _speed(self, job: SimJob, alone: bool = False) -> float:
@@ -419,8 +431,14 @@ class Simulation(Driver):
             owns.append((kind, own))
             others = 0 if alone else self.busy[node] & ~own
             if others:
-                counts = neighbour_counts(self._levels[kind], own, others)
-                slowdown = max(slowdown, factor_from_counts(counts, self._framework, spec))
+                factor = self._factors.get((kind, own, others, model))
+                if factor is None:
+                    counts = neighbour_counts(self._levels[kind], own, others)
+                    factor = factor_from_counts(counts, self._framework, spec)
+                    if len(self._factors) >= SPEED_MEMO:
+                        self._factors.clear()
+                    self._factors[(kind, own, others, model)] = factor
+                slowdown = max(slowdown, factor)
         gpu_type = self._placement_type(model, job.nodes)
         # Neighbours matter only through the interference factor they make, so the speed is
         # kept per factor, not per set of busy GPUs: far fewer keys.
