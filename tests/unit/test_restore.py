@@ -11,13 +11,17 @@ from toposched.core import (
     JobRestored,
     JobState,
     JobStopped,
+    Scheduler,
+    SchedulerPolicy,
     SchedulingError,
     StopKind,
     Tick,
     WorkerSlot,
 )
 from toposched.placement.gang import Placement
-from toposched.topology.cluster import Tier
+from toposched.topology import preset
+from toposched.topology.cluster import Cluster, Node, Tier
+from toposched.topology.resources import Hardware
 
 
 def placed(node: str, *gpus: tuple[int, ...]) -> Placement:
@@ -94,6 +98,22 @@ def test_a_placement_this_cluster_cannot_hold_is_refused_and_changes_nothing(
     with pytest.raises(SchedulingError, match=message):
         s.handle(restored)
     assert snapshot(s) == before
+
+
+def test_a_gang_of_one_gpu_type_never_fits_where_no_type_has_room_for_it() -> None:
+    """3 workers x 3 GPUs: the cluster holds three (one on the T4 node, two on the V100 one),
+    but a gang runs on one type unless it accepts mixed ones, and no type holds three. Kept,
+    it reserved GPUs it could never use and held a 1-GPU job back on an idle cluster for ever
+    (found by tests/property/test_scheduler_machine.py)."""
+    t4 = Node("t4", preset("pcie-4gpu-2socket"), hardware=Hardware("T4", 16 * 2**30))
+    v100 = Node("v100", preset("pcie-8gpu-2socket"), hardware=Hardware("V100", 16 * 2**30))
+    s = Scheduler(Cluster((t4, v100)), SchedulerPolicy(), validate=True)
+    assert s.never_fits(job("gang", 3, workers=3)) == (
+        "rejected: needs 3 workers x 3 GPUs of one GPU type (mixed_types is off) within the "
+        "cluster; at most 2 fit there even when it is empty"
+    )
+    assert s.never_fits(job("mixed", 3, workers=3, mixed_types=True)) is None
+    assert s.never_fits(job("pair", 3, workers=2)) is None
 
 
 def test_never_fits_is_answerable_without_submitting() -> None:
