@@ -147,9 +147,19 @@ def test_memory_per_worker_spreads_a_gang_over_nodes() -> None:
 
 
 def test_a_gang_runs_on_one_gpu_type_unless_it_says_mixed_types() -> None:
+    # Six GPUs of one type: neither type has them, so the job could never start, and is
+    # refused at once (kept, it would wait for ever and hold GPUs reserved for itself).
     s = sched(typed("t0", T4, PCIE4), typed("v0", V100, PCIE4))
     s.handle(JobSubmitted(0, job("one", gpus=1, workers=6)))
     view = s.job("one")
+    assert view.state.value == "rejected"
+    assert "of one GPU type (mixed_types is off)" in view.reason, view.reason
+    # Eight V100s, four of them busy, and four T4s: neither type has six free, so it waits.
+    s = sched(typed("t0", T4, PCIE4), typed("v0", V100, PCIE4), typed("v1", V100, PCIE4))
+    s.handle(JobSubmitted(0, job("v", gpus=2, gpu_types=("V100",))))
+    s.handle(JobSubmitted(0, job("w", gpus=2, gpu_types=("V100",))))
+    s.handle(JobSubmitted(0, job("six", gpus=1, workers=6)))
+    view = s.job("six")
     assert view.state.value == "pending"
     assert view.reason.startswith("a gang of one GPU type (mixed_types is off)"), view.reason
     s = sched(typed("t0", T4, PCIE4), typed("v0", V100, PCIE4))
