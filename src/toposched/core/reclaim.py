@@ -287,6 +287,8 @@ class Reclaim:
             if self.waiting.waiting_level(rec) != 0 or not self._patient(rec):
                 return {}, None
             costs = self.demotions.victims(self.books.now)
+            if self.rule.pay_margin is None:  # no cost test: every kept victim, as kept
+                return costs, self.demotions.on_node
             jobs = self.books.jobs
             unpaid = {name for name in costs if not self._pays(jobs[name], rec)}
             if not unpaid:

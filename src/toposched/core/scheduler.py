@@ -101,7 +101,7 @@ class Scheduler:
         for name, guaranteed in (queues or {}).items():
             books.configure_queue(name, guaranteed)
         demote = policy.demote_after_gpu_h
-        self.stop_rule = rule = StopRule.of(policy)
+        rule = StopRule.of(policy)
         threshold = None if demote is None else demote * 3600.0
         self.demotions = Demotions(threshold, books.job_nodes, rule)
         self.waiting = waiting = Waiting(books, policy, self.demotions)

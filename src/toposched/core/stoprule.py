@@ -1,7 +1,7 @@
-"""When stopping a running job for another pays: its protection after stops, and the cost test.
+"""When stopping a running job for another pays: patience, protection after stops, the cost test.
 
-A stop costs the victim the work since its last checkpoint and a restart (core/stopcost.py). Two
-rules keep least attained service from spending more on stops than it saves:
+A stop costs the victim the work since its last checkpoint and a restart (core/stopcost.py).
+Three rules keep least attained service from spending more on stops than it saves:
 
 - Protection: after its k-th stop (preempted, moved or shrunk) a job runs at least
   `k * protect_s` before least attained service or a migration may stop it again, and after
