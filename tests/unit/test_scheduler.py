@@ -1461,7 +1461,7 @@ def test_a_promotion_due_at_a_rounded_time_is_not_lost() -> None:
     # waiting_since + 86,400 and now - waiting_since >= 86,400 disagree by one rounding step
     # at this time: the promotion must happen when the due entry fires.
     since = 495435.087091941
-    s = scheduler(DGX1, **LAS)
+    s = scheduler(DGX1, **LAS, promote_after_s=86_400.0)
     s.handle(*submit(job("a", 8, checkpoint=CKPT)))
     s.handle(*submit(job("b", 8, checkpoint=CKPT), t=495000))  # a is demoted: preempted
     s.handle(JobStopped(since, "a"))

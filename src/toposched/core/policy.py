@@ -110,8 +110,8 @@ class SchedulerPolicy:
     stop_grace_s: float = 10.0
     grow_after_s: float = 60.0
     demote_after_gpu_h: float | None = 8.0
-    promote_after_s: float | None = 86_400.0
-    preempt_patience_s: float = 1800.0
+    promote_after_s: float | None = 259_200.0
+    preempt_patience_s: float = 3600.0
     stop_protect_s: float = 0.0
     max_stops: int | None = None
     pay_margin: float | None = None
