@@ -35,7 +35,7 @@ from toposched.client.http import (
     server_url,
 )
 
-WAIT_S = 30.0
+WAIT_S = 60.0  # a ceiling for slow CI machines; jobs here take seconds
 TERMINAL = ("succeeded", "failed", "cancelled", "rejected")
 
 # Worker 0..N-1 says hello, then waits for a gate file, so a test sees the job running.
@@ -437,9 +437,27 @@ def test_submit_waits_out_a_locked_database(tmp_path: Path) -> None:
             env=user_env(server),
             cwd=REPO,
         )
-        time.sleep(2.5)
+        # The lock is held until the CLI says it found it and waits (however slowly it
+        # started), not for a fixed time.
+        said: list[str] = []
+        waiting = threading.Event()
+
+        def read_err() -> None:
+            assert cli.stderr is not None
+            for line in cli.stderr:
+                said.append(line)
+                if "retrying in" in line:
+                    waiting.set()
+
+        reader = threading.Thread(target=read_err, daemon=True)
+        reader.start()
+        assert waiting.wait(60), f"the CLI never said it waits for the lock: {''.join(said)}"
         release()
-        out, err = cli.communicate(timeout=60)
+        assert cli.stdout is not None
+        out = cli.stdout.read()  # the stderr pipe is the reader's alone
+        cli.wait(timeout=60)
+        reader.join(10)
+        err = "".join(said)
         assert cli.returncode == 0, err
         assert "submitted patient" in out
         assert "the database is locked" in err and "retrying in" in err
