@@ -53,6 +53,29 @@ def test_a_demoted_job_is_stopped_only_once_the_stop_pays() -> None:
     ]
 
 
+def test_a_time_limit_bounds_the_run_time_a_job_is_expected_to_have_left() -> None:
+    """As above, but `long` may run 1,000 s at most: at 900 s it has 100 s left, not 900 s,
+    and stopping it for `new` (600 s expected) would cost more than it saves."""
+    s = scheduler(DGX1, **COST)
+    s.handle(*submit(job("long", 8, checkpoint=CKPT, limit_s=1000.0)))
+    s.handle(*submit(job("new", 8, checkpoint=CKPT), t=500))
+    for t in (600, 720, 900, 950):
+        assert project(s.handle(Tick(t))) == [], t
+
+
+def test_a_waiting_job_with_a_short_time_limit_is_worth_a_stop_sooner() -> None:
+    """`new` may run 60 s at most, so at 500 s stopping `long` (500 s had) gains 440 s for the
+    320 s it costs (200 s since its checkpoint at 300 s, and the restart): at once, where
+    without the limit the stop waits until 900 s."""
+    s = scheduler(DGX1, **COST)
+    s.handle(*submit(job("long", 8, checkpoint=CKPT)))
+    quick = job("new", 8, checkpoint=CKPT, limit_s=60.0)
+    assert project(s.handle(*submit(quick, t=500))) == [
+        ("transition", "new", None, "pending"),
+        *stopping("long", "preempt"),
+    ]
+
+
 def test_without_the_cost_test_the_demoted_job_goes_at_once() -> None:
     s = scheduler(DGX1, **{**COST, "pay_margin": None})
     s.handle(*submit(job("long", 8, checkpoint=CKPT)))

@@ -17,7 +17,7 @@ Three rules keep least attained service from spending more on stops than it save
   is expected to have left exceeds the other's by more than the stop costs it. Under a heavy
   tail the run time left grows with the run time had (the mean residual life of a Pareto
   distribution with shape 2 equals the age), so each is estimated by its run time so far, a
-  young job's by at least `young_s`.
+  young job's by at least `young_s`, and a job with a time limit by at most what it leaves.
 """
 
 from __future__ import annotations
@@ -80,7 +80,8 @@ class StopRule:
 
     def expected_left_s(self, rec: JobRecord, now: float) -> float:
         """The run time `rec` is expected to have left: the run time it has had (its GPU
-        service over its GPUs), at least `young_s`."""
+        service over its GPUs), at least `young_s`, and at most what its time limit leaves it
+        where its user gave one (`limit_s`: the run ends there whatever the tail says)."""
         spec = rec.spec
         gpus = (
             rec.placement.gpus
@@ -88,7 +89,10 @@ class StopRule:
             else spec.min_workers * spec.gpus_per_worker
         )
         had = rec.service(now) / gpus if gpus else 0.0
-        return max(had, self.young_s)
+        left = max(had, self.young_s)
+        if spec.limit_s is not None:
+            left = min(left, max(0.0, spec.limit_s - had))
+        return left
 
     def interval_s(self, rec: JobRecord) -> float:
         """Seconds of work between `rec`'s checkpoints: its own, else the policy's."""
