@@ -310,9 +310,32 @@ class Reclaim:
             plan = self.plan_on_nodes(costs, request, by_node)
             if plan is None and request.widest != Tier.NODE and request.workers > 1:
                 plan = self.plan_reclaim_nodes(request, costs)
-        if plan is None or not self.all_behind(rec, plan[0]):
+        if plan is None or not self.all_behind(rec, plan[0]) or not self.room_after(request, plan):
             return None
         return plan
+
+    def room_after(self, request: GangRequest, plan: Plan) -> bool:
+        """Whether each node of `plan` holds the job's workers there by CPUs and memory once
+        its victims there give theirs back. The search counts GPUs alone: without this a job
+        whose workers' CPUs no node has could stop a job for nothing, then keep its GPUs
+        reserved, idle, for ever."""
+        fit = request.fit
+        if not fit.sized:
+            return True
+        cap, job_nodes = self.books.capacity, self.books.job_nodes
+        victims, gpus = plan
+        for i, mask in gpus.items():
+            cpus, memory = cap.free_cpus(i), cap.free_memory(i)
+            for v in victims:
+                workers = job_nodes.get(v.name, {}).get(i, 0).bit_count() // v.spec.gpus_per_worker
+                if cpus is not None:
+                    cpus += workers * v.spec.cpus
+                if memory is not None:
+                    memory += workers * v.spec.memory
+            most = fit.room(cpus, memory)
+            if most is not None and most < mask.bit_count() // request.gpus_per_worker:
+                return False
+        return True
 
     def all_behind(self, rec: JobRecord, victims: list[JobRecord]) -> bool:
         """Once all `victims` have stopped, each ranks after `rec`. Each was chosen as if it alone

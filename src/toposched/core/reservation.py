@@ -8,7 +8,7 @@ from toposched.core.books import Books
 from toposched.core.errors import InvariantViolation
 from toposched.core.job import JobState
 from toposched.core.records import JobRecord, Reservation
-from toposched.placement.capacity import full_mask
+from toposched.placement.capacity import Capacity, full_mask
 from toposched.placement.gang import GangRequest, node_domain, node_gpus, ring_gbps
 from toposched.placement.tables import to_mask
 from toposched.topology.cluster import Tier
@@ -33,6 +33,14 @@ def describe(books: Books, res: Reservation, default_runtime_s: float | None) ->
             if job is not None and job not in holders:
                 holders[job] = end_estimate(books, books.jobs[job], default_runtime_s)
     return res.describe(cap, holders)
+
+
+def room_when_empty(cap: Capacity, i: int, request: GangRequest) -> int:
+    """How many of the request's workers node `i`'s CPUs and memory hold when none of its
+    jobs runs: GPUs that free up on a node that can never hold the workers are no use."""
+    hw = cap.nodes[i].hardware
+    most = request.fit.room(hw.cpus, hw.memory)
+    return request.workers if most is None else most
 
 
 class Reserver:
@@ -62,7 +70,7 @@ class Reserver:
             if i in self.books.cordoned or i in ruled_out:
                 continue  # its GPUs will not free up for others, or the job may not use them
             healthy = full_mask(cap.nodes[i].size) & ~self.books.unhealthy.get(i, 0)
-            if healthy.bit_count() < k:
+            if healthy.bit_count() < k or room_when_empty(cap, i, request) < request.workers:
                 continue
             found = self._node_frees(i, k, healthy)
             if found is None:
@@ -128,12 +136,13 @@ class Reserver:
         cap = self.books.capacity
         g = request.gpus_per_worker
         ruled_out = cap.ruled_out(request.where)
-        domains: dict[tuple[str, ...], list[tuple[float, int, int, int]]] = {}
+        domains: dict[tuple[str, ...], list[tuple[float, int, int, int, int]]] = {}
         for i in cap.present_indices():
             if i in self.books.cordoned or i in ruled_out:
                 continue
             healthy = full_mask(cap.nodes[i].size) & ~self.books.unhealthy.get(i, 0)
-            if healthy.bit_count() < g:
+            holds = min(healthy.bit_count() // g, room_when_empty(cap, i, request))
+            if not holds:
                 continue
             jobs = self.books.node_jobs.get(i, {})
             until = max(
@@ -141,14 +150,14 @@ class Reserver:
             )
             busy = sum(m.bit_count() for m in jobs.values())
             key = node_domain(cap.nodes[i], request.widest)
-            domains.setdefault(key, []).append((until, busy, i, healthy))
+            domains.setdefault(key, []).append((until, busy, i, healthy, holds))
         best: tuple[tuple[float, ...], Reservation] | None = None
         for members in domains.values():
             members.sort()
             held, chosen = 0, []
-            for until, busy, i, healthy in members:
+            for until, busy, i, healthy, holds in members:
                 chosen.append((until, busy, i, healthy))
-                held += healthy.bit_count() // g
+                held += holds
                 if held >= request.workers:
                     break
             if held < request.workers:
