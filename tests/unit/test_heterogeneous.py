@@ -117,25 +117,14 @@ def first_fit_on_small_nodes(count: int = 1) -> Scheduler:
 def test_the_first_fit_baseline_says_when_cpus_not_gpus_keep_a_job_waiting() -> None:
     # Hypothesis found it: a gang of 3 workers of 4 CPUs on an empty 4-GPU node of 8 CPUs was
     # told "first fit found none", as though GPUs were short.
-    # (Such a gang can never fit there, so it is now refused at submit; below, jobs that fit
-    # the empty cluster wait for CPUs another job holds.)
     here = LocalityRule.parse("node")
     s = first_fit_on_small_nodes()
-    s.handle(JobSubmitted(0, job("never", gpus=1, workers=3, cpus=4_000, locality=here)))
-    assert s.job("never").reason == (
-        "rejected: needs 3 workers x 1 GPUs with 4 CPUs within one node; at most 2 fit there "
-        "even when it is empty"
-    )
-    s = first_fit_on_small_nodes()
-    s.handle(JobSubmitted(0, job("other", gpus=1, cpus=4_000)))
-    s.handle(JobSubmitted(1, job("cpu-bound", gpus=1, workers=2, cpus=4_000, locality=here)))
+    s.handle(JobSubmitted(0, job("cpu-bound", gpus=1, workers=3, cpus=4_000, locality=here)))
     reason = s.job("cpu-bound").reason
-    assert "2 worker(s) with 4 CPUs each" in reason, reason
-    assert "free GPUs only on nodes without room for them" in reason, reason
-    s = first_fit_on_small_nodes(2)
-    s.handle(JobSubmitted(0, job("o1", gpus=1, cpus=4_000)))
-    s.handle(JobSubmitted(0, job("o2", gpus=1, cpus=4_000)))
-    s.handle(JobSubmitted(1, job("spread", gpus=1, workers=3, cpus=4_000)))
+    assert "3 worker(s) with 4 CPUs each" in reason, reason
+    assert "3 free GPUs only on nodes without room for them" in reason, reason
+    s = first_fit_on_small_nodes()
+    s.handle(JobSubmitted(0, job("spread", gpus=1, workers=3, cpus=4_000)))
     reason = s.job("spread").reason
     assert "needs 3 workers x 1 GPUs with 4 CPUs; first fit found no room" in reason, reason
     # Where GPUs are what is short (one free on each node), it says so, as before.

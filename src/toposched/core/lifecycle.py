@@ -21,7 +21,7 @@ from toposched.core.policy import SchedulerPolicy
 from toposched.core.records import JobRecord
 from toposched.placement.gang import Placement, node_domain
 from toposched.topology.cluster import Node, Tier, check_labels
-from toposched.topology.resources import WorkerFit, type_key
+from toposched.topology.resources import type_key
 
 
 class Lifecycle:
@@ -42,7 +42,7 @@ class Lifecycle:
         self.policy = policy
         # (largest node, most workers one domain holds) on the empty cluster, per (GPUs per
         # worker, tier): kept until a node comes or goes.
-        self._room: dict[tuple[int, Tier, bool, tuple[int, int]], tuple[int, int]] = {}
+        self._room: dict[tuple[int, Tier, bool], tuple[int, int]] = {}
 
     def submit(self, spec: JobSpec, ended: Mapping[str, JobState]) -> list[Action]:
         unmet, failed = resolve(spec, self._state_of, ended, unknown_met=False)
@@ -173,41 +173,30 @@ class Lifecycle:
         widest = spec.locality.accept or spec.locality.prefer
         # A gang runs on one GPU type unless it accepts mixed ones: count each type alone.
         one_type = not spec.mixed_types and len(self.books.capacity.gpu_types) > 1
-        fit = (spec.cpus, spec.memory)
-        largest, best = self._room_when_empty(g, widest.tier, one_type, fit)
+        largest, best = self._room_when_empty(g, widest.tier, one_type)
         if g > largest:
             return f"rejected: a worker needs {g} GPUs; the largest node has {largest}"
         if best < spec.min_workers:
             where = {"node": "one node", "rack": "one rack", "pod": "one pod", "any": "the cluster"}
             kind = " of one GPU type (mixed_types is off)" if one_type else ""
-            kind += WorkerFit(cpus=spec.cpus, memory=spec.memory).asked()
             return (
                 f"rejected: needs {spec.min_workers} workers x {g} GPUs{kind} within "
                 f"{where[widest.value]}; at most {best} fit there even when it is empty"
             )
         return None
 
-    def _room_when_empty(
-        self, g: int, tier: Tier, one_type: bool, fit: tuple[int, int] = (0, 0)
-    ) -> tuple[int, int]:
-        """(largest node, most workers of `g` GPUs and `fit` (CPUs, memory) each one `tier`
-        domain holds, of one GPU type if `one_type`) on the empty cluster; cached until a node
-        comes or goes."""
-        key = (g, tier, one_type, fit)
+    def _room_when_empty(self, g: int, tier: Tier, one_type: bool) -> tuple[int, int]:
+        """(largest node, most workers of `g` GPUs one `tier` domain holds, of one GPU type
+        if `one_type`) on the empty cluster; cached until a node comes or goes."""
+        key = (g, tier, one_type)
         if key not in self._room:
             nodes = [self.books.capacity.nodes[i] for i in self.books.capacity.present_indices()]
             domains: dict[tuple[str, ...], int] = {}
-            needs = WorkerFit(cpus=fit[0], memory=fit[1])
             for node in nodes:
                 domain = node_domain(node, tier)
                 if one_type:
                     domain = (type_key(node.hardware.gpu_type), *domain)
-                workers = node.size // g
-                # A node whose CPUs or memory hold fewer workers holds no more, ever.
-                most = needs.room(node.hardware.cpus, node.hardware.memory)
-                if most is not None:
-                    workers = min(workers, most)
-                domains[domain] = domains.get(domain, 0) + workers
+                domains[domain] = domains.get(domain, 0) + node.size // g
             largest = max((n.size for n in nodes), default=0)
             self._room[key] = (largest, max(domains.values(), default=0))
         return self._room[key]
