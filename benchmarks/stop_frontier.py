@@ -16,8 +16,9 @@ trace, average JCT at most 2.5x the bound with at most 0.2 preemptions per job, 
 4x below the best peer. The last line is JSON: setting -> its figures.
 
 Without --setting, the settings tried for docs/scheduler.md: least attained service alone
-(`las`), the stop rule's defaults (`rule`: an hour's patience, promotion after 3 days; no cost
-test, protection or cap), and each of its parameters moved.
+(`las`: one level of demoted jobs, no patience, promotion after a day), the defaults (`rule`:
+four levels of demoted jobs, two hours' patience, promotion after 7 days; no cost test,
+protection or cap), and each of those moved.
 --smoke (CI, seconds): the first 300 jobs on 4 DGX-1s, two settings and the peer.
 """
 
@@ -33,15 +34,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 TRACE = ROOT / "data" / "traces" / "philly" / "philly.csv"
 LAS_ALONE = (
-    "preempt_patience_s=0,promote_after_s=86400,stop_protect_s=0,pay_margin=null,max_stops=null"
+    "preempt_patience_s=0,promote_after_s=86400,stop_protect_s=0,pay_margin=null,max_stops=null,"
+    "demoted_levels=1"
 )
 SETTINGS = {
     "las": LAS_ALONE,
     "rule": "",
-    "patience-30m": "preempt_patience_s=1800",
-    "patience-2h": "preempt_patience_s=7200",
-    "promote-1d": "promote_after_s=86400",
-    "promote-7d": "promote_after_s=604800",
+    "one-level": "demoted_levels=1",
+    "patience-1h": "preempt_patience_s=3600",
+    "patience-3h": "preempt_patience_s=10800",
+    "promote-3d": "promote_after_s=259200",
     "cost-test": "pay_margin=1",
     "protect-10m": "stop_protect_s=600",
     "protect-30m": "stop_protect_s=1800",

@@ -621,6 +621,9 @@ def setups(draw: st.DrawFn, policies: tuple[str, ...] | list[str] = GANG_POLICIE
             draw(st.sampled_from([None, 0.002, 0.01])) if policy.order is Order.FAIR else None
         ),
         promote_after_s=draw(st.sampled_from([None, 300.0])),
+        # Levels of demoted jobs the streams' services cross (1, 2 and 4 times the threshold).
+        demoted_levels=draw(st.sampled_from([1, 3])),
+        level_ratio=draw(st.sampled_from([2.0, 4.0])),
     )
     return Setup(Cluster(nodes), spare, queues, policy)
 

@@ -1402,6 +1402,29 @@ def test_a_demoted_job_waits_behind_fresh_ones_until_promoted() -> None:
     assert project(s.handle(Tick(1415))) == stopping("a", "preempt")
 
 
+@pytest.mark.parametrize(("levels", "first"), [(2, "young"), (1, "old")])
+def test_demoted_jobs_wait_in_levels_of_service(levels: int, first: str) -> None:
+    # Demoted at 1 GPU-hour, level 2 from 4: `old` waits with 16,080 GPU-s (level 2), `young`
+    # with 7,920 (level 1). With levels `young` goes first though submitted later; with one
+    # level, submission order alone.
+    s = scheduler(DGX1, **LAS, promote_after_s=None, demoted_levels=levels, level_ratio=4.0)
+    s.handle(*submit(job("old", 8, checkpoint=CKPT)))
+    assert project(s.handle(*submit(job("young", 8, checkpoint=CKPT), t=2000))) == [
+        queued("young"),
+        *stopping("old", "preempt"),
+    ]
+    s.handle(JobStopped(2010, "old"))
+    assert project(s.handle(*submit(job("fresh", 8, checkpoint=CKPT), t=3000))) == [
+        queued("fresh"),
+        *stopping("young", "preempt"),
+    ]
+    s.handle(JobStopped(3010, "young"))
+    assert s.job("fresh").state is JobState.RUNNING
+    assert [r.name for r in s.pending()] == [first, ({"old", "young"} - {first}).pop()]
+    got = project(s.handle(JobFinished(4000, "fresh", True)))
+    assert got == [moved("fresh", "running", "succeeded"), *started(first, {"n0": ALL8})]
+
+
 def test_service_counts_every_run_on_the_gpus_held() -> None:
     s = scheduler(DGX1, **LAS)
     s.handle(*submit(job("a", 4, checkpoint=CKPT)))

@@ -156,6 +156,10 @@ def test_a_protected_job_is_demoted_but_not_a_victim_until_its_protection_ends()
 def test_the_policy_checks_the_rule_numbers() -> None:
     with pytest.raises(ValueError, match="max_stops must be at least 1"):
         SchedulerPolicy(max_stops=0)
+    with pytest.raises(ValueError, match="demoted_levels must be at least 1, got 0"):
+        SchedulerPolicy(demoted_levels=0)
+    with pytest.raises(ValueError, match=r"level_ratio must be more than 1, got 1\.0"):
+        SchedulerPolicy(level_ratio=1.0)
     with pytest.raises(ValueError, match="pay_margin must be >= 0"):
         SchedulerPolicy(pay_margin=-1.0)
     with pytest.raises(ValueError, match="checkpoint_interval_s must be positive"):

@@ -311,20 +311,41 @@ class Waiting:
     # ------------------------------------------------------------------ levels
 
     def level(self, rec: JobRecord) -> tuple[int, float | None]:
-        """A waiting job's level (1: demoted for the service it has had) and when a demoted
-        job is promoted back for having waited long (least attained service, as Tiresias).
-        A promoted job is forgiven the service it had: it runs as long as a fresh one before
-        it can be demoted again, so that it is not preempted as soon as it starts."""
-        if not self.demoted(rec):
+        """A waiting job's level (at least 1: demoted for the service it has had) and when a
+        demoted job is promoted back for having waited long (least attained service, as
+        Tiresias). A promoted job is forgiven the service it had: it runs as long as a fresh
+        one before it can be demoted again, so that it is not preempted as soon as it starts."""
+        level = self.demoted_level(rec)
+        if not level:
             return 0, None
         promote = self.policy.promote_after_s
         if promote is None:
-            return 1, None
+            return level, None
         promote_at = rec.waiting_since + promote
         if self.books.now >= promote_at:  # the very sum the due heap fired on
             rec.forgiven = rec.service(self.books.now)
             return 0, None
-        return 1, promote_at
+        return level, promote_at
+
+    def demoted_level(self, rec: JobRecord) -> int:
+        """0 if `rec` is not demoted; else its level of attained service, from 1 to the
+        policy's `demoted_levels`: each level past the first needs `level_ratio` times the
+        service of the one before. Within a level jobs keep their submission order, so a
+        long job waiting behind others of its level is not passed by each one that has run a
+        little less (which would stop and start them in turn, as least attained service
+        without levels does)."""
+        if not self.demoted(rec):
+            return 0
+        levels = self.policy.demoted_levels
+        if levels == 1:
+            return 1
+        threshold = self.policy.demote_after_gpu_h
+        assert threshold is not None  # demoted
+        had = (rec.service(self.books.now) - rec.forgiven) / 3600.0
+        level, bar = 1, threshold * self.policy.level_ratio
+        while level < levels and had >= bar * (1 - 1e-9):
+            level, bar = level + 1, bar * self.policy.level_ratio
+        return level
 
     def waiting_level(self, rec: JobRecord) -> int:
         """The level a waiting job is filed at (0 unless demoted and not yet promoted)."""

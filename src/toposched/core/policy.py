@@ -72,6 +72,11 @@ class SchedulerPolicy:
     may preempt it if it can checkpoint (None: no demotion; order by submission alone).
     promote_after_s: a demoted job that has waited this long ranks with the others again, so
     it cannot starve (None: never promoted).
+    demoted_levels, level_ratio: demoted jobs wait in this many levels of attained service,
+    in submission order within each (Tiresias' queues): level k holds the jobs that have had
+    at least `demote_after_gpu_h * level_ratio ** (k - 1)` GPU-hours, the last level all
+    those beyond. Only a job not demoted preempts for its service; the levels order the
+    demoted ones among themselves (1: one level, submission order alone).
     Stops that pay (core/stoprule.py; docs/scheduler.md, "Preemption that pays"): least
     attained service stops a job for a waiting one only after it has waited
     `preempt_patience_s` (GPUs that free up meanwhile are its own). After its
@@ -110,8 +115,10 @@ class SchedulerPolicy:
     stop_grace_s: float = 10.0
     grow_after_s: float = 60.0
     demote_after_gpu_h: float | None = 8.0
-    promote_after_s: float | None = 259_200.0
-    preempt_patience_s: float = 3600.0
+    promote_after_s: float | None = 604_800.0
+    demoted_levels: int = 4
+    level_ratio: float = 4.0
+    preempt_patience_s: float = 7200.0
     stop_protect_s: float = 0.0
     max_stops: int | None = None
     pay_margin: float | None = None
@@ -165,6 +172,10 @@ class SchedulerPolicy:
             value = getattr(self, key)
             if value is not None and not value >= 0:
                 raise PolicyError(f"{key} must be >= 0, got {value}")
+        if self.demoted_levels < 1:
+            raise PolicyError(f"demoted_levels must be at least 1, got {self.demoted_levels}")
+        if not self.level_ratio > 1:
+            raise PolicyError(f"level_ratio must be more than 1, got {self.level_ratio}")
         if self.max_stops is not None and self.max_stops < 1:
             raise PolicyError(
                 f"max_stops must be at least 1 (or null: no cap), got {self.max_stops}"

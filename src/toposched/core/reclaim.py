@@ -219,7 +219,7 @@ class Reclaim:
         be preempted again); `all_behind` judges the chosen victims together."""
         freed = {r.spec.queue: r.gpus_held()}
         mine = self.waiting.rank_after(rec, level, freed)
-        return self.waiting.rank_after(r, 1 if self.waiting.demoted(r) else 0, freed) > mine
+        return self.waiting.rank_after(r, self.waiting.demoted_level(r), freed) > mine
 
     def _beyond(self, queue: str, borrowed: dict[str, set[str]]) -> set[str]:
         """Jobs of another queue past its guarantee, counted in (priority, start) order;

@@ -238,7 +238,7 @@ class CoreView:
         waiting = self._waiting
         served = rec.service(self._books.now)
         if rec.state is JobState.PENDING:
-            demoted = waiting.waiting_level(rec) == 1
+            demoted = waiting.waiting_level(rec) >= 1
         else:
             demoted = waiting.demoted(rec)
         return f"service: {served / 3600:.2f} GPU-hours" + (
