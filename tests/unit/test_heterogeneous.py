@@ -321,3 +321,21 @@ def test_a_job_whose_workers_cpus_a_node_lacks_stops_nothing_there() -> None:
     roomy.handle(JobSubmitted(0, low))
     stops = [a for a in roomy.handle(JobSubmitted(1, high)) if isinstance(a, StopJob)]
     assert [a.job for a in stops] == ["low"]
+
+
+def test_a_gang_of_one_type_reserves_no_gpus_of_a_type_it_cannot_fill() -> None:
+    # `big` needs 3 workers x 3 GPUs of one type: the three T4 nodes once `hold` ends (one
+    # worker each), never the one V100 node (8 GPUs). Its reservation keeps T4s only, so `v`,
+    # behind it, starts on the V100s; kept there too, they would idle for nothing.
+    s = sched(
+        typed("t0", T4, PCIE4), typed("t1", T4, PCIE4), typed("t2", T4, PCIE4), typed("v0", V100)
+    )
+    assert started(s.handle(JobSubmitted(0, job("hold", gpus=2, gpu_types=("T4",))))) == {
+        "hold": {"t0"}
+    }
+    big = job("big", gpus=3, workers=3, locality=LocalityRule.parse("any"))
+    assert started(s.handle(JobSubmitted(1, big))) == {}
+    assert "reserved t0 GPUs" in s.job("big").reason, s.job("big").reason
+    assert "v0" not in s.job("big").reason, s.job("big").reason
+    out = started(s.handle(JobSubmitted(2, job("v", gpus=4, gpu_types=("V100",)))))
+    assert out == {"v": {"v0"}}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from toposched.core.books import Books
 from toposched.core.errors import InvariantViolation
@@ -11,6 +12,7 @@ from toposched.core.records import JobRecord, Reservation
 from toposched.placement.capacity import Capacity, full_mask
 from toposched.placement.gang import GangRequest, node_domain, node_gpus, ring_gbps
 from toposched.placement.tables import to_mask
+from toposched.placement.typed import narrowed
 from toposched.topology.cluster import Tier
 
 Frees = tuple[float, int, int]  # (latest end of the jobs waited for, their GPUs, GPUs then free)
@@ -33,6 +35,11 @@ def describe(books: Books, res: Reservation, default_runtime_s: float | None) ->
             if job is not None and job not in holders:
                 holders[job] = end_estimate(books, books.jobs[job], default_runtime_s)
     return res.describe(cap, holders)
+
+
+def _earlier(a: Reservation, b: Reservation) -> bool:
+    """`a` is expected to start its job first (ties: the one on the lower-numbered nodes)."""
+    return (a.until, sorted(a.gpus)) < (b.until, sorted(b.gpus))
 
 
 def room_when_empty(cap: Capacity, i: int, request: GangRequest) -> int:
@@ -59,7 +66,22 @@ class Reserver:
         return end_estimate(self.books, rec, self.default_runtime_s)
 
     def reserve(self, rec: JobRecord, request: GangRequest) -> Reservation | None:
-        """The GPUs that free up first for `rec` (one node if it fits in one, else whole nodes)."""
+        """The GPUs that free up first for `rec` (one node if it fits in one, else whole nodes),
+        all of one GPU type where the gang runs on one (as placement/typed.py places it): GPUs
+        kept on nodes of a type it cannot fill would keep others off them for nothing."""
+        cap = self.books.capacity
+        types = [] if request.mixed_types else sorted(cap.gpu_types)
+        types = [t for t in types if request.where.fit.accepts_key(t)]
+        if len(types) < 2:
+            return self._reserve(rec, request)
+        best: Reservation | None = None
+        for gpu_type in types:
+            found = self._reserve(rec, replace(request, where=narrowed(request.where, gpu_type)))
+            if found is not None and (best is None or _earlier(found, best)):
+                best = found
+        return best
+
+    def _reserve(self, rec: JobRecord, request: GangRequest) -> Reservation | None:
         cap = self.books.capacity
         k = request.gpus
         ruled_out = cap.ruled_out(request.where)
