@@ -16,14 +16,17 @@ One replay in this process (the simulator of `toposched sim`, seed 0). Printed:
   stopped (waiting again after a stop); their stops per job;
 - per week of submissions: the load the trace asks for (its jobs' GPU-hours over the cluster's
   GPU-hours in a week) and the load they held;
-- sampled once an hour of simulated time, while jobs of the width that adds most stopped time
-  wait: how often, how many of them, and how many GPUs were free then.
+- sampled at events at least an hour of simulated time apart, while jobs of the width that
+  adds most stopped time wait: how often, how many of them, and how many GPUs were free.
 
 The last line is JSON with these figures. `--quiet-neighbours` replays with a framework
 whose neighbours do not slow a job (the catalog's `pytorch-horovod` without its
 `interference`), `--free-stops` with stops that lose nothing (a checkpoint every second, no
-restart): what the average JCT would be without either cost, an experiment on the model, not
-a setting of the scheduler. --smoke (CI, seconds): the first 400 jobs on 4 DGX-1s.
+restart; the stop's grace period stays): what the average JCT would be without either cost,
+an experiment on the model, not a setting of the scheduler. A job's stops are its
+preemptions and migrations. The split of the GPU-hours held takes each job's GPUs as fixed,
+as the simulator's trace jobs are (none is elastic).
+--smoke (CI, seconds): the first 400 jobs on 4 DGX-1s.
 """
 
 from __future__ import annotations
@@ -215,7 +218,8 @@ def main() -> None:
 
     worst = max(widths, key=lambda w: widths[w]["stopped"]) if widths else 0
     waits = hours_waiting(sim.hourly, worst)
-    print(f"\nhours sampled {waits['hours']:.0f}; with {worst}-GPU jobs waiting: ", end="")
+    print(f"\nhours sampled (events an hour apart) {waits['hours']:.0f}; ", end="")
+    print(f"with {worst}-GPU jobs waiting: ", end="")
     print(f"{waits['hours_waiting']:.0f}", end="")
     if waits["hours_waiting"]:
         print(

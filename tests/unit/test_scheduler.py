@@ -1384,7 +1384,7 @@ def test_a_demoted_job_waits_behind_fresh_ones_until_promoted() -> None:
     assert s.job("b").state is JobState.RUNNING
     s.handle(*submit(job("c", 8, checkpoint=CKPT), t=520))
     assert [r.name for r in s.pending()] == ["c", "a"]
-    assert "(demoted: ranks after jobs that have had less)" in s.explain("a")
+    assert "(demoted, level 1 of 4: ranks after jobs at lower levels)" in s.explain("a")
     # Promoted at t=810 (300 s of waiting), `a` ranks by submission again; `b` is not demoted
     # yet (2,400 GPU-s), so `a` waits for it, and preempts it once it is (t=960).
     assert project(s.handle(Tick(809))) == []
@@ -1405,7 +1405,7 @@ def test_a_demoted_job_waits_behind_fresh_ones_until_promoted() -> None:
 @pytest.mark.parametrize(("levels", "first"), [(2, "young"), (1, "old")])
 def test_demoted_jobs_wait_in_levels_of_service(levels: int, first: str) -> None:
     # Demoted at 1 GPU-hour, level 2 from 4: `old` waits with 16,080 GPU-s (level 2), `young`
-    # with 7,920 (level 1). With levels `young` goes first though submitted later; with one
+    # with 8,000 (level 1). With levels `young` goes first though submitted later; with one
     # level, submission order alone.
     s = scheduler(DGX1, **LAS, promote_after_s=None, demoted_levels=levels, level_ratio=4.0)
     s.handle(*submit(job("old", 8, checkpoint=CKPT)))
@@ -1423,6 +1423,28 @@ def test_demoted_jobs_wait_in_levels_of_service(levels: int, first: str) -> None
     assert [r.name for r in s.pending()] == [first, ({"old", "young"} - {first}).pop()]
     got = project(s.handle(JobFinished(4000, "fresh", True)))
     assert got == [moved("fresh", "running", "succeeded"), *started(first, {"n0": ALL8})]
+
+
+def test_victims_are_judged_at_the_level_they_will_wait_at() -> None:
+    # Levels from 1, 4 and 16 GPU-hours. `rec` (queue A) is preempted for `fresh` and waits at
+    # level 2 (16,080 GPU-s); `v1` and `v2` (queue B, within its guarantee once both stop)
+    # have had 74,000 GPU-s each by t=20,000, so once stopped they would wait at level 3,
+    # behind `rec`.
+    s = scheduler(DGX1, 2, queues={"A": 16, "B": 8}, **LAS, demoted_levels=3, promote_after_s=None)
+    s.handle(*submit(job("rec", 8, queue="A", checkpoint=CKPT)))
+    v1, v2 = (job(name, 4, queue="B", checkpoint=CKPT) for name in ("v1", "v2"))
+    s.handle(*submit(v1, v2, t=1500))
+    assert project(s.handle(*submit(job("fresh", 8, queue="A", checkpoint=CKPT), t=2000))) == [
+        queued("fresh"),
+        *stopping("rec", "preempt"),
+    ]
+    s.handle(JobStopped(2010, "rec"))
+    s.handle(Tick(20_000))
+    waiting = s.waiting
+    rec, victims = s.books.jobs["rec"], [s.books.jobs["v1"], s.books.jobs["v2"]]
+    assert rec.state is JobState.PENDING and waiting.waiting_level(rec) == 2
+    assert [waiting.demoted_level(v) for v in victims] == [3, 3]
+    assert s.reclaim.all_behind(rec, victims)
 
 
 def test_service_counts_every_run_on_the_gpus_held() -> None:

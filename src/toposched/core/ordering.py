@@ -95,8 +95,8 @@ class Cut:
 
 
 class PendingJobs:
-    """Per (queue, shape): the waiting jobs in the order's `job_key` (the level is 1 for a job
-    demoted for the service it has had, else 0)."""
+    """Per (queue, shape): the waiting jobs in the order's `job_key` (the level is 0 for a job
+    not demoted, else its level of attained service from 1: `Waiting.demoted_level`)."""
 
     def __init__(self, order: JobOrder) -> None:
         self.key = order.job_key

@@ -346,8 +346,7 @@ class Reclaim:
             freed[v.spec.queue] = freed.get(v.spec.queue, 0) + v.gpus_held()
         mine = self.waiting.rank_after(rec, self.waiting.waiting_level(rec), freed)
         return all(
-            self.waiting.rank_after(v, 1 if self.waiting.demoted(v) else 0, freed) > mine
-            for v in victims
+            self.waiting.rank_after(v, self.waiting.demoted_level(v), freed) > mine for v in victims
         )
 
     def plan_on_nodes(

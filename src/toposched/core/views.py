@@ -237,13 +237,18 @@ class CoreView:
     def _service(self, rec: JobRecord) -> str:
         waiting = self._waiting
         served = rec.service(self._books.now)
+        text = f"service: {served / 3600:.2f} GPU-hours"
+        levels = waiting.policy.demoted_levels
         if rec.state is JobState.PENDING:
-            demoted = waiting.waiting_level(rec) >= 1
+            level = waiting.waiting_level(rec)
+            if level and levels > 1:
+                return (
+                    f"{text} (demoted, level {level} of {levels}: ranks after jobs at lower levels)"
+                )
+            demoted = level >= 1
         else:
             demoted = waiting.demoted(rec)
-        return f"service: {served / 3600:.2f} GPU-hours" + (
-            " (demoted: ranks after jobs that have had less)" if demoted else ""
-        )
+        return text + (" (demoted: ranks after jobs that have had less)" if demoted else "")
 
 
 def _view(rec: JobRecord, reason: str) -> JobView:
