@@ -29,6 +29,9 @@ from toposched.topology.cluster import Tier
 # Workers, GPUs each, widest tier, what it needs of nodes besides GPUs.
 Shape = tuple[int, int, Tier, Needs]
 Key = tuple[str, Shape]  # (queue, shape)
+# Service reaches a threshold at this fraction of it: a sum of runs that rounds to just below
+# (3,599.9999999999995 GPU-s for 3,600) must count, as the demotion heap timed it.
+_REACHED = 1 - 1e-9
 Rank = tuple[float, ...]
 Entry = tuple[Any, ...]  # a list entry: the job key, then the job's name
 
@@ -343,7 +346,7 @@ class Waiting:
         assert threshold is not None  # demoted
         had = (rec.service(self.books.now) - rec.forgiven) / 3600.0
         level, bar = 1, threshold * self.policy.level_ratio
-        while level < levels and had >= bar * (1 - 1e-9):
+        while level < levels and had >= bar * _REACHED:
             level, bar = level + 1, bar * self.policy.level_ratio
         return level
 
@@ -364,7 +367,7 @@ class Waiting:
         # Demotions times a running job's demotion; once it stops, its summed service must
         # agree, whatever the rounding of the sum (a job preempted as demoted that came back
         # undemoted would start again at once on the GPUs freed for another).
-        return rec.service(now) - rec.forgiven >= demote * 3600.0 * (1 - 1e-9)
+        return rec.service(now) - rec.forgiven >= demote * 3600.0 * _REACHED
 
     def demotes_alone(self) -> bool:
         """Demotion is the only reason to preempt: no queue has a guarantee, and every job

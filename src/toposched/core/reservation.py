@@ -12,7 +12,7 @@ from toposched.core.records import JobRecord, Reservation
 from toposched.placement.capacity import Capacity, full_mask
 from toposched.placement.gang import GangRequest, node_domain, node_gpus, ring_gbps
 from toposched.placement.tables import to_mask
-from toposched.placement.typed import narrowed
+from toposched.placement.typed import narrowed, one_type_each
 from toposched.topology.cluster import Tier
 
 Frees = tuple[float, int, int]  # (latest end of the jobs waited for, their GPUs, GPUs then free)
@@ -69,10 +69,8 @@ class Reserver:
         """The GPUs that free up first for `rec` (one node if it fits in one, else whole nodes),
         all of one GPU type where the gang runs on one (as placement/typed.py places it): GPUs
         kept on nodes of a type it cannot fill would keep others off them for nothing."""
-        cap = self.books.capacity
-        types = [] if request.mixed_types else sorted(cap.gpu_types)
-        types = [t for t in types if request.where.fit.accepts_key(t)]
-        if len(types) < 2:
+        types = one_type_each(self.books.capacity, request)
+        if not types:
             return self._reserve(rec, request)
         best: Reservation | None = None
         for gpu_type in types:

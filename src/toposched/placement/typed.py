@@ -28,6 +28,16 @@ def first_in_node_order(cap: Capacity, request: GangRequest, found: Mapping[str,
     return min(found, key=lambda t: (min(cap.index[s.node] for s in found[t].workers), t))
 
 
+def one_type_each(cap: Capacity, request: GangRequest) -> list[str]:
+    """The GPU types a gang is tried on one at a time: each type it accepts, where it runs on
+    one type and the cluster has two or more of those (else none: it is taken as it is)."""
+    if request.mixed_types or len(cap.gpu_types) < 2:
+        return []
+    fit = request.where.fit
+    types = sorted(t for t in cap.gpu_types if fit.accepts_key(t))
+    return types if len(types) > 1 else []
+
+
 @dataclass
 class OneType:
     """`place` on each GPU type the request accepts, alone, and the type `choose` picks; a
@@ -43,11 +53,8 @@ class OneType:
         network: Mapping[Tier, float],
         exclude: Mapping[int, int] | None = None,
     ) -> Placement | Shortfall:
-        if request.mixed_types or len(cap.gpu_types) < 2:
-            return self.place(cap, request, network, exclude)
-        fit = request.where.fit
-        types = sorted(t for t in cap.gpu_types if fit.accepts_key(t))
-        if len(types) < 2:
+        types = one_type_each(cap, request)
+        if not types:
             return self.place(cap, request, network, exclude)
         found: dict[str, Placement] = {}
         short: dict[str, Shortfall] = {}
