@@ -37,6 +37,7 @@ import sys
 from collections import defaultdict
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from toposched.cli.params import policy_params
 from toposched.core import JobState, PolicyError
@@ -58,8 +59,10 @@ class Sampled(Simulation):
     """The simulator, noting once an hour of simulated time the free GPUs and the waiting
     jobs by width."""
 
-    hourly: list[tuple[int, dict[int, int]]]
-    _next_hour = 0.0
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.hourly: list[tuple[int, dict[int, int]]] = []
+        self._next_hour = 0.0
 
     def _sample(self) -> None:
         super()._sample()
@@ -81,10 +84,6 @@ def quiet_perf() -> PerfModel:
     return PerfModel(catalog.with_entries(frameworks=[quiet]))
 
 
-def gpus_of(job: SimJob) -> int:
-    return job.trace.gpus
-
-
 def breakdown(jobs: list[SimJob]) -> dict[int, dict[str, float]]:
     """Per width: jobs, and their waits, run times and stopped times summed over all jobs."""
     done = [j for j in jobs if j.finish is not None and j.first_start is not None]
@@ -95,24 +94,25 @@ def breakdown(jobs: list[SimJob]) -> dict[int, dict[str, float]]:
         jct = job.finish - job.trace.submit_s
         queue = job.first_start - job.trace.submit_s
         row = out.setdefault(
-            gpus_of(job), {"jobs": 0, "jct": 0.0, "queue": 0.0, "run": 0.0, "stopped": 0.0}
+            job.trace.gpus,
+            {"jobs": 0, "jct": 0.0, "queue": 0.0, "run": 0.0, "stopped": 0.0, "stops": 0.0},
         )
         row["jobs"] += 1
         row["jct"] += jct / n
         row["queue"] += queue / n
         row["run"] += job.run_s / n
         row["stopped"] += (jct - queue - job.run_s) / n
-        row["stops"] = row.get("stops", 0.0) + job.preemptions + job.migrations
+        row["stops"] += job.preemptions + job.migrations
     for row in out.values():
-        row["stops"] = row.get("stops", 0.0) / row["jobs"]
+        row["stops"] /= row["jobs"]
     return dict(sorted(out.items()))
 
 
 def gpu_hours(jobs: list[SimJob]) -> dict[str, float]:
     """The GPU-hours held, and what held more than the trace asks for went to."""
-    asked = sum(gpus_of(j) * j.trace.duration_s for j in jobs)
+    asked = sum(j.trace.gpus * j.trace.duration_s for j in jobs)
     held = sum(j.gpu_s for j in jobs)
-    alone = sum(gpus_of(j) * j.alone_s for j in jobs)  # as fast as the placement allows
+    alone = sum(j.trace.gpus * j.alone_s for j in jobs)  # as fast as the placement allows
     useful = sum(j.gpu_speed_s for j in jobs)  # at the speed the neighbours left
     lost = sum(j.lost_gpu_s for j in jobs)
     return {
@@ -131,7 +131,7 @@ def weekly_load(jobs: list[SimJob], gpus: int) -> list[tuple[int, float, float]]
     held: dict[int, float] = defaultdict(float)
     for job in jobs:
         week = int((job.trace.submit_s - first) // WEEK_S)
-        asked[week] += gpus_of(job) * job.trace.duration_s
+        asked[week] += job.trace.gpus * job.trace.duration_s
         held[week] += job.gpu_s
     week_gpu_s = gpus * WEEK_S
     return [(w, asked[w] / week_gpu_s, held[w] / week_gpu_s) for w in sorted(asked)]
@@ -188,7 +188,6 @@ def main() -> None:
         framework=FRAMEWORK,
         policy_params=params,
     )
-    sim.hourly = []
     result = sim.run()
     figures = summarise(result)
     bound = sum(j.duration_s for j in trace.jobs) / len(trace.jobs)
