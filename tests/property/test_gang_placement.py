@@ -423,3 +423,83 @@ def test_multi_node_bottleneck_is_optimal_when_rings_nest(case: Case) -> None:
 @given(multi_node_cases(any_small_topology))
 def test_multi_node_placement_on_random_topologies(case: Case) -> None:
     check_against_brute_force(case, exact_multi=False)
+
+
+# ---------------------------------------------------------------- how far a gang may split
+
+
+def brute_fewest_ever(case: Case, failed: Sequence[frozenset[int]]) -> int | None:
+    """The fewest nodes of one domain of the request's widest tier that could hold the gang
+    with nothing else running: every present node it may use, less its failed GPUs, less what
+    its CPUs and memory cannot hold; by enumerating every spread of the workers."""
+    req = case.request
+    g = req.gpus_per_worker
+    room: list[int] = []
+    for i, node in enumerate(case.nodes):
+        if not case.present[i] or not req.where.admits(node, node.labels):
+            room.append(0)
+            continue
+        most = (node.size - len(failed[i])) // g
+        hw = node.hardware
+        fit = req.fit
+        for need, total in ((fit.cpus, hw.cpus), (fit.memory, hw.memory)):
+            if need and total is not None:
+                most = min(most, total // need)
+        room.append(most)
+    best: int | None = None
+    for w in spreads(req.workers, room):
+        used = [i for i, wi in enumerate(w) if wi]
+        if len(used) > 1 and tier_of(case.nodes[i] for i in used) > req.widest:
+            continue
+        if best is None or len(used) < best:
+            best = len(used)
+    return best
+
+
+@st.composite
+def split_cases(draw: st.DrawFn) -> tuple[Case, tuple[frozenset[int], ...], int]:
+    """Multi-node gangs on nodes with failed GPUs (never free: a subset of the busy ones), and
+    how many nodes beyond the fewest they may span."""
+    case = draw(cases(any_small_topology, extras=False, hardware=draw(st.booleans())))
+    failed = tuple(
+        draw(st.one_of(st.just(busy), st.sets(st.sampled_from(sorted(busy))).map(frozenset)))
+        if busy
+        else frozenset()
+        for busy in case.busy
+    )
+    # Mostly gangs more than one node must take, where the limit can bite.
+    g = case.request.gpus_per_worker
+    room = [case.room(i) for i in range(len(case.nodes))]
+    largest = max(len(case.avail(i)) for i in range(len(case.nodes)))
+    if largest // g + 1 <= sum(room) and draw(st.integers(0, 3)):
+        workers = draw(st.integers(largest // g + 1, sum(room)))
+        widest = draw(st.sampled_from([Tier.RACK, Tier.POD, Tier.CLUSTER]))
+        case = replace(case, request=replace(case.request, workers=workers, widest=widest))
+    return case, failed, draw(st.sampled_from([0, 0, 1, 2]))
+
+
+@SETTINGS
+@given(split_cases())
+def test_a_gang_spans_no_more_nodes_than_the_fewest_plus_extra(
+    drawn: tuple[Case, tuple[frozenset[int], ...], int],
+) -> None:
+    """`extra_nodes`: the placement is the unlimited one when it spans at most the fewest
+    nodes that could ever hold the gang (brute force, failed GPUs less) plus `extra`; else a
+    shortfall that says the limit."""
+    case, failed, extra = drawn
+    cap = case.capacity()
+    for i, gpus in enumerate(failed):
+        cap.unusable[i] = sum(1 << g for g in gpus)
+    free = place_gang(cap, case.request, case.network, case.exclude())
+    capped = place_gang(cap, replace(case.request, extra_nodes=extra), case.network, case.exclude())
+    if isinstance(free, Shortfall):
+        assert isinstance(capped, Shortfall)
+        return
+    ever = brute_fewest_ever(case, failed)
+    assert ever is not None  # it fits now, so it fits on an empty cluster
+    spans = len(free.gpus_by_node())
+    if spans <= ever + extra:
+        assert capped == free
+    else:
+        assert isinstance(capped, Shortfall), (capped, ever, extra)
+        assert f"on at most {ever + extra} node(s)" in capped.reason, capped.reason

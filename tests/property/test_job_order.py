@@ -228,9 +228,11 @@ class Run:
         if relax is not None and self.now >= since + relax:
             waited = max(waited, relax)
         tier = locality.allowed(waited).tier if spec.min_workers > 1 else Tier.NODE
+        # As the core asks: no split wider than the policy's `extra_nodes` allows.
+        extra = self.sched.policy.extra_nodes
         found = place_gang(
             cap,
-            GangRequest(spec.min_workers, spec.gpus_per_worker, tier),
+            GangRequest(spec.min_workers, spec.gpus_per_worker, tier, extra_nodes=extra),
             self.cluster.network_gbps,
         )
         return found if isinstance(found, Placement) else None

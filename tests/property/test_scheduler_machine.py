@@ -624,6 +624,8 @@ def setups(draw: st.DrawFn, policies: tuple[str, ...] | list[str] = GANG_POLICIE
         # Levels of demoted jobs the streams' services cross (1, 2 and 4 times the threshold).
         demoted_levels=draw(st.sampled_from([1, 3])),
         level_ratio=draw(st.sampled_from([2.0, 4.0])),
+        # Gangs held to the fewest nodes that could hold them, one more, or any split.
+        extra_nodes=draw(st.sampled_from([None, 0, 1])),
     )
     return Setup(Cluster(nodes), spare, queues, policy)
 

@@ -52,6 +52,7 @@ from toposched.core import (
     Locality,
     LocalityRule,
     NodeAdded,
+    NodeCordoned,
     NodeLabelled,
     NodeRemoved,
     QueueConfigured,
@@ -278,18 +279,64 @@ def test_node_locality_never_splits() -> None:
     assert got == [moved("hold-n1", "running", "succeeded"), *started("pinned", {"n1": ALL8})]
 
 
-def test_any_locality_splits_at_once() -> None:
-    s = scheduler(DGX1, 2)
+def test_any_locality_splits_at_once_where_the_policy_lets_gangs_split() -> None:
+    # extra_nodes=None: any split its locality accepts.
+    s = scheduler(DGX1, 2, extra_nodes=None)
     half_busy(s, "n0", "n1")
     got = project(s.handle(*submit(job("loose", 4, workers=2), t=1)))
     assert got == two_steps("loose", {"n0": HIGH, "n1": HIGH})
+
+
+def test_a_gang_that_fits_on_one_node_waits_for_one_by_default() -> None:
+    # extra_nodes=0: the free halves of two nodes would split it, so it waits for a whole node.
+    s = scheduler(DGX1, 2)
+    half_busy(s, "n0", "n1")
+    assert project(s.handle(*submit(job("loose", 4, workers=2), t=1))) == [queued("loose")]
+    reason = s.job("loose").reason
+    assert reason == (
+        "needs 2 workers x 4 GPUs on at most 1 node(s) (the fewest that hold it, 1, plus 0); "
+        "the fewest with room now are 2; reserved n0 GPUs 0,1,2,3,4,5,6,7, held by hold-n0; "
+        "start time unknown: hold-n0 has no time limit"
+    ), reason
+    # Its own reservation does not keep it off another node that frees up first.
+    got = project(s.handle(JobFinished(5, "hold-n1", True)))
+    assert got == [moved("hold-n1", "running", "succeeded"), *started("loose", {"n1": ALL8})]
+
+
+def test_a_gang_spans_the_fewest_nodes_that_could_hold_it_plus_extra_nodes() -> None:
+    # 16 GPUs in 4-GPU workers fit on 2 DGX-1s: with every node half busy they would take 4.
+    # extra_nodes=1 allows 3, so it waits; extra_nodes=2 allows 4, so it starts.
+    for extra, starts in ((1, False), (2, True)):
+        s = scheduler(DGX1, 4, extra_nodes=extra)
+        half_busy(s, "n0", "n1", "n2", "n3")
+        got = project(s.handle(*submit(job("wide", 4, workers=4), t=1)))
+        if starts:
+            where = {"n0": HIGH, "n1": HIGH, "n2": HIGH, "n3": HIGH}
+            assert got == two_steps("wide", where)
+        else:
+            assert got == [queued("wide")]
+            assert (
+                "on at most 3 node(s) (the fewest that hold it, 2, plus 1)" in s.job("wide").reason
+            )
+
+
+def test_failed_gpus_and_cordons_count_in_the_fewest_nodes() -> None:
+    # A failed GPU on each of three nodes: 8 GPUs now need two of them, so the fewest is 2 and
+    # the gang starts split (not held to one node it can never have). A node cordoned with all
+    # its GPUs free is no more room: it does not make the fewest 1 again.
+    s = scheduler(DGX1, 4)
+    for name in ("n0", "n1", "n2"):
+        s.handle(GpuHealth(0, name, 7, False))
+    s.handle(NodeCordoned(0, "n3", True))
+    got = project(s.handle(*submit(job("eight", 1, workers=8), t=1)))
+    assert got == two_steps("eight", {"n0": (0, 1, 2, 3, 4, 5, 6), "n1": (0,)})
 
 
 NODE_THEN_RACK = LocalityRule(Locality.NODE, Locality.RACK, 600)
 
 
 def test_locality_relaxes_after_waiting() -> None:
-    s = scheduler(racks(DGX1, {"ra": 2, "rb": 1}))
+    s = scheduler(racks(DGX1, {"ra": 2, "rb": 1}), extra_nodes=None)
     half_busy(s, "ra0", "ra1", "rb0")
     patient = job("patient", 4, workers=2, locality=NODE_THEN_RACK)
     assert project(s.handle(*submit(patient))) == [queued("patient")]

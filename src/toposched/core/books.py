@@ -15,7 +15,7 @@ from toposched.core.dependencies import Dependencies
 from toposched.core.errors import SchedulingError
 from toposched.core.job import JobSpec
 from toposched.core.records import JobRecord, QueueRecord, Reservation
-from toposched.placement.capacity import Capacity
+from toposched.placement.capacity import Capacity, full_mask
 from toposched.placement.gang import Placement
 from toposched.placement.tables import to_mask
 from toposched.topology.cluster import Cluster, Node
@@ -272,7 +272,7 @@ class Books:
         self.touch(i)
         self.cordoned.discard(i)
         self.labels[node.name] = dict(node.labels)
-        self.unhealthy.pop(i, None)
+        self.set_unhealthy(i, 0)
         held = 0
         for mask in self.node_jobs.get(i, {}).values():  # jobs that kept GPUs of a lost node
             held |= mask
@@ -284,9 +284,22 @@ class Books:
         self.capacity.remove_node(i)
         self.touch(i)
         self.cordoned.discard(i)
-        self.unhealthy.pop(i, None)
+        self.set_unhealthy(i, 0)
         if self.reservation is not None and i in self.reservation.gpus:
             self.reservation = None
+
+    def set_unhealthy(self, i: int, mask: int) -> None:
+        """Node `i`'s failed GPUs are `mask`."""
+        if mask:
+            self.unhealthy[i] = mask
+        else:
+            self.unhealthy.pop(i, None)
+        self._mirror_unusable(i)
+
+    def _mirror_unusable(self, i: int) -> None:
+        """What the placers read of failed GPUs and cordons (Capacity.unusable)."""
+        every = full_mask(self.capacity.nodes[i].size)
+        self.capacity.unusable[i] = every if i in self.cordoned else self.unhealthy.get(i, 0)
 
     def change_node(self, node: Node) -> None:
         """New labels, hardware or taints for a present node of the same wiring."""
@@ -315,6 +328,7 @@ class Books:
                 held |= mask
             size = self.capacity.nodes[i].size
             self.capacity.give(i, ((1 << size) - 1) & ~held & ~self.unhealthy.get(i, 0))
+        self._mirror_unusable(i)
         self.touch(i)
         if on and self.reservation is not None and i in self.reservation.gpus:
             self.reservation = None  # its GPUs will not free up there

@@ -124,7 +124,9 @@ class GangCycle:
 
     def request(self, rec: JobRecord, widest: Tier) -> GangRequest:
         spec = rec.spec
-        return gang_request(spec, spec.min_workers, widest, mode=self.mode)
+        return gang_request(
+            spec, spec.min_workers, widest, mode=self.mode, extra_nodes=self.policy.extra_nodes
+        )
 
     def chosen_by(self, spec: JobSpec) -> str:
         """How a start's placement was chosen, said as it is: only the topology policy's

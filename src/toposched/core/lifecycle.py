@@ -340,7 +340,7 @@ class Lifecycle:
         if not healthy:
             if bad & bit:
                 return []
-            self.books.unhealthy[i] = bad | bit
+            self.books.set_unhealthy(i, bad | bit)
             if self.books.reservation is not None and self.books.reservation.gpus.get(i, 0) & bit:
                 self.books.reservation = None  # re-planned in this cycle, around the failed GPU
             if holder is None:
@@ -351,7 +351,7 @@ class Lifecycle:
                 self.books.jobs[holder], name, gpu, f"GPU {gpu} of node {name} failed"
             )
         if bad & bit:
-            self.books.unhealthy[i] = bad & ~bit
+            self.books.set_unhealthy(i, bad & ~bit)
             if holder is None and i not in self.books.cordoned:
                 self.books.capacity.give(i, bit)
         return []

@@ -92,6 +92,11 @@ class SchedulerPolicy:
     predicts the shortest step, on the fewest nodes within this fraction of it (0: the
     fastest), which may be more nodes than it needs (placement/by_model.py); drivers without
     a model (the server) place as before.
+    extra_nodes: a gang spans at most this many nodes more than the fewest of the nodes it may
+    use that could hold it (their GPUs less the failed ones, their CPUs and memory); it waits
+    rather than take a wider split, even where its locality accepts one (None: any split its
+    locality accepts). A placement chosen by `spread_by_model` is the model's call and is not
+    held to it.
     type_choice: on a cluster of several GPU types, a gang runs on one of them (unless it
     accepts mixed types). `fastest`: the fastest the driver's performance model predicts,
     unless a type within `type_tolerance` of it (0.25: 25% slower) leaves the GPUs that
@@ -127,6 +132,7 @@ class SchedulerPolicy:
     restore_s: float = 120.0
     keep_finished: int = 10_000
     spread_by_model: float | None = None
+    extra_nodes: int | None = 0
     type_choice: TypeChoice = TypeChoice.FASTEST
     type_tolerance: float = 0.25
 
@@ -176,6 +182,10 @@ class SchedulerPolicy:
             raise PolicyError(f"demoted_levels must be at least 1, got {self.demoted_levels}")
         if not self.level_ratio > 1:
             raise PolicyError(f"level_ratio must be more than 1, got {self.level_ratio}")
+        if self.extra_nodes is not None and self.extra_nodes < 0:
+            raise PolicyError(
+                f"extra_nodes must be >= 0 (or null: any split), got {self.extra_nodes}"
+            )
         if self.max_stops is not None and self.max_stops < 1:
             raise PolicyError(
                 f"max_stops must be at least 1 (or null: no cap), got {self.max_stops}"
@@ -244,6 +254,7 @@ SCHEDULER_POLICIES: dict[str, PolicyInfo] = {
             SchedulerPolicy(
                 name="k8s-default",
                 demote_after_gpu_h=None,
+                extra_nodes=None,
                 gang=False,
                 order=Order.FIFO,
                 placement="random",
@@ -260,6 +271,7 @@ SCHEDULER_POLICIES: dict[str, PolicyInfo] = {
             SchedulerPolicy(
                 name="fifo-gang-firstfit",
                 demote_after_gpu_h=None,
+                extra_nodes=None,
                 order=Order.FIFO,
                 placement="index-order",
                 reservation=False,
@@ -277,6 +289,7 @@ SCHEDULER_POLICIES: dict[str, PolicyInfo] = {
             SchedulerPolicy(
                 name="hived-like",
                 demote_after_gpu_h=None,
+                extra_nodes=None,
                 reservation=False,
                 elastic=False,
                 migration=False,
@@ -290,6 +303,7 @@ SCHEDULER_POLICIES: dict[str, PolicyInfo] = {
             SchedulerPolicy(
                 name="gandiva-like",
                 demote_after_gpu_h=None,
+                extra_nodes=None,
                 order=Order.FIFO,
                 reservation=False,
                 preemption=False,

@@ -16,9 +16,10 @@ def gang_request(
     widest: Tier,
     only_type: str | None = None,
     mode: Mode = Mode.PACK,
+    extra_nodes: int | None = None,
 ) -> GangRequest:
     """`workers` of `spec` no wider apart than `widest`; on GPU type `only_type` alone if given;
-    `mode` for 1-GPU jobs."""
+    `mode` for 1-GPU jobs; on at most `extra_nodes` nodes more than the fewest it needs."""
     where = spec.where if only_type is None else narrowed(spec.where, only_type)
     return GangRequest(
         workers,
@@ -30,6 +31,7 @@ def gang_request(
         fit=spec.fit,
         mixed_types=spec.mixed_types,
         topology=spec.topology,
+        extra_nodes=extra_nodes,
     )
 
 

@@ -161,10 +161,16 @@ def _check_resources(s: Books) -> None:
 
 
 def _check_free(s: Books, owner: dict[tuple[int, int], str]) -> None:
-    """Each node's free GPUs are those neither held nor failed."""
+    """Each node's free GPUs are those neither held nor failed; the GPUs the placers count
+    out are the failed ones, or all of a cordoned node's."""
     total = 0
     for i in s.capacity.present_indices():
         size = s.capacity.nodes[i].size
+        out = full_mask(size) if i in s.cordoned else s.unhealthy.get(i, 0)
+        if s.capacity.unusable[i] != out:
+            raise InvariantViolation(
+                f"node {s.capacity.nodes[i].name}: unusable GPUs disagree with failures and cordon"
+            )
         held_mask = 0
         for gpu in range(size):
             if (i, gpu) in owner:

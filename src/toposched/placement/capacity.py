@@ -65,6 +65,10 @@ class Capacity:
         self.free: list[int] = []
         self.aware: list[bool] = []
         self.present: list[bool] = []
+        # GPUs per node that no job can have until something changes: failed ones, and all of
+        # a cordoned node's (Books keeps both, and mirrors them here). What the others add up to
+        # bounds how few nodes a gang may span (gang.py, `fewest_nodes`).
+        self.unusable: list[int] = []
         self.labels: list[Mapping[str, str]] = []
         self.index: dict[str, int] = {}
         self.total_free = 0
@@ -101,6 +105,7 @@ class Capacity:
             self.free.append(0)
             self.aware.append(True)
             self.present.append(False)
+            self.unusable.append(0)
             self.labels.append({})
             self.used_cpus.append(0)
             self.used_memory.append(0)
@@ -109,6 +114,7 @@ class Capacity:
             raise ValueError(f"node {node.name!r} is already present")
         self.nodes[i] = node
         self.present[i] = True
+        self.unusable[i] = 0
         self.kinds[i] = self._number(node)
         self.tainted += _taints_filter(node)
         self._count_type(node, 1)

@@ -76,7 +76,8 @@ class GangRequest:
     """`workers` x `gpus_per_worker`, no wider apart than `widest`, on nodes `where` admits,
     each worker with the CPUs and memory of `fit`, all on one GPU type unless `mixed_types`;
     `mode` for 1-GPU jobs; `model`, the performance catalog's name for what the job trains, for
-    placers that predict its speed (placement/by_model.py)."""
+    placers that predict its speed (placement/by_model.py); `extra_nodes`, how many nodes more
+    than the fewest that could ever hold it (`fewest_nodes`) the gang may span (None: any)."""
 
     workers: int
     gpus_per_worker: int
@@ -89,6 +90,7 @@ class GangRequest:
     # False: placed as plain GPU counting does, whatever the scheduler's placement policy
     # (Arena's `--gputopology=false`; placement/switch.py).
     topology: bool = True
+    extra_nodes: int | None = None
 
     @property
     def gpus(self) -> int:
@@ -350,6 +352,15 @@ def _place_on_many_nodes(
             f"at most {best_hold} fit now"
         )
     m, tier, _ = chosen
+    if request.extra_nodes is not None and m > 1 + request.extra_nodes:
+        fewest = fewest_nodes(cap, request)
+        if fewest is not None and m > fewest + request.extra_nodes:
+            limit = fewest + request.extra_nodes
+            return Shortfall(
+                f"needs {workers} workers x {g} GPUs{each} on at most {limit} node(s) (the "
+                f"fewest that hold it, {fewest}, plus {request.extra_nodes}); the fewest with "
+                f"room now are {m}"
+            )
     # Every domain of that tier that does it with m nodes competes on ring, then fit.
     domains = {}
     for i, free, holds in usable:
@@ -370,6 +381,39 @@ def _place_on_many_nodes(
         if ring is not None:
             rings.append(ring)
     return Placement(tuple(slots), min(rings), tier)
+
+
+def fewest_nodes(cap: Capacity, request: GangRequest) -> int | None:
+    """The fewest of the nodes it may use, in one domain of its widest tier, that could hold
+    the gang with none of their jobs running: their GPUs less those no job can have
+    (`Capacity.unusable`), their CPUs and memory (None: none can). A gang split wider than it
+    needs runs slower (its workers wait on the network) and has neighbours on every node it
+    touches: on the Philly trace, splits beyond the fewest nodes cost a fifth of the average
+    JCT (docs/scheduler.md)."""
+    g = request.gpus_per_worker
+    ruled_out = cap.ruled_out(request.where)
+    domains: dict[tuple[str, ...], list[int]] = {}
+    for i in cap.present_indices():
+        if i in ruled_out:
+            continue
+        node = cap.nodes[i]
+        n = (node.size - cap.unusable[i].bit_count()) // g
+        room = request.fit.room(node.hardware.cpus, node.hardware.memory)
+        if room is not None:
+            n = min(n, room)
+        if n > 0:
+            domains.setdefault(node_domain(node, request.widest), []).append(n)
+    fewest: int | None = None
+    for holds in domains.values():
+        holds.sort(reverse=True)
+        held = 0
+        for count, n in enumerate(holds, 1):
+            held += n
+            if held >= request.workers:
+                if fewest is None or count < fewest:
+                    fewest = count
+                break
+    return fewest
 
 
 def _best_nodes(
