@@ -123,7 +123,7 @@ class SchedulerPolicy:
     promote_after_s: float | None = 604_800.0
     demoted_levels: int = 4
     level_ratio: float = 4.0
-    preempt_patience_s: float = 7200.0
+    preempt_patience_s: float = 3600.0
     stop_protect_s: float = 0.0
     max_stops: int | None = None
     pay_margin: float | None = None
