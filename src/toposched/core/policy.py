@@ -289,7 +289,9 @@ SCHEDULER_POLICIES: dict[str, PolicyInfo] = {
             SchedulerPolicy(
                 name="hived-like",
                 demote_after_gpu_h=None,
-                extra_nodes=None,
+                # HiveD gives a gang one cell of the lowest level that holds it (a node for 8
+                # GPUs of a DGX-1): never a wider split than the fewest nodes.
+                extra_nodes=0,
                 reservation=False,
                 elastic=False,
                 migration=False,
