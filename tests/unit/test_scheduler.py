@@ -294,9 +294,9 @@ def test_a_gang_that_fits_on_one_node_waits_for_one_by_default() -> None:
     assert project(s.handle(*submit(job("loose", 4, workers=2), t=1))) == [queued("loose")]
     reason = s.job("loose").reason
     assert reason == (
-        "needs 2 workers x 4 GPUs on at most 1 node(s) (the fewest that hold it, 1, plus 0); "
-        "the fewest with room now are 2; reserved n0 GPUs 0,1,2,3,4,5,6,7, held by hold-n0; "
-        "start time unknown: hold-n0 has no time limit"
+        "needs 8 GPUs on one node (the fewest that hold it, plus 0); the best node has 4 free; "
+        "reserved n0 GPUs 0,1,2,3,4,5,6,7, held by hold-n0; start time unknown: hold-n0 has no "
+        "time limit"
     ), reason
     # Its own reservation does not keep it off another node that frees up first.
     got = project(s.handle(JobFinished(5, "hold-n1", True)))

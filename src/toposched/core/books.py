@@ -299,7 +299,7 @@ class Books:
     def _mirror_unusable(self, i: int) -> None:
         """What the placers read of failed GPUs and cordons (Capacity.unusable)."""
         every = full_mask(self.capacity.nodes[i].size)
-        self.capacity.unusable[i] = every if i in self.cordoned else self.unhealthy.get(i, 0)
+        self.capacity.set_unusable(i, every if i in self.cordoned else self.unhealthy.get(i, 0))
 
     def change_node(self, node: Node) -> None:
         """New labels, hardware or taints for a present node of the same wiring."""

@@ -69,6 +69,8 @@ class Capacity:
         # a cordoned node's (Books keeps both, and mirrors them here). What the others add up to
         # bounds how few nodes a gang may span (gang.py, `fewest_nodes`).
         self.unusable: list[int] = []
+        # gang.py's fewest nodes per request, until a node or what it can give changes.
+        self.fewest_memo: dict[tuple[object, ...], int | None] = {}
         self.labels: list[Mapping[str, str]] = []
         self.index: dict[str, int] = {}
         self.total_free = 0
@@ -181,6 +183,13 @@ class Capacity:
         self._unlabelled.clear()
         self._admits.clear()
         self._explained.clear()
+        self.fewest_memo.clear()
+
+    def set_unusable(self, i: int, mask: int) -> None:
+        """Node `i`'s GPUs that no job can have for now (failed, or a cordoned node's)."""
+        if self.unusable[i] != mask:
+            self.unusable[i] = mask
+            self.fewest_memo.clear()
 
     def _count_type(self, node: Node, delta: int) -> None:
         key = type_key(node.hardware.gpu_type)

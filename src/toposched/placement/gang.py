@@ -13,6 +13,7 @@ GPUs can form an NVLink ring that no three of them do).
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -195,13 +196,18 @@ def place_gang(
     if single is not None:
         return single
     k = request.gpus
-    if request.widest == Tier.NODE or request.workers == 1:
+    # A gang the split limit keeps to one node fails here, before the search across nodes.
+    held_to_one = request.extra_nodes is not None and _split_limit(cap, request) == 1
+    if request.widest == Tier.NODE or request.workers == 1 or held_to_one:
         if exclude or admits:
             found = _candidates(cap, exclude, admits=admits)
             largest = max((free.bit_count() for _, free in found), default=0)
         else:
             largest = max((key[1].bit_count() for key, _ in cap.groups()), default=0)
-        short = f"needs {k} GPUs on one node; the best node has {largest} free"
+        one = "one node"
+        if held_to_one and request.widest != Tier.NODE and request.workers > 1:
+            one = f"one node (the fewest that hold it, plus {request.extra_nodes})"
+        short = f"needs {k} GPUs on {one}; the best node has {largest} free"
         if request.fit.sized and largest >= k:
             # GPUs enough somewhere: the CPUs or memory are what is short.
             rooms = (
@@ -329,6 +335,18 @@ def _place_on_many_nodes(
         holds = most(free, cap.room(i, fit))
         if holds > 0:
             usable.append((i, free, holds))
+    extra = request.extra_nodes
+    limit = None if extra is None else _split_limit(cap, request)
+    if limit is not None and extra is not None:
+        # The nodes with the most room, in any domain: if `limit` of them cannot hold the
+        # gang, no domain can, and the search below is not needed.
+        room_on_limit = sum(heapq.nlargest(limit, (holds for _, _, holds in usable)))
+        if room_on_limit < workers:
+            return Shortfall(
+                f"needs {workers} workers x {g} GPUs{each} on at most {limit} node(s) (the "
+                f"fewest that hold it, {limit - extra}, plus {extra}); the {limit} with the "
+                f"most room now hold {room_on_limit}"
+            )
 
     # Phase 1: fewest nodes, then lowest tier, over the domains the job accepts.
     chosen: tuple[int, Tier, list[tuple[int, int, int]]] | None = None
@@ -352,15 +370,11 @@ def _place_on_many_nodes(
             f"at most {best_hold} fit now"
         )
     m, tier, _ = chosen
-    if request.extra_nodes is not None and m > 1 + request.extra_nodes:
-        fewest = fewest_nodes(cap, request)
-        if fewest is not None and m > fewest + request.extra_nodes:
-            limit = fewest + request.extra_nodes
-            return Shortfall(
-                f"needs {workers} workers x {g} GPUs{each} on at most {limit} node(s) (the "
-                f"fewest that hold it, {fewest}, plus {request.extra_nodes}); the fewest with "
-                f"room now are {m}"
-            )
+    if limit is not None and extra is not None and m > limit:
+        return Shortfall(
+            f"needs {workers} workers x {g} GPUs{each} on at most {limit} node(s) (the fewest "
+            f"that hold it, {limit - extra}, plus {extra}); the fewest with room now are {m}"
+        )
     # Every domain of that tier that does it with m nodes competes on ring, then fit.
     domains = {}
     for i, free, holds in usable:
@@ -381,6 +395,18 @@ def _place_on_many_nodes(
         if ring is not None:
             rings.append(ring)
     return Placement(tuple(slots), min(rings), tier)
+
+
+def _split_limit(cap: Capacity, request: GangRequest) -> int | None:
+    """The most nodes the gang may span (`extra_nodes` beyond `fewest_nodes`), kept in `cap`
+    until a node or what it can give changes; None: no limit."""
+    assert request.extra_nodes is not None
+    key = (request.workers, request.gpus_per_worker, request.widest, request.where, request.fit)
+    memo = cap.fewest_memo
+    if key not in memo:
+        memo[key] = fewest_nodes(cap, request)
+    fewest = memo[key]
+    return None if fewest is None else fewest + request.extra_nodes
 
 
 def fewest_nodes(cap: Capacity, request: GangRequest) -> int | None:
