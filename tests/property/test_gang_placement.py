@@ -428,10 +428,10 @@ def test_multi_node_placement_on_random_topologies(case: Case) -> None:
 # ---------------------------------------------------------------- how far a gang may split
 
 
-def brute_fewest_ever(case: Case, failed: Sequence[frozenset[int]]) -> int | None:
-    """The fewest nodes of one domain of the request's widest tier that could hold the gang
-    with nothing else running: every present node it may use, less its failed GPUs, less what
-    its CPUs and memory cannot hold; by enumerating every spread of the workers."""
+def brute_fewest_ever(case: Case, failed: Sequence[frozenset[int]], tier: Tier) -> int | None:
+    """The fewest nodes of one domain of `tier` that could hold the gang with nothing else
+    running: every present node it may use, less its failed GPUs, less what its CPUs and
+    memory cannot hold; by enumerating every spread of the workers."""
     req = case.request
     g = req.gpus_per_worker
     room: list[int] = []
@@ -449,10 +449,40 @@ def brute_fewest_ever(case: Case, failed: Sequence[frozenset[int]]) -> int | Non
     best: int | None = None
     for w in spreads(req.workers, room):
         used = [i for i, wi in enumerate(w) if wi]
-        if len(used) > 1 and tier_of(case.nodes[i] for i in used) > req.widest:
+        if len(used) > 1 and tier_of(case.nodes[i] for i in used) > tier:
             continue
         if best is None or len(used) < best:
             best = len(used)
+    return best
+
+
+def brute_allowed(
+    case: Case, failed: Sequence[frozenset[int]], extra: int
+) -> tuple[int, Tier] | None:
+    """The fewest nodes, then the lowest tier, of the placements now that `extra_nodes` allows:
+    one node, or a split over at most `extra` more nodes than the fewest that could ever hold
+    the gang in one domain of the split's own tier (a wider tier never tightens a narrower
+    one's limit). None: no placement now is allowed."""
+    req = case.request
+    g = req.gpus_per_worker
+    room = [case.room(i) for i in range(len(case.nodes))]
+    ever: dict[Tier, int | None] = {}
+    best: tuple[int, Tier] | None = None
+    for w in spreads(req.workers, room):
+        used = [i for i, wi in enumerate(w) if wi]
+        tier = tier_of(case.nodes[i] for i in used)
+        if len(used) > 1:
+            if tier > req.widest:
+                continue
+            if tier not in ever:
+                ever[tier] = brute_fewest_ever(case, failed, tier)
+            fewest = ever[tier]
+            assert fewest is not None  # it fits now, so on an empty cluster
+            if len(used) > fewest + extra:
+                continue
+        assert all(len(case.avail(i)) >= w[i] * g for i in used)
+        if best is None or (len(used), tier) < best:
+            best = (len(used), tier)
     return best
 
 
@@ -483,24 +513,26 @@ def split_cases(draw: st.DrawFn) -> tuple[Case, tuple[frozenset[int], ...], int]
 def test_a_gang_spans_no_more_nodes_than_the_fewest_plus_extra(
     drawn: tuple[Case, tuple[frozenset[int], ...], int],
 ) -> None:
-    """`extra_nodes`: the placement is the unlimited one when it spans at most the fewest
-    nodes that could ever hold the gang (brute force, failed GPUs less) plus `extra`; else a
-    shortfall that says the limit."""
+    """`extra_nodes`, against a brute force over every spread of the workers: a placement when
+    one is allowed (one node, or at most `extra` nodes more than the fewest that could ever
+    hold the gang in a domain of its tier, failed GPUs less), on the fewest nodes and the
+    lowest tier of those allowed; else a shortfall that says the limit where one is refused."""
     case, failed, extra = drawn
     cap = case.capacity()
     for i, gpus in enumerate(failed):
         cap.set_unusable(i, sum(1 << g for g in gpus))
     free = place_gang(cap, case.request, case.network, case.exclude())
     capped = place_gang(cap, replace(case.request, extra_nodes=extra), case.network, case.exclude())
-    if isinstance(free, Shortfall):
-        assert isinstance(capped, Shortfall)
+    expected = brute_allowed(case, failed, extra)
+    if expected is None:
+        assert isinstance(capped, Shortfall), (capped, extra)
+        if isinstance(free, Placement):  # refused by the limit alone
+            assert "on one node" in capped.reason or "on at most" in capped.reason, capped.reason
         return
-    ever = brute_fewest_ever(case, failed)
-    assert ever is not None  # it fits now, so it fits on an empty cluster
-    spans = len(free.gpus_by_node())
-    if spans <= ever + extra:
-        assert capped == free
-    else:
-        assert isinstance(capped, Shortfall), (capped, ever, extra)
-        said = "on one node" if ever + extra == 1 else f"on at most {ever + extra} node(s)"
-        assert said in capped.reason, capped.reason
+    assert isinstance(capped, Placement), (capped, expected)
+    used = list(capped.gpus_by_node())
+    index = {node.name: i for i, node in enumerate(case.nodes)}
+    assert len(capped.workers) == case.request.workers
+    assert (len(used), tier_of(case.nodes[index[n]] for n in used)) == expected
+    if isinstance(free, Placement) and len(free.gpus_by_node()) == expected[0]:
+        assert capped == free  # the limit changes nothing where it allows the best

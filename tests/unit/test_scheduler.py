@@ -320,6 +320,70 @@ def test_a_gang_spans_the_fewest_nodes_that_could_hold_it_plus_extra_nodes() -> 
             )
 
 
+def test_a_gang_waiting_for_the_fewest_nodes_starts_once_gpu_failures_make_them_more() -> None:
+    # Submitted while one DGX-1 could hold it, the gang waits for a whole node; once a GPU has
+    # failed on each node, two nodes are the fewest that could, and it starts on their free
+    # GPUs (the limit is worked out again when what a node can give changes).
+    s = scheduler(DGX1, 2)
+    for name in ("n0", "n1"):  # GPUs 0-1 of each node busy
+        s.handle(*submit(job(f"hold-{name}", 2), job(f"tmp-{name}", 6)))
+    for name in ("n0", "n1"):
+        s.handle(JobFinished(0, f"tmp-{name}", True))
+    got = project(s.handle(*submit(job("eight", 1, workers=8), t=1)))
+    assert got == [queued("eight")]
+    assert project(s.handle(GpuHealth(2, "n0", 7, False))) == []
+    s.handle(GpuHealth(3, "n1", 7, False))
+    eight = s.job("eight")
+    assert eight.state is JobState.RUNNING and eight.placement is not None
+    assert sorted(eight.placement.gpus_by_node()) == ["n0", "n1"]
+
+
+def test_a_reservation_takes_no_more_nodes_than_the_split_limit() -> None:
+    # A failed GPU on n0 and n1: 16 GPUs fit on two nodes only as n2 and n3. The first nodes
+    # to free up are n0, n1 and n2 (22 GPUs on three nodes, more than the limit of two), so the
+    # gang reserves n2 and n3, which it can start on, and starts there when they free up.
+    s = scheduler(DGX1, 4)
+    for name in ("n0", "n1"):
+        s.handle(GpuHealth(0, name, 7, False))
+    for name, gpus, limit in (("h0", 7, 100), ("h1", 7, 200), ("h2", 8, 300), ("h3", 8, 400)):
+        s.handle(*submit(job(name, gpus, limit_s=limit)))
+    where = {}
+    for i in range(4):
+        placement = s.job(f"h{i}").placement
+        assert placement is not None
+        where[f"h{i}"] = list(placement.gpus_by_node())
+    assert where == {"h0": ["n0"], "h1": ["n1"], "h2": ["n2"], "h3": ["n3"]}
+    assert project(s.handle(*submit(job("big", 1, workers=16), t=1))) == [queued("big")]
+    reservation = s.books.reservation
+    assert reservation is not None and reservation.job == "big"
+    assert sorted(s.books.capacity.nodes[i].name for i in reservation.gpus) == ["n2", "n3"]
+    for name, t in (("h0", 100), ("h1", 200), ("h2", 300)):
+        s.handle(JobFinished(t, name, True))
+    assert s.job("big").state is JobState.PENDING
+    got = project(s.handle(JobFinished(400, "h3", True)))
+    assert got == [moved("h3", "running", "succeeded"), *started("big", {"n2": ALL8, "n3": ALL8})]
+
+
+def test_a_wider_locality_never_tightens_the_split_limit() -> None:
+    # Rack a: a DGX-1 and two 4-GPU nodes; rack b: a DGX-1, busy. Within rack a, 16 GPUs need
+    # three nodes at fewest; across racks two DGX-1 would do. A gang that may go anywhere is
+    # held to each tier's own limit: three nodes of one rack are allowed, as they were for a
+    # gang held to a rack.
+    s = scheduler(
+        cluster(
+            node("b0", DGX1, rack="b"),
+            node("a0", DGX1, rack="a"),
+            node("a1", PCIE4, rack="a"),
+            node("a2", PCIE4, rack="a"),
+        )
+    )
+    s.handle(*submit(job("busy", 8)))
+    busy = s.job("busy").placement
+    assert busy is not None and list(busy.gpus_by_node()) == ["b0"]
+    got = project(s.handle(*submit(job("wide", 1, workers=16), t=1)))
+    assert got == two_steps("wide", {"a0": ALL8, "a1": (0, 1, 2, 3), "a2": (0, 1, 2, 3)})
+
+
 def test_failed_gpus_and_cordons_count_in_the_fewest_nodes() -> None:
     # A failed GPU on each of three nodes: 8 GPUs now need two of them, so the fewest is 2 and
     # the gang starts split (not held to one node it can never have). A node cordoned with all

@@ -92,11 +92,12 @@ class SchedulerPolicy:
     predicts the shortest step, on the fewest nodes within this fraction of it (0: the
     fastest), which may be more nodes than it needs (placement/by_model.py); drivers without
     a model (the server) place as before.
-    extra_nodes: a gang spans at most this many nodes more than the fewest of the nodes it may
-    use that could hold it (their GPUs less the failed ones, their CPUs and memory); it waits
+    extra_nodes: a gang split over one domain of a tier (rack, pod, cluster) spans at most this
+    many nodes more than the fewest of such a domain's nodes it may use that could hold it
+    (their GPUs less the failed ones and a cordoned node's, their CPUs and memory); it waits
     rather than take a wider split, even where its locality accepts one (None: any split its
-    locality accepts). A placement chosen by `spread_by_model` is the model's call and is not
-    held to it.
+    locality accepts). Under `spread_by_model` it decides whether a gang starts, and the model
+    where (docs/placement.md).
     type_choice: on a cluster of several GPU types, a gang runs on one of them (unless it
     accepts mixed types). `fastest`: the fastest the driver's performance model predicts,
     unless a type within `type_tolerance` of it (0.25: 25% slower) leaves the GPUs that

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 import math
 from dataclasses import replace
 
@@ -10,7 +11,7 @@ from toposched.core.errors import InvariantViolation
 from toposched.core.job import JobState
 from toposched.core.records import JobRecord, Reservation
 from toposched.placement.capacity import Capacity, full_mask
-from toposched.placement.gang import GangRequest, node_domain, node_gpus, ring_gbps
+from toposched.placement.gang import GangRequest, node_domain, node_gpus, ring_gbps, split_limit
 from toposched.placement.tables import to_mask
 from toposched.placement.typed import narrowed, one_type_each
 from toposched.topology.cluster import Tier
@@ -48,6 +49,26 @@ def room_when_empty(cap: Capacity, i: int, request: GangRequest) -> int:
     hw = cap.nodes[i].hardware
     most = request.fit.room(hw.cpus, hw.memory)
     return request.workers if most is None else most
+
+
+def _first_to_hold(
+    members: list[tuple[float, int, int, int, int]], workers: int, limit: int | None
+) -> list[tuple[float, int, int, int]] | None:
+    """The nodes that hold `workers` soonest, at most `limit` of them: `members` are (until,
+    busy GPUs, index, healthy mask, workers held when empty) in order of `until`. As each node
+    frees up, the `limit` that hold the most are kept (on ties, the earlier)."""
+    kept: list[tuple[int, int, tuple[float, int, int, int]]] = []  # (holds, -order, node)
+    held = 0
+    for order, (until, busy, i, healthy, holds) in enumerate(members):
+        entry = (holds, -order, (until, busy, i, healthy))
+        if limit is None or len(kept) < limit:
+            heapq.heappush(kept, entry)
+            held += holds
+        elif entry[0] > kept[0][0]:
+            held += holds - heapq.heapreplace(kept, entry)[0]
+        if held >= workers:
+            return sorted(node for _, _, node in kept)
+    return None
 
 
 class Reserver:
@@ -152,8 +173,12 @@ class Reserver:
         return None, now_matters
 
     def reserve_nodes(self, rec: JobRecord, request: GangRequest) -> Reservation | None:
-        """Whole nodes of one domain the job accepts, those that free up first."""
+        """Whole nodes of one domain the job accepts, those that free up first; no more of them
+        than its split limit allows (placement/gang.py), or it could not start on them."""
         cap = self.books.capacity
+        limit = None
+        if request.extra_nodes is not None:
+            limit = split_limit(cap, request, request.widest)
         g = request.gpus_per_worker
         ruled_out = cap.ruled_out(request.where)
         domains: dict[tuple[str, ...], list[tuple[float, int, int, int, int]]] = {}
@@ -174,13 +199,8 @@ class Reserver:
         best: tuple[tuple[float, ...], Reservation] | None = None
         for members in domains.values():
             members.sort()
-            held, chosen = 0, []
-            for until, busy, i, healthy, holds in members:
-                chosen.append((until, busy, i, healthy))
-                held += holds
-                if held >= request.workers:
-                    break
-            if held < request.workers:
+            chosen = _first_to_hold(members, request.workers, limit)
+            if chosen is None:
                 continue
             rank = (max(c[0] for c in chosen), sum(c[1] for c in chosen), min(c[2] for c in chosen))
             if best is None or rank < best[0]:

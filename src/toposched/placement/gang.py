@@ -196,16 +196,19 @@ def place_gang(
     if single is not None:
         return single
     k = request.gpus
+    one_node = request.widest == Tier.NODE or request.workers == 1
     # A gang the split limit keeps to one node fails here, before the search across nodes.
-    held_to_one = request.extra_nodes is not None and _split_limit(cap, request) == 1
-    if request.widest == Tier.NODE or request.workers == 1 or held_to_one:
+    held_to_one = (
+        not one_node and request.extra_nodes is not None and _loosest_limit(cap, request) == 1
+    )
+    if one_node or held_to_one:
         if exclude or admits:
             found = _candidates(cap, exclude, admits=admits)
             largest = max((free.bit_count() for _, free in found), default=0)
         else:
             largest = max((key[1].bit_count() for key, _ in cap.groups()), default=0)
         one = "one node"
-        if held_to_one and request.widest != Tier.NODE and request.workers > 1:
+        if held_to_one:
             one = f"one node (the fewest that hold it, plus {request.extra_nodes})"
         short = f"needs {k} GPUs on {one}; the best node has {largest} free"
         if request.fit.sized and largest >= k:
@@ -336,24 +339,27 @@ def _place_on_many_nodes(
         if holds > 0:
             usable.append((i, free, holds))
     extra = request.extra_nodes
-    limit = None if extra is None else _split_limit(cap, request)
-    if limit is not None and extra is not None:
-        # The nodes with the most room, in any domain: if `limit` of them cannot hold the
-        # gang, no domain can, and the search below is not needed.
-        room_on_limit = sum(heapq.nlargest(limit, (holds for _, _, holds in usable)))
+    loosest = None if extra is None else _loosest_limit(cap, request)
+    if loosest is not None and extra is not None:
+        # The nodes with the most room, in any domain: if `loosest` of them cannot hold the
+        # gang, no domain of any tier can, and the search below is not needed.
+        room_on_limit = sum(heapq.nlargest(loosest, (holds for _, _, holds in usable)))
         if room_on_limit < workers:
             return Shortfall(
-                f"needs {workers} workers x {g} GPUs{each} on at most {limit} node(s) (the "
-                f"fewest that hold it, {limit - extra}, plus {extra}); the {limit} with the "
-                f"most room now hold {room_on_limit}"
+                f"needs {workers} workers x {g} GPUs{each} on at most {loosest} node(s) (the "
+                f"fewest that hold it, {loosest - extra}, plus {extra}); the {loosest} with "
+                f"the most room now hold {room_on_limit}"
             )
 
-    # Phase 1: fewest nodes, then lowest tier, over the domains the job accepts.
+    # Phase 1: fewest nodes, then lowest tier, over the domains the job accepts; with a split
+    # limit, each tier's own (a wider tier never tightens what a narrower one allowed).
     chosen: tuple[int, Tier, list[tuple[int, int, int]]] | None = None
+    refused: tuple[int, int] | None = None  # (nodes, limit) of the least split refused
     best_hold = 0
     for tier in (Tier.RACK, Tier.POD, Tier.CLUSTER):
         if tier > request.widest:
             break
+        limit = None if extra is None else split_limit(cap, request, tier)
         domains: dict[tuple[str, ...], list[tuple[int, int, int]]] = {}
         for i, free, holds in usable:
             domains.setdefault(node_domain(cap.nodes[i], tier), []).append((i, free, holds))
@@ -362,19 +368,26 @@ def _place_on_many_nodes(
             capacities = [holds for _, _, holds in members]
             best_hold = max(best_hold, sum(capacities))
             m = _fewest_nodes(capacities, workers)
-            if m is not None and (chosen is None or m < chosen[0]):
+            if m is None:
+                continue
+            if limit is not None and m > limit:
+                if refused is None or m < refused[0]:
+                    refused = (m, limit)
+                continue
+            if chosen is None or m < chosen[0]:
                 chosen = (m, tier, members)
+    if chosen is None and refused is not None and extra is not None:
+        m, limit = refused
+        return Shortfall(
+            f"needs {workers} workers x {g} GPUs{each} on at most {limit} node(s) (the fewest "
+            f"that hold it, {limit - extra}, plus {extra}); the fewest with room now are {m}"
+        )
     if chosen is None:
         return Shortfall(
             f"needs {workers} workers x {g} GPUs{each} within {where[request.widest]}; "
             f"at most {best_hold} fit now"
         )
     m, tier, _ = chosen
-    if limit is not None and extra is not None and m > limit:
-        return Shortfall(
-            f"needs {workers} workers x {g} GPUs{each} on at most {limit} node(s) (the fewest "
-            f"that hold it, {limit - extra}, plus {extra}); the fewest with room now are {m}"
-        )
     # Every domain of that tier that does it with m nodes competes on ring, then fit.
     domains = {}
     for i, free, holds in usable:
@@ -397,26 +410,39 @@ def _place_on_many_nodes(
     return Placement(tuple(slots), min(rings), tier)
 
 
-def _split_limit(cap: Capacity, request: GangRequest) -> int | None:
-    """The most nodes the gang may span (`extra_nodes` beyond `fewest_nodes`), kept in `cap`
-    until a node or what it can give changes; None: no limit."""
+def split_limit(cap: Capacity, request: GangRequest, tier: Tier) -> int | None:
+    """The most nodes the gang may span in one domain of `tier` (`extra_nodes` beyond
+    `fewest_nodes` there), kept in `cap` until a node or what it can give changes; None: no
+    domain of that tier could ever hold it."""
     assert request.extra_nodes is not None
-    key = (request.workers, request.gpus_per_worker, request.widest, request.where, request.fit)
+    key = (request.workers, request.gpus_per_worker, tier, request.where, request.fit)
     memo = cap.fewest_memo
     if key not in memo:
-        memo[key] = fewest_nodes(cap, request)
+        memo[key] = fewest_nodes(cap, request, tier)
     fewest = memo[key]
     return None if fewest is None else fewest + request.extra_nodes
 
 
-def fewest_nodes(cap: Capacity, request: GangRequest) -> int | None:
-    """The fewest of the nodes it may use, in one domain of its widest tier, that could hold
-    the gang with none of their jobs running: their GPUs less those no job can have
+def _loosest_limit(cap: Capacity, request: GangRequest) -> int | None:
+    """The largest of the split limits of the tiers a gang across nodes may take, up to its
+    widest (None: no domain of them could ever hold it)."""
+    limits = [
+        limit
+        for tier in (Tier.RACK, Tier.POD, Tier.CLUSTER)
+        if tier <= request.widest and (limit := split_limit(cap, request, tier)) is not None
+    ]
+    return max(limits, default=None)
+
+
+def fewest_nodes(cap: Capacity, request: GangRequest, tier: Tier | None = None) -> int | None:
+    """The fewest of the nodes it may use, in one domain of `tier` (its widest if not given),
+    that could hold the gang with none of their jobs running: their GPUs less those no job can have
     (`Capacity.unusable`), their CPUs and memory (None: none can). A gang split wider than it
     needs runs slower (its workers wait on the network) and has neighbours on every node it
     touches: on the Philly trace, splits beyond the fewest nodes cost a fifth of the average
     JCT (docs/scheduler.md)."""
     g = request.gpus_per_worker
+    widest = request.widest if tier is None else tier
     ruled_out = cap.ruled_out(request.where)
     domains: dict[tuple[str, ...], list[int]] = {}
     for i in cap.present_indices():
@@ -428,7 +454,7 @@ def fewest_nodes(cap: Capacity, request: GangRequest) -> int | None:
         if room is not None:
             n = min(n, room)
         if n > 0:
-            domains.setdefault(node_domain(node, request.widest), []).append(n)
+            domains.setdefault(node_domain(node, widest), []).append(n)
     fewest: int | None = None
     for holds in domains.values():
         holds.sort(reverse=True)
