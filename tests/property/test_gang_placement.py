@@ -508,7 +508,7 @@ def split_cases(draw: st.DrawFn) -> tuple[Case, tuple[frozenset[int], ...], int]
     return case, failed, draw(st.sampled_from([0, 0, 1, 2]))
 
 
-@SETTINGS
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(split_cases())
 def test_a_gang_spans_no_more_nodes_than_the_fewest_plus_extra(
     drawn: tuple[Case, tuple[frozenset[int], ...], int],

@@ -66,7 +66,9 @@ from toposched.core import (
 )
 from toposched.core.policy import make_scheduler_policy
 from toposched.placement.request import Mode
-from toposched.topology.cluster import SCHEDULE_LABEL, Cluster
+from toposched.topology import preset
+from toposched.topology.cluster import SCHEDULE_LABEL, Cluster, Node
+from toposched.topology.resources import Hardware
 
 ALL8 = tuple(range(8))
 LOW = (0, 1, 2, 3)
@@ -382,6 +384,39 @@ def test_a_wider_locality_never_tightens_the_split_limit() -> None:
     assert busy is not None and list(busy.gpus_by_node()) == ["b0"]
     got = project(s.handle(*submit(job("wide", 1, workers=16), t=1)))
     assert got == two_steps("wide", {"a0": ALL8, "a1": (0, 1, 2, 3), "a2": (0, 1, 2, 3)})
+
+
+def test_a_split_is_judged_in_its_own_domain_not_by_the_roomiest_nodes_anywhere() -> None:
+    # A gang of 12 held to one rack: rack b's DGX-1s are half busy, a0 (rack a) is free but
+    # alone in its rack. The two roomiest nodes (a0 and a half of rack b) would hold it, but
+    # in no one rack: rack b needs three nodes, one more than the fewest (two) that could hold
+    # it there, so it waits.
+    s = scheduler(
+        cluster(
+            node("b0", DGX1, rack="b"),
+            node("b1", DGX1, rack="b"),
+            node("b2", DGX1, rack="b"),
+            node("a0", DGX1, rack="a"),
+        )
+    )
+    half_busy(s, "b0", "b1", "b2")
+    gang = job("g", 1, workers=12, locality=LocalityRule(Locality.RACK))
+    assert project(s.handle(*submit(gang, t=1))) == [queued("g")]
+    assert s.job("g").reason.startswith(
+        "needs 12 workers x 1 GPUs on at most 2 node(s) (the fewest that hold it, 2, plus 0); "
+        "the fewest with room now are 3"
+    ), s.job("g").reason
+
+
+def test_cpus_count_in_the_fewest_nodes() -> None:
+    # Each node's 8 cores hold four workers of 2 cores: 8 workers need two nodes even empty,
+    # so the gang starts split over both on an idle cluster.
+    machine = Hardware("V100", 32 * 2**30, 8000, None)
+    s = scheduler(cluster(*(Node(f"n{i}", preset(DGX1), hardware=machine) for i in range(2))))
+    s.handle(*submit(job("eight", 1, workers=8, cpus=2000)))
+    eight = s.job("eight")
+    assert eight.state is JobState.RUNNING and eight.placement is not None
+    assert {n: len(g) for n, g in eight.placement.gpus_by_node().items()} == {"n0": 4, "n1": 4}
 
 
 def test_failed_gpus_and_cordons_count_in_the_fewest_nodes() -> None:
