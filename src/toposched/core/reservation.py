@@ -10,8 +10,15 @@ from toposched.core.books import Books
 from toposched.core.errors import InvariantViolation
 from toposched.core.job import JobState
 from toposched.core.records import JobRecord, Reservation
-from toposched.placement.capacity import Capacity, full_mask
-from toposched.placement.gang import GangRequest, node_domain, node_gpus, ring_gbps, split_limit
+from toposched.placement.capacity import full_mask
+from toposched.placement.gang import (
+    GangRequest,
+    node_domain,
+    node_gpus,
+    ring_gbps,
+    room_when_empty,
+    split_limit,
+)
 from toposched.placement.tables import to_mask
 from toposched.placement.typed import narrowed, one_type_each
 from toposched.topology.cluster import Tier
@@ -41,14 +48,6 @@ def describe(books: Books, res: Reservation, default_runtime_s: float | None) ->
 def _earlier(a: Reservation, b: Reservation) -> bool:
     """`a` is expected to start its job first (ties: the one on the lower-numbered nodes)."""
     return (a.until, sorted(a.gpus)) < (b.until, sorted(b.gpus))
-
-
-def room_when_empty(cap: Capacity, i: int, request: GangRequest) -> int:
-    """How many of the request's workers node `i`'s CPUs and memory hold when none of its
-    jobs runs: GPUs that free up on a node that can never hold the workers are no use."""
-    hw = cap.nodes[i].hardware
-    most = request.fit.room(hw.cpus, hw.memory)
-    return request.workers if most is None else most
 
 
 def _first_to_hold(

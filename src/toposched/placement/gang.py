@@ -345,11 +345,8 @@ def _place_on_many_nodes(
         # gang, no domain of any tier can, and the search below is not needed.
         room_on_limit = sum(heapq.nlargest(loosest, (holds for _, _, holds in usable)))
         if room_on_limit < workers:
-            return Shortfall(
-                f"needs {workers} workers x {g} GPUs{each} on at most {loosest} node(s) (the "
-                f"fewest that hold it, {loosest - extra}, plus {extra}); the {loosest} with "
-                f"the most room now hold {room_on_limit}"
-            )
+            now = f"the {loosest} with the most room now hold {room_on_limit}"
+            return _beyond_limit(request, loosest, now)
 
     # Phase 1: fewest nodes, then lowest tier, over the domains the job accepts; with a split
     # limit, each tier's own (a wider tier never tightens what a narrower one allowed).
@@ -376,12 +373,9 @@ def _place_on_many_nodes(
                 continue
             if chosen is None or m < chosen[0]:
                 chosen = (m, tier, members)
-    if chosen is None and refused is not None and extra is not None:
+    if chosen is None and refused is not None:
         m, limit = refused
-        return Shortfall(
-            f"needs {workers} workers x {g} GPUs{each} on at most {limit} node(s) (the fewest "
-            f"that hold it, {limit - extra}, plus {extra}); the fewest with room now are {m}"
-        )
+        return _beyond_limit(request, limit, f"the fewest with room now are {m}")
     if chosen is None:
         return Shortfall(
             f"needs {workers} workers x {g} GPUs{each} within {where[request.widest]}; "
@@ -408,6 +402,25 @@ def _place_on_many_nodes(
         if ring is not None:
             rings.append(ring)
     return Placement(tuple(slots), min(rings), tier)
+
+
+def room_when_empty(cap: Capacity, i: int, request: GangRequest) -> int:
+    """How many of the request's workers node `i`'s CPUs and memory hold when none of its
+    jobs runs: GPUs that free up on a node that can never hold the workers are no use."""
+    hw = cap.nodes[i].hardware
+    most = request.fit.room(hw.cpus, hw.memory)
+    return request.workers if most is None else most
+
+
+def _beyond_limit(request: GangRequest, limit: int, now: str) -> Shortfall:
+    """The split the gang needs now is wider than `extra_nodes` lets it take."""
+    extra = request.extra_nodes
+    assert extra is not None
+    return Shortfall(
+        f"needs {request.workers} workers x {request.gpus_per_worker} GPUs"
+        f"{request.fit.asked()} on at most {limit} node(s) (the fewest that hold it, "
+        f"{limit - extra}, plus {extra}); {now}"
+    )
 
 
 def split_limit(cap: Capacity, request: GangRequest, tier: Tier) -> int | None:
@@ -449,10 +462,7 @@ def fewest_nodes(cap: Capacity, request: GangRequest, tier: Tier | None = None) 
         if i in ruled_out:
             continue
         node = cap.nodes[i]
-        n = (node.size - cap.unusable[i].bit_count()) // g
-        room = request.fit.room(node.hardware.cpus, node.hardware.memory)
-        if room is not None:
-            n = min(n, room)
+        n = min((node.size - cap.unusable[i].bit_count()) // g, room_when_empty(cap, i, request))
         if n > 0:
             domains.setdefault(node_domain(node, widest), []).append(n)
     fewest: int | None = None
