@@ -59,7 +59,7 @@ def test_a_gang_of_a_known_model_spreads_where_the_model_predicts_it_faster(
 @pytest.mark.parametrize(
     ("params", "annotations"),
     [
-        ({}, {MODEL: "imagenet"}),
+        ({"spread_by_model": None}, {MODEL: "imagenet"}),
         ({"spread_by_model": 0}, {}),
         ({"spread_by_model": 0}, {MODEL: "no-such-model"}),
     ],

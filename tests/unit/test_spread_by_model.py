@@ -27,11 +27,16 @@ PERF = PerfModel()
 PREDICT = step_time(PERF, "T4", framework="pytorch-ddp", network="aws-50g")
 
 
-def shape(model: str | None, spread: float | None, predict: StepTime | None = PREDICT) -> list[int]:
+DEFAULT = "default"  # `shape` with the policy's own spread_by_model
+
+
+def shape(
+    model: str | None, spread: float | str | None, predict: StepTime | None = PREDICT
+) -> list[int]:
     """GPUs per node of a 4-GPU job on four g4dn nodes with two GPUs each (two lost to
     failures on every node)."""
     cluster = parse_shorthand("4*g4dn-12xlarge")
-    params = {} if spread is None else {"spread_by_model": spread}
+    params = {} if spread == DEFAULT else {"spread_by_model": spread}
     core = Scheduler(
         cluster,
         make_scheduler_policy("toposched", params),
@@ -46,8 +51,14 @@ def shape(model: str | None, spread: float | None, predict: StepTime | None = PR
     return sorted(len(g) for g in starts[0].placement.gpus_by_node().values())
 
 
-def test_off_by_default_the_gang_takes_the_fewest_nodes() -> None:
+def test_off_the_gang_takes_the_fewest_nodes() -> None:
     assert shape("resnet18-cifar10", None) == [2, 2]
+
+
+def test_by_default_the_gang_takes_the_fewest_nodes_within_a_tenth_of_the_fastest() -> None:
+    # `1111` is the fastest; `211` is a few percent slower, `22` about 1.5x.
+    assert make_scheduler_policy("toposched").spread_by_model == 0.1
+    assert shape("resnet18-cifar10", DEFAULT) == [1, 1, 2]
 
 
 def test_on_the_gang_spreads_where_the_model_says_it_is_faster() -> None:
@@ -86,7 +97,7 @@ def test_the_simulator_measures_speed_against_the_fastest_placement() -> None:
     spreading it is faster; spread, it runs at full speed."""
     rows = (TraceJob("a", 0.0, 8, 3600.0, "q", "vgg16", 2),)
     speeds: dict[bool, tuple[float, float]] = {}
-    for params in ({}, {"spread_by_model": 0.0}):
+    for params in ({"spread_by_model": None}, {"spread_by_model": 0.0}):
         sim = Simulation(
             Trace(rows, "test", "<test>"),
             parse_shorthand("8*g4dn-12xlarge"),
@@ -100,7 +111,7 @@ def test_the_simulator_measures_speed_against_the_fastest_placement() -> None:
         result = sim.run()
         (job,) = result.jobs
         assert job.finish is not None
-        speeds[bool(params)] = (job.speed_s / job.run_s, job.finish)
+        speeds[params["spread_by_model"] is not None] = (job.speed_s / job.run_s, job.finish)
     packed, spread = speeds[False], speeds[True]
     assert packed[0] < 0.8 and spread[0] == pytest.approx(1.0)
     assert spread[1] == pytest.approx(3600.0) and packed[1] > 4500.0

@@ -87,11 +87,11 @@ class SchedulerPolicy:
     run time so far) exceeds the other's (at least `young_job_s`) by `pay_margin` times what
     the stop costs it: the work since its last checkpoint (every `checkpoint_interval_s` of
     work, where the job does not say) and `restore_s` to start again (None: no test).
-    spread_by_model: None (the default): a gang spans the fewest nodes. A number >= 0: a gang
-    that may span nodes and names its model goes where the driver's performance model
-    predicts the shortest step, on the fewest nodes within this fraction of it (0: the
-    fastest), which may be more nodes than it needs (placement/by_model.py); drivers without
-    a model (the server) place as before.
+    spread_by_model: a gang that may span nodes and names its model goes where the driver's
+    performance model predicts the shortest step, on the fewest nodes within this fraction of
+    it (0: the fastest; the default 0.1: within 10%), which may be more nodes than it needs
+    (placement/by_model.py); drivers without a model (the server) place by the fewest nodes,
+    as does None.
     extra_nodes: a gang split over one domain of a tier (rack, pod, cluster) spans at most this
     many nodes more than the fewest of such a domain's nodes it may use that could hold it
     (their GPUs less the failed ones and a cordoned node's, their CPUs and memory); it waits
@@ -120,7 +120,7 @@ class SchedulerPolicy:
     default_runtime_s: float | None = None
     stop_grace_s: float = 10.0
     grow_after_s: float = 60.0
-    demote_after_gpu_h: float | None = 8.0
+    demote_after_gpu_h: float | None = 64.0
     promote_after_s: float | None = 604_800.0
     demoted_levels: int = 4
     level_ratio: float = 4.0
@@ -132,7 +132,7 @@ class SchedulerPolicy:
     checkpoint_interval_s: float = 1800.0
     restore_s: float = 120.0
     keep_finished: int = 10_000
-    spread_by_model: float | None = None
+    spread_by_model: float | None = 0.1
     extra_nodes: int | None = 0
     type_choice: TypeChoice = TypeChoice.FASTEST
     type_tolerance: float = 0.25
@@ -255,6 +255,7 @@ SCHEDULER_POLICIES: dict[str, PolicyInfo] = {
             SchedulerPolicy(
                 name="k8s-default",
                 demote_after_gpu_h=None,
+                spread_by_model=None,
                 extra_nodes=None,
                 gang=False,
                 order=Order.FIFO,
@@ -272,6 +273,7 @@ SCHEDULER_POLICIES: dict[str, PolicyInfo] = {
             SchedulerPolicy(
                 name="fifo-gang-firstfit",
                 demote_after_gpu_h=None,
+                spread_by_model=None,
                 extra_nodes=None,
                 order=Order.FIFO,
                 placement="index-order",
@@ -290,6 +292,7 @@ SCHEDULER_POLICIES: dict[str, PolicyInfo] = {
             SchedulerPolicy(
                 name="hived-like",
                 demote_after_gpu_h=None,
+                spread_by_model=None,
                 # HiveD gives a gang one cell of the lowest level that holds it (a node for 8
                 # GPUs of a DGX-1): never a wider split than the fewest nodes.
                 extra_nodes=0,
@@ -306,6 +309,7 @@ SCHEDULER_POLICIES: dict[str, PolicyInfo] = {
             SchedulerPolicy(
                 name="gandiva-like",
                 demote_after_gpu_h=None,
+                spread_by_model=None,
                 extra_nodes=None,
                 order=Order.FIFO,
                 reservation=False,
