@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from toposched.perf import PerfModel
 from toposched.perf.steptime import step_time
-from toposched.placement.by_model import ModelSpread, Share, StepTime
+from toposched.placement.by_model import ModelSpread, Share, StepTime, _shape_table
 from toposched.placement.capacity import Capacity
 from toposched.placement.gang import GangRequest, Placement, node_domain, place_gang
 from toposched.topology import preset
@@ -128,3 +128,45 @@ def test_fewest_nodes_is_not_the_fastest_on_g4dn(predict: StepTime) -> None:
     assert slow > 1.3 * fast
     best = brute_force(predict, "resnet18-cifar10", nodes, cap.free, 4, Tier.RACK)
     assert fast == pytest.approx(best)
+
+
+def every_shape(
+    slots: tuple[tuple[int, int], ...], workers: int
+) -> set[tuple[tuple[int, int], ...]]:
+    """By brute force: per kind a non-increasing list of at most `nodes` worker counts of at
+    most `most` each, all kinds together holding `workers`."""
+    per_kind = []
+    for most, nodes in slots:
+        lists = {
+            tuple(sorted((w for w in counts if w), reverse=True))
+            for counts in product(range(most + 1), repeat=nodes)
+        }
+        per_kind.append(sorted(lists))
+    return {
+        tuple((k, w) for k, counts in enumerate(choice) for w in counts)
+        for choice in product(*per_kind)
+        if sum(sum(counts) for counts in choice) == workers
+    }
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    slots=st.lists(st.tuples(st.integers(1, 4), st.integers(1, 3)), min_size=1, max_size=3).map(
+        tuple
+    ),
+    workers=st.integers(1, 12),
+    limit=st.integers(0, 40),
+)
+def test_the_shapes_tried_are_every_shape_and_a_cap_keeps_the_first(
+    slots: tuple[tuple[int, int], ...], workers: int, limit: int
+) -> None:
+    """The shape table holds every way to spread the workers over the kinds, each once; a
+    smaller cap keeps the first of them, one past the cap (which is how a search too large is
+    told)."""
+    everything = _shape_table(slots, workers, 10**6, 1)
+    assert len(set(everything)) == len(everything)
+    assert set(everything) == every_shape(slots, workers)
+    capped = _shape_table(slots, workers, limit, 1)
+    assert capped == everything[: limit + 1]
+    doubled = _shape_table(slots, workers, 10**6, 2)
+    assert doubled == tuple(tuple((k, 2 * w) for k, w in s) for s in everything)

@@ -82,6 +82,7 @@ class ModelSpread:
     _times: dict[tuple[object, ...], float | None] = field(
         default_factory=dict, init=False, repr=False
     )
+    _looks_ids: dict[tuple[object, ...], int] = field(default_factory=dict, init=False, repr=False)
 
     def __call__(
         self,
@@ -133,23 +134,30 @@ class ModelSpread:
             plan.append((i, free, c))
         return _placement(cap, request, network, plan)
 
-    def _time(self, model: str, tier: Tier, kinds: list[_Kind], shape: Shape) -> float | None:
+    def _time(
+        self, model: str, tier: Tier, kinds: list[_Kind], ids: list[dict[int, int]], shape: Shape
+    ) -> float | None:
         """The predicted step of `shape`, remembered by what the model reads of each node's
-        share, so that alike nodes elsewhere (other GPU indices) ask the model once."""
-        looks = tuple(
-            sorted(
-                ((c, kinds[k].looks[c], kinds[k].topology) for k, c in shape),
-                key=lambda share: (share[0], share[1], share[2].name),
-            )
-        )
-        key = (model, tier, looks)
+        share (`ids`: per kind and GPU count, the number of what it reads, in `_looks_ids`),
+        so that alike nodes elsewhere (other GPU indices) ask the model once."""
+        key = (model, tier, tuple(sorted([ids[k][c] for k, c in shape])))
         if key in self._times:
             return self._times[key]
         shares = [(kinds[k].topology, kinds[k].offers[c]) for k, c in shape]
-        time = self._times[key] = self.step_time(model, shares, tier)
-        if len(self._times) >= self.memo_limit:
-            self._times.clear()
-        return time
+        found = self._times[key] = self.step_time(model, shares, tier)
+        return found
+
+    def _ids(self, kinds: list[_Kind]) -> list[dict[int, int]]:
+        """A number, per kind and GPU count, for what the model reads of that share: the
+        topology, and the ring and switch crowding of its GPUs."""
+        ids = self._looks_ids
+        return [
+            {
+                c: ids.setdefault((c, look, kind.topology), len(ids))
+                for c, look in kind.looks.items()
+            }
+            for kind in kinds
+        ]
 
     def _search(
         self, domains: list[tuple[Tier, list[_Kind]]], workers: int, g: int, model: str
@@ -167,9 +175,16 @@ class ModelSpread:
             if len(shapes) > self.max_shapes:
                 return None
         judged: list[tuple[float, int, Tier, int, int, Shape]] = []
+        if len(self._times) >= self.memo_limit:
+            # Both at once, between searches: the times are kept by the numbers of `_ids`.
+            self._times.clear()
+            self._looks_ids.clear()
+        ids = {where: self._ids(domains[where][1]) for where in {where for where, _ in shapes}}
         for where, shape in shapes:
             tier, kinds = domains[where]
-            time = self._time(model, tier if len(shape) > 1 else Tier.NODE, kinds, shape)
+            time = self._time(
+                model, tier if len(shape) > 1 else Tier.NODE, kinds, ids[where], shape
+            )
             if time is None:
                 continue
             spare = sum(kinds[k].members[0][1].bit_count() - c for k, c in shape)
@@ -238,43 +253,69 @@ def _looks(topology: NodeTopology, gpus: tuple[int, ...]) -> tuple[float | None,
     return ring_gbps(topology, gpus), crowd
 
 
-def _shapes(kinds: list[_Kind], workers: int, g: int, limit: int) -> list[Shape]:
+def _shapes(kinds: list[_Kind], workers: int, g: int, limit: int) -> tuple[Shape, ...]:
     """Every multiset of (kind, GPUs on one node) that holds `workers` workers (at most
     `limit` + 1 of them): per kind a non-increasing list of worker counts, no longer than the
     kind has nodes."""
     slots = tuple((max(kind.offers) // g, len(kind.members)) for kind in kinds)
-    return [tuple((k, w * g) for k, w in shape) for shape in _shape_table(slots, workers, limit)]
+    return _shape_table(slots, workers, limit, g)
 
 
 @lru_cache(maxsize=4096)
-def _shape_table(slots: tuple[tuple[int, int], ...], workers: int, limit: int) -> tuple[Shape, ...]:
-    """`_shapes` in workers per node, for kinds that hold (most workers, nodes) each: what
-    the shapes are depends on nothing else, and the same few recur."""
+def _shape_table(
+    slots: tuple[tuple[int, int], ...], workers: int, limit: int, g: int
+) -> tuple[Shape, ...]:
+    """`_shapes` for kinds that hold (most workers, nodes) each: what the shapes are depends
+    on nothing else, and the same few recur. In order: kind by kind, each kind's list of
+    counts from none up, then from the most workers on its first node down."""
     total_after = [0] * (len(slots) + 1)
     for k in range(len(slots) - 1, -1, -1):
         total_after[k] = total_after[k + 1] + slots[k][0] * slots[k][1]
+    # The shapes of kinds k.. holding `left` workers, memoised: many ways of filling the kinds
+    # before k leave the same `left`. Each list stops past `limit`: only its first `limit` + 1
+    # can be among the first `limit` + 1 shapes of the whole.
+    rests: dict[tuple[int, int], list[Shape]] = {}
 
-    def per_kind(left: int, most: int, nodes: int) -> Iterator[list[int]]:
-        """Non-increasing worker counts on at most `nodes` nodes, summing to at most `left`
-        (the empty list first)."""
-        yield []
-        if nodes == 0 or left == 0:
-            return
-        for w in range(min(most, left), 0, -1):
-            for rest in per_kind(left - w, w, nodes - 1):
-                yield [w, *rest]
-
-    def walk(k: int, left: int) -> Iterator[list[tuple[int, int]]]:
+    def rest_of(k: int, left: int) -> list[Shape]:
         if left == 0:
-            yield []
-            return
+            return [()]
         if k == len(slots) or total_after[k] < left:
-            return
-        for counts in per_kind(left, *slots[k]):
-            for rest in walk(k + 1, left - sum(counts)):
-                yield [(k, w) for w in counts] + rest
+            return []
+        known = rests.get((k, left))
+        if known is not None:
+            return known
+        most, nodes = slots[k]
+        found: list[Shape] = []
+        # Only counts that leave the kinds after k no more than they hold: every one of them
+        # leads to a shape, which is why the first `limit` + 1 of them are enough.
+        for counts in islice(_partitions(left - total_after[k + 1], left, most, nodes), limit + 1):
+            head = tuple((k, w * g) for w in counts)
+            for rest in rest_of(k + 1, left - sum(counts)):
+                found.append(head + rest)
+                if len(found) > limit:
+                    break
+            if len(found) > limit:
+                break
+        rests[(k, left)] = found
+        return found
 
-    return tuple(tuple(shape) for shape in islice(walk(0, workers), limit + 1))
+    return tuple(rest_of(0, workers)[: limit + 1])
+
+
+def _partitions(least: int, left: int, most: int, nodes: int) -> Iterator[tuple[int, ...]]:
+    """Non-increasing worker counts of at most `most` each on at most `nodes` nodes, summing to
+    at least `least` and at most `left`: the empty one first, then by the first count from the
+    most down. Every branch it enters yields (a first count too small to reach `least` on
+    the nodes left ends the loop), so taking the first few costs little."""
+    if least <= 0:
+        yield ()
+    if nodes == 0:
+        return
+    for w in range(min(most, left), 0, -1):
+        if w * nodes < least:
+            return
+        for rest in _partitions(least - w, left - w, w, nodes - 1):
+            yield (w, *rest)
 
 
 def _shares(cap: Capacity, placement: Placement) -> list[Share]:
