@@ -134,19 +134,6 @@ class ModelSpread:
             plan.append((i, free, c))
         return _placement(cap, request, network, plan)
 
-    def _time(
-        self, model: str, tier: Tier, kinds: list[_Kind], ids: list[dict[int, int]], shape: Shape
-    ) -> float | None:
-        """The predicted step of `shape`, remembered by what the model reads of each node's
-        share (`ids`: per kind and GPU count, the number of what it reads, in `_looks_ids`),
-        so that alike nodes elsewhere (other GPU indices) ask the model once."""
-        key = (model, tier, tuple(sorted([ids[k][c] for k, c in shape])))
-        if key in self._times:
-            return self._times[key]
-        shares = [(kinds[k].topology, kinds[k].offers[c]) for k, c in shape]
-        found = self._times[key] = self.step_time(model, shares, tier)
-        return found
-
     def _ids(self, kinds: list[_Kind]) -> list[dict[int, int]]:
         """A number, per kind and GPU count, for what the model reads of that share: the
         topology, and the ring and switch crowding of its GPUs."""
@@ -164,40 +151,58 @@ class ModelSpread:
     ) -> Found:
         """The fastest time, and the shape with the fewest nodes within tolerance of it."""
         # Counted before any is judged, so that a search too large costs little.
-        shapes: list[tuple[int, Shape]] = []
+        tables: list[tuple[int, tuple[Shape, ...]]] = []
+        total = 0
         seen: set[tuple[object, ...]] = set()
         for where, (tier, kinds) in enumerate(domains):
             alike = (tier, tuple((k.key, len(k.members)) for k in kinds))
             if alike in seen:
                 continue  # a domain like one before it (racks of empty nodes): the same answers
             seen.add(alike)
-            shapes += ((where, shape) for shape in _shapes(kinds, workers, g, self.max_shapes))
-            if len(shapes) > self.max_shapes:
+            table = _shapes(kinds, workers, g, self.max_shapes)
+            total += len(table)
+            if total > self.max_shapes:
                 return None
-        judged: list[tuple[float, int, Tier, int, int, Shape]] = []
+            tables.append((where, table))
         if len(self._times) >= self.memo_limit:
             # Both at once, between searches: the times are kept by the numbers of `_ids`.
             self._times.clear()
             self._looks_ids.clear()
-        ids = {where: self._ids(domains[where][1]) for where in {where for where, _ in shapes}}
-        for where, shape in shapes:
+        # Each shape's predicted step, remembered by what the model reads of each node's share
+        # (per kind and GPU count, a number from `_ids`), so that alike nodes elsewhere (other
+        # GPU indices) ask the model once.
+        times = self._times
+        judged: list[tuple[float, int, Shape]] = []  # (time, domain, shape), in search order
+        for where, table in tables:
             tier, kinds = domains[where]
-            time = self._time(
-                model, tier if len(shape) > 1 else Tier.NODE, kinds, ids[where], shape
-            )
-            if time is None:
-                continue
-            spare = sum(kinds[k].members[0][1].bit_count() - c for k, c in shape)
-            judged.append((time, len(shape), tier, spare, where, shape))
+            ids = self._ids(kinds)
+            for shape in table:
+                at = tier if len(shape) > 1 else Tier.NODE
+                key = (model, at, tuple(sorted([ids[k][c] for k, c in shape])))
+                if key in times:
+                    time = times[key]
+                else:
+                    shares = [(kinds[k].topology, kinds[k].offers[c]) for k, c in shape]
+                    time = times[key] = self.step_time(model, shares, at)
+                if time is not None:
+                    judged.append((time, where, shape))
         if not judged:
             return None
         fastest = min(j[0] for j in judged)
         limit = fastest * (1.0 + self.tolerance) * (1.0 + EPSILON)
-        # Fewest nodes, then the lowest tier, the fastest, the fullest nodes (best fit).
-        _, _, _, _, where, shape = min(
-            (j for j in judged if j[0] <= limit), key=lambda j: (j[1], j[2], j[0], j[3])
-        )
-        return fastest, where, shape
+        # Fewest nodes, then the lowest tier, the fastest, the fullest nodes (best fit); the
+        # first such in search order.
+        best: tuple[tuple[int, Tier, float, int], int, Shape] | None = None
+        for time, where, shape in judged:
+            if time > limit or (best is not None and len(shape) > best[0][0]):
+                continue
+            tier, kinds = domains[where]
+            spare = sum(kinds[k].members[0][1].bit_count() - c for k, c in shape)
+            rank = (len(shape), tier, time, spare)
+            if best is None or rank < best[0]:
+                best = (rank, where, shape)
+        assert best is not None  # the fastest is within the limit
+        return fastest, best[1], best[2]
 
 
 def _chooser(cap: Capacity, request: GangRequest) -> Callable[[int, int, int], tuple[int, ...]]:
