@@ -82,7 +82,7 @@ def main() -> None:
         perf = PerfModel(load_catalog([str(catalog)]))
     trace = read_trace(str(TRACE), None, limit=args.limit, seed=0)
     cluster = load_cluster(args.cluster)
-    runs: dict[str, dict[str, object]] = {"off": {}}
+    runs: dict[str, dict[str, object]] = {"off": {"spread_by_model": None}}
     for value in args.spread.split(","):
         runs[f"spread_by_model={value}"] = {"spread_by_model": float(value)}
     figures = {}

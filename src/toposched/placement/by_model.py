@@ -160,6 +160,8 @@ class ModelSpread:
                 continue  # a domain like one before it (racks of empty nodes): the same answers
             seen.add(alike)
             table = _shapes(kinds, workers, g, self.max_shapes)
+            if table is None:
+                return None
             total += len(table)
             if total > self.max_shapes:
                 return None
@@ -258,21 +260,22 @@ def _looks(topology: NodeTopology, gpus: tuple[int, ...]) -> tuple[float | None,
     return ring_gbps(topology, gpus), crowd
 
 
-def _shapes(kinds: list[_Kind], workers: int, g: int, limit: int) -> tuple[Shape, ...]:
-    """Every multiset of (kind, GPUs on one node) that holds `workers` workers (at most
-    `limit` + 1 of them): per kind a non-increasing list of worker counts, no longer than the
-    kind has nodes."""
+def _shapes(kinds: list[_Kind], workers: int, g: int, limit: int) -> tuple[Shape, ...] | None:
+    """Every multiset of (kind, GPUs on one node) that holds `workers` workers: per kind a
+    non-increasing list of worker counts, no longer than the kind has nodes. None: more than
+    `limit` of them."""
     slots = tuple((max(kind.offers) // g, len(kind.members)) for kind in kinds)
     return _shape_table(slots, workers, limit, g)
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=1024)
 def _shape_table(
     slots: tuple[tuple[int, int], ...], workers: int, limit: int, g: int
-) -> tuple[Shape, ...]:
+) -> tuple[Shape, ...] | None:
     """`_shapes` for kinds that hold (most workers, nodes) each: what the shapes are depends
     on nothing else, and the same few recur. In order: kind by kind, each kind's list of
-    counts from none up, then from the most workers on its first node down."""
+    counts from none up, then from the most workers on its first node down. A table of more
+    than `limit` is not kept (the search gives up on it anyway)."""
     total_after = [0] * (len(slots) + 1)
     for k in range(len(slots) - 1, -1, -1):
         total_after[k] = total_after[k + 1] + slots[k][0] * slots[k][1]
@@ -304,7 +307,8 @@ def _shape_table(
         rests[(k, left)] = found
         return found
 
-    return tuple(rest_of(0, workers)[: limit + 1])
+    found = rest_of(0, workers)
+    return tuple(found) if len(found) <= limit else None
 
 
 def _partitions(least: int, left: int, most: int, nodes: int) -> Iterator[tuple[int, ...]]:
