@@ -807,7 +807,10 @@ def test_a_cluster_with_only_volcanos_crd_binds_an_mpi_job(
         assert "no PodGroup team-a/other yet" in waiting[0]["message"]
         assert not cluster.bound("orphan")
         assert ("GET", "/apis/scheduling.x-k8s.io/v1alpha1/podgroups") in apiserver.requests
-        assert sorted(w.kind for w in runner.watchers) == [
+        # The runner's first sync may bind the gang (its pods may exist by the time it lists
+        # them), and it starts its watches only once that sync returns.
+        watchers = until(lambda: runner.watchers, "the watches started")
+        assert sorted(w.kind for w in watchers) == [
             "configmaps",
             "k8s-podgroups",  # the server serves Kubernetes' own PodGroups
             "nodes",

@@ -85,9 +85,10 @@ def scheduler(
 ) -> None:
     """Watch pods whose schedulerName is --scheduler-name, nodes and PodGroups, and bind whole
     gangs onto the best-connected GPUs of each node. The performance catalog (--catalog,
-    --network, --framework) weighs a job's GPU types, and with `--param
-    toposched.spread_by_model=0` predicts where a gang annotated `toposched.io/model` runs
-    fastest across nodes."""
+    --network, --framework) weighs a job's GPU types, and predicts where a gang annotated
+    `toposched.io/model` runs fastest across nodes: by default it spreads such a gang over
+    more nodes than the fewest only where it predicts that at least 10% faster
+    (`--param toposched.spread_by_model=0.1`; `=null` places on the fewest nodes)."""
     from toposched.kube.api import KubeApi, RateLimit
     from toposched.kube.driver import KubeScheduler
     from toposched.kube.readapi import make_app, serve
@@ -132,7 +133,11 @@ def scheduler(
     host, _, port = listen.rpartition(":")
     serve(make_app(runner), host or "0.0.0.0", int(port))
     signal.signal(signal.SIGTERM, lambda *_: runner.stop.set())
-    typer.echo(f"toposched kube scheduler: policy {chosen.name}, scheduler name {scheduler_name}")
+    spread = chosen.spread_by_model
+    typer.echo(
+        f"toposched kube scheduler: policy {chosen.name}, scheduler name {scheduler_name}, "
+        f"spread_by_model {'off' if spread is None else spread}"
+    )
     try:
         runner.run()
     except KeyboardInterrupt:
