@@ -13,9 +13,8 @@ GPUs can form an NVLink ring that no three of them do).
 
 from __future__ import annotations
 
-import heapq
 import math
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -330,23 +329,48 @@ def _place_on_many_nodes(
             f"needs {workers} workers x {g} GPUs{each} within {where[request.widest]}; "
             f"at most {room} fit now in the whole cluster"
         )
-    usable: list[tuple[int, int, int]] = []
-    for i in cap.present_indices():
-        if admits is not None and not admits(cap.kinds[i]):
-            continue
-        free = cap.free[i] & ~exclude.get(i, 0)
-        holds = most(free, cap.room(i, fit))
-        if holds > 0:
-            usable.append((i, free, holds))
+
+    def usable_nodes() -> list[tuple[int, int, int]]:
+        """(node, its free GPUs less those excluded, workers it holds) of each node that
+        holds one."""
+        usable: list[tuple[int, int, int]] = []
+        for i in cap.present_indices():
+            if admits is not None and not admits(cap.kinds[i]):
+                continue
+            free = cap.free[i] & ~exclude.get(i, 0)
+            holds = most(free, cap.room(i, fit))
+            if holds > 0:
+                usable.append((i, free, holds))
+        return usable
+
     extra = request.extra_nodes
     loosest = None if extra is None else _loosest_limit(cap, request)
+    usable: list[tuple[int, int, int]] | None = None
     if loosest is not None and extra is not None:
         # The nodes with the most room, in any domain: if `loosest` of them cannot hold the
-        # gang, no domain of any tier can, and the search below is not needed.
-        room_on_limit = sum(heapq.nlargest(loosest, (holds for _, _, holds in usable)))
+        # gang, no domain of any tier can, and the search below is not needed. Asked of
+        # every waiting gang at every event on a full cluster, so counted per group of alike
+        # nodes where none is excluded.
+        if exclude:
+            usable = usable_nodes()
+            rooms: Iterable[tuple[int, int]] = ((holds, 1) for _, _, holds in usable)
+        else:
+            rooms = (
+                (most(key[1], fit.room(key[4], key[5]) if fit.sized else None), len(members))
+                for key, members in cap.groups()
+                if admits is None or admits(key[3])
+            )
+        room_on_limit, left = 0, loosest
+        for holds, count in sorted(rooms, reverse=True):
+            if left == 0 or holds <= 0:
+                break
+            room_on_limit += holds * min(count, left)
+            left -= min(count, left)
         if room_on_limit < workers:
             now = f"the {loosest} with the most room now hold {room_on_limit}"
             return _beyond_limit(request, loosest, now)
+    if usable is None:
+        usable = usable_nodes()
 
     # Phase 1: fewest nodes, then lowest tier, over the domains the job accepts; with a split
     # limit, each tier's own (a wider tier never tightens what a narrower one allowed).
