@@ -14,7 +14,7 @@ GPUs can form an NVLink ring that no three of them do).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -313,12 +313,14 @@ def _place_on_many_nodes(
         return by_gpus if room is None else min(by_gpus, room)
 
     where = {Tier.RACK: "one rack", Tier.POD: "one pod", Tier.CLUSTER: "the cluster"}
-    # The whole cluster's room bounds every domain's; counted per group, not per node.
-    room = sum(
-        len(members) * most(key[1], fit.room(key[4], key[5]) if fit.sized else None)
+    # The workers each group of alike nodes holds, with its number of nodes: the whole
+    # cluster's room bounds every domain's, counted per group, not per node.
+    per_group = [
+        (most(key[1], fit.room(key[4], key[5]) if fit.sized else None), len(members))
         for key, members in cap.groups()
         if admits is None or admits(key[3])
-    )
+    ]
+    room = sum(holds * count for holds, count in per_group)
     for i, mask in exclude.items():
         if cap.present[i] and (admits is None or admits(cap.kinds[i])):
             here = cap.room(i, fit)
@@ -345,27 +347,20 @@ def _place_on_many_nodes(
 
     extra = request.extra_nodes
     loosest = None if extra is None else _loosest_limit(cap, request)
-    usable: list[tuple[int, int, int]] | None = None
+    usable = usable_nodes() if exclude else None  # where none is excluded, only if needed
     if loosest is not None and extra is not None:
         # The nodes with the most room, in any domain: if `loosest` of them cannot hold the
         # gang, no domain of any tier can, and the search below is not needed. Asked of
         # every waiting gang at every event on a full cluster, so counted per group of alike
         # nodes where none is excluded.
-        if exclude:
-            usable = usable_nodes()
-            rooms: Iterable[tuple[int, int]] = ((holds, 1) for _, _, holds in usable)
-        else:
-            rooms = (
-                (most(key[1], fit.room(key[4], key[5]) if fit.sized else None), len(members))
-                for key, members in cap.groups()
-                if admits is None or admits(key[3])
-            )
+        rooms = per_group if usable is None else [(holds, 1) for _, _, holds in usable]
         room_on_limit, left = 0, loosest
         for holds, count in sorted(rooms, reverse=True):
             if left == 0 or holds <= 0:
                 break
-            room_on_limit += holds * min(count, left)
-            left -= min(count, left)
+            take = min(count, left)
+            room_on_limit += holds * take
+            left -= take
         if room_on_limit < workers:
             now = f"the {loosest} with the most room now hold {room_on_limit}"
             return _beyond_limit(request, loosest, now)
