@@ -267,3 +267,21 @@ def test_a_delayed_request_holds_up_only_itself(apiserver: LiveCluster) -> None:
     assert done and done[0] < 4.0
     api.request("GET", "/api/v1/nodes/toposched-e2e-slow")  # times=1: the next one is not held
     assert time.monotonic() - began < 4.0
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        ((), "spread_by_model 0.1"),
+        (("--param", "toposched.spread_by_model=null"), "spread_by_model off"),
+    ],
+    ids=["default", "off"],
+)
+def test_the_scheduler_says_whether_it_places_gangs_by_the_model(
+    start: Callable[..., Scheduler], args: tuple[str, ...], said: str
+) -> None:
+    """Model placement is on by default for gangs that name their model (read from the
+    shipped catalog unless --catalog is given), so the scheduler says so as it starts."""
+    s = start(*args)
+    line = "toposched kube scheduler: policy toposched, scheduler name toposched, " + said
+    until(lambda: line in s.output().splitlines(), f"the line {line!r}")
