@@ -168,6 +168,7 @@ class ModelSpread:
             tables.append((where, table))
         if len(self._times) >= self.memo_limit:
             # Both at once, between searches: the times are kept by the numbers of `_ids`.
+            # (Within a search the times may pass the limit by that search's shapes.)
             self._times.clear()
             self._looks_ids.clear()
         # Each shape's predicted step, remembered by what the model reads of each node's share
