@@ -39,10 +39,10 @@ from toposched.placement.cpu_only import place_cpu_only
 from toposched.placement.gang import GangRequest, Placement, Shortfall
 from toposched.placement.policies import GangPlacer
 from toposched.placement.request import Mode
-from toposched.topology.cluster import Tier
+from toposched.topology.cluster import Eligibility, Tier
 
 # (workers, GPUs each, tier, nodes, off the reservation)
-Failed = tuple[int, int, Tier, Needs, bool]
+Failed = tuple[int, int, Tier, Needs | None, bool]
 
 
 class GangCycle:
@@ -137,15 +137,16 @@ class GangCycle:
             return f"placed by the {self.policy.placement} policy (it ignores the topology)"
         return "best placement now"
 
-    def on_selected(self, short: Shortfall, request: GangRequest) -> Shortfall:
-        """A shortfall that says which nodes the job may use, and what rules the others out."""
+    def on_selected(self, short: Shortfall, where: Eligibility) -> Shortfall:
+        """A shortfall that says which nodes the job may use (`where`), and what rules the
+        others out."""
         cap = self.books.capacity
-        if not cap.ruled_out(request.where):
+        if not cap.ruled_out(where):
             return short
-        why, kinds = cap.explained(request.where)
-        selector = request.where.selector
+        why, kinds = cap.explained(where)
+        selector = where.selector
         matching = sum(kinds.values())
-        if list(why) == [request.where.why_not_labels()]:
+        if list(why) == [where.why_not_labels()]:
             labels = selector.describe()
             if not matching:
                 return Shortfall(f"no node has the labels {labels} (the job's selector)")
@@ -281,12 +282,15 @@ class Turn:
 
     def skip(self, key: Key) -> bool:
         """Phase 2: whether a whole list drops out of this cycle when its turn comes."""
+        shape = key[1]
+        hopeless = shape in self.hopeless
+        if hopeless and self.behind_holder:  # most lists, once a cycle is under way
+            return True
         res = self.books.reservation
         lists = self.waiting.lists
         holder_here = res is not None and lists.filed.get(res.job) == key
-        shape = key[1]
-        if shape in self.hopeless:
-            self.behind_holder = self.behind_holder or holder_here
+        if hopeless:
+            self.behind_holder = holder_here
             return True
         return (
             self.behind_holder
@@ -328,21 +332,25 @@ class Turn:
             rec.note(books.now, known)
             rec.said = self.said.get(failed)
             return [], True
-        request = cycle.request(rec, whole[2])
         result: Placement | Shortfall
         free = books.capacity.total_free
-        if request.gpus > free:
-            result = Shortfall(f"needs {request.gpus} GPUs; {free} are free")
+        gpus = whole[0] * whole[1]  # the request's: its minimum workers, their GPUs each
+        request = None  # built only where it is needed: most jobs looked at fail on the count
+        if gpus > free:
+            result = Shortfall(f"needs {gpus} GPUs; {free} are free")
             self.said[failed] = Said(free=free)
         else:
+            request = cycle.request(rec, whole[2])
             result = cycle.place(books.capacity, request, books.network_gbps, exclude)
         if isinstance(result, Shortfall):
-            result = cycle.on_selected(result, request)
+            result = cycle.on_selected(result, rec.spec.where)
         if isinstance(result, Placement):
             why = cycle.chosen_by(rec.spec)
             if exclude is not None and books.reservation is not None:
                 why = f"backfilled around the reservation for {books.reservation.job}"
             return cycle.changes.start(rec, result, why), True
+        if request is None and not self.first_blocked:  # the head makes room with it
+            request = cycle.request(rec, whole[2])
         outcome = self.blocked(rec, request, result, failed, exclude is not None)
         said = self.said.get(failed)
         res = books.reservation
@@ -393,14 +401,21 @@ class Turn:
         self.waiting.shape_notes[whole] = (self.cycle.cycles, text, said)
 
     def blocked(
-        self, rec: JobRecord, request: GangRequest, short: Shortfall, failed: Failed, off: bool
+        self,
+        rec: JobRecord,
+        request: GangRequest | None,
+        short: Shortfall,
+        failed: Failed,
+        off: bool,
     ) -> tuple[list[Action], bool]:
-        """`rec` cannot start now: the first such job makes room or reserves; every one leaves
-        a note for its shape, and the shape's list drops out of the cycle."""
+        """`rec` cannot start now: the first such job makes room or reserves (with `request`,
+        given for it); every one leaves a note for its shape, and the shape's list drops out
+        of the cycle."""
         books, now = self.books, self.books.now
         out: list[Action] = []
         head = not self.first_blocked
         if head:
+            assert request is not None
             self.first_blocked = True
             out = self.cycle.blocked_head(rec, request, short)
             if books.reservation is not None and books.reservation.job == rec.name:

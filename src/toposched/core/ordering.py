@@ -21,13 +21,15 @@ from typing import Any, Protocol
 
 from toposched.core.books import Books
 from toposched.core.demotion import Demotions
-from toposched.core.job import Needs
+from toposched.core.job import NO_NEEDS, Needs
 from toposched.core.policy import Order, SchedulerPolicy
 from toposched.core.records import JobRecord, QueueRecord, Said
 from toposched.topology.cluster import Tier
 
-# Workers, GPUs each, widest tier, what it needs of nodes besides GPUs.
-Shape = tuple[int, int, Tier, Needs]
+# Workers, GPUs each, widest tier, what it needs of nodes besides GPUs (None for nothing: a
+# Needs hashes in Python, and a cycle hashes shapes several times per job it looks at, so the
+# common case is keyed by a value that hashes in C).
+Shape = tuple[int, int, Tier, Needs | None]
 Key = tuple[str, Shape]  # (queue, shape)
 # Service reaches a threshold at this fraction of it: a sum of runs that rounds to just below
 # (3,599.9999999999995 GPU-s for 3,600) must count, as the demotion heap timed it.
@@ -85,7 +87,8 @@ def shape_now(rec: JobRecord, now: float) -> Shape:
     tier = spec.locality.allowed(waited).tier
     if spec.min_workers == 1:
         tier = Tier.NODE  # one worker is on one node whatever it would accept
-    return (spec.min_workers, spec.gpus_per_worker, tier, spec.needs)
+    needs = spec.needs
+    return (spec.min_workers, spec.gpus_per_worker, tier, None if needs is NO_NEEDS else needs)
 
 
 @dataclass(frozen=True)
@@ -415,10 +418,10 @@ class Waiting:
         """Waiting jobs best first (see PendingJobs.order); `only` alone."""
         jobs = self.books.jobs
         if only is not None:
-            yield jobs[only]
-            return
-        for name in self.lists.order(self.rank_of, skip or (lambda key: False), self._stamp):
-            yield jobs[name]
+            return iter((jobs[only],))
+        # A map, not a generator of our own: one frame less for every job a cycle looks at.
+        names = self.lists.order(self.rank_of, skip or (lambda key: False), self._stamp)
+        return map(jobs.__getitem__, names)
 
     def _stamp(self, queue: str) -> int:
         """What the ranks of `queue`'s waiting jobs depend on besides their own terms."""

@@ -50,10 +50,9 @@ class FastestType:
         need: dict[str, int] = {}
         for shape, count in self.waiting.lists.shapes.items():
             workers, per_worker, _, needs = shape
-            where = needs.where
-            if not where.gpu_types:
+            if needs is None or not needs.where.gpu_types:
                 continue
-            accepted = [t for t in cap.gpu_types if where.fit.accepts_key(t)]
+            accepted = [t for t in cap.gpu_types if needs.where.fit.accepts_key(t)]
             if len(accepted) == 1:
                 need[accepted[0]] = need.get(accepted[0], 0) + count * workers * per_worker
         return need
