@@ -283,15 +283,13 @@ class Turn:
     def skip(self, key: Key) -> bool:
         """Phase 2: whether a whole list drops out of this cycle when its turn comes."""
         shape = key[1]
-        hopeless = shape in self.hopeless
-        if hopeless and self.behind_holder:  # most lists, once a cycle is under way
-            return True
         res = self.books.reservation
+        if shape in self.hopeless:  # most lists, once a cycle is under way
+            if not self.behind_holder and res is not None:
+                self.behind_holder = self.waiting.lists.filed.get(res.job) == key
+            return True
         lists = self.waiting.lists
         holder_here = res is not None and lists.filed.get(res.job) == key
-        if hopeless:
-            self.behind_holder = holder_here
-            return True
         return (
             self.behind_holder
             and res is self.judged_for
