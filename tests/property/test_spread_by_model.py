@@ -5,7 +5,7 @@ from __future__ import annotations
 from itertools import combinations, product
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from toposched.perf import PerfModel
@@ -15,6 +15,7 @@ from toposched.placement.capacity import Capacity
 from toposched.placement.gang import GangRequest, Placement, node_domain, place_gang
 from toposched.topology import preset
 from toposched.topology.cluster import DEFAULT_NETWORK_GBPS, Node, Tier
+from toposched.topology.resources import Hardware, WorkerFit
 
 G4DN = preset("g4dn-12xlarge")
 MODELS = ("bert-base", "resnet18-cifar10", "resnet50-mixed", "vgg16", "resnet50", "gpt2")
@@ -34,13 +35,21 @@ def tier_of(nodes: list[Node]) -> Tier:
 
 
 def brute_force(
-    predict: StepTime, model: str, nodes: list[Node], free: list[int], gpus: int, widest: Tier
+    predict: StepTime,
+    model: str,
+    nodes: list[Node],
+    free: list[int],
+    gpus: int,
+    widest: Tier,
+    most: list[int] | None = None,
 ) -> float:
-    """The fastest predicted step over every set of `gpus` free GPUs the locality allows."""
+    """The fastest predicted step over every set of `gpus` free GPUs the locality allows, at
+    most `most[i]` of them on node i where given (1-GPU workers its CPUs have room for)."""
     choices = []
-    for node, mask in zip(nodes, free, strict=True):
+    for i, (node, mask) in enumerate(zip(nodes, free, strict=True)):
         mine = [g for g in range(node.size) if mask >> g & 1]
-        choices.append([s for k in range(len(mine) + 1) for s in combinations(mine, k)])
+        top = len(mine) if most is None else min(len(mine), most[i])
+        choices.append([s for k in range(top + 1) for s in combinations(mine, k)])
     best = float("inf")
     for pick in product(*choices):
         if sum(len(s) for s in pick) != gpus:
@@ -107,6 +116,57 @@ def test_the_choice_is_the_fastest_predicted_placement(
         assert cap.free[cap.index[name]] & mask == mask  # only free GPUs
     assert found.tier <= widest
     assert found.tier == tier_of([cap.nodes[cap.index[n]] for n in by_node])
+    assert predicted(predict, model, cap, found) == pytest.approx(best, rel=1e-9)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 15), st.integers(0, 15), st.integers(0, 4)),
+        min_size=2,
+        max_size=4,
+    ),
+    st.sampled_from(MODELS),
+    st.integers(2, 12),
+    st.sampled_from([Tier.RACK, Tier.CLUSTER]),
+)
+@example(per_node=[(0, 0, 0), (0, 3, 3)], model="bert-base", gpus=2, widest=Tier.RACK)
+def test_the_choice_is_the_fastest_off_excluded_gpus_and_within_cpus(
+    predict: StepTime,
+    per_node: list[tuple[int, int, int]],
+    model: str,
+    gpus: int,
+    widest: Tier,
+) -> None:
+    """GPUs kept for another job (`exclude`, as a reservation's) and CPUs that hold fewer
+    workers than a node has free GPUs: the choice is the fastest of what the job may use. A
+    node whose CPUs hold more workers than the GPUs left to it once some are excluded made the
+    search ask for more GPUs than it had (an error, found replaying openb)."""
+    nodes = [
+        Node(f"n{i}", G4DN, rack=f"r{i % 2}", hardware=Hardware(cpus=cpus * 1000))
+        for i, (_, _, cpus) in enumerate(per_node)
+    ]
+    cap = Capacity(nodes)
+    for i, (busy, _, _) in enumerate(per_node):
+        if busy:
+            cap.take(i, busy)
+    exclude = {i: kept & cap.free[i] for i, (_, kept, _) in enumerate(per_node)}
+    request = GangRequest(gpus, 1, widest, model=model, fit=WorkerFit(cpus=1000))
+    found = ModelSpread(place_gang, predict)(cap, request, NETWORK, exclude)
+    usable = [cap.free[i] & ~exclude[i] for i in range(len(nodes))]
+    most = [cpus for _, _, cpus in per_node]
+    best = brute_force(predict, model, nodes, usable, gpus, widest, most)
+    if not isinstance(found, Placement):
+        assert best == float("inf")
+        return
+    by_node = found.gpus_by_node()
+    assert sum(len(g) for g in by_node.values()) == gpus
+    for name, share in by_node.items():
+        i = cap.index[name]
+        mask = sum(1 << g for g in share)
+        assert usable[i] & mask == mask  # free and not excluded
+        assert len(share) <= most[i]  # a worker per GPU, each with its CPUs
+    assert found.tier <= widest
     assert predicted(predict, model, cap, found) == pytest.approx(best, rel=1e-9)
 
 

@@ -341,6 +341,8 @@ class Capacity:
         merged = dict(out)
         for i, most in limits.items():
             free = self.free[i] & ~merged.get(i, 0)
+            if free.bit_count() <= most * per_worker:
+                continue  # what `exclude` leaves of its GPUs no more than those workers use
             keep = to_mask(choose_gpus(i, free, most * per_worker)) if most else 0
             merged[i] = merged.get(i, 0) | (free & ~keep)
         return merged
