@@ -71,6 +71,9 @@ from toposched.core import (
 )
 from toposched.core.policy import Order
 from toposched.core.requests import gang_request
+from toposched.perf import PerfModel
+from toposched.perf.steptime import step_time
+from toposched.placement.by_model import StepTime
 from toposched.placement.capacity import Capacity
 from toposched.placement.gang import WorkerSlot, place_gang
 from toposched.placement.typed import OneType, first_in_node_order
@@ -125,6 +128,10 @@ MACHINES = st.builds(
     st.sampled_from([None, 64 * GIB]),
 )
 GPU_TYPES = ((), (), ("V100",), ("t4",), ("V100", "T4"))
+# A performance model's step time, for the setups that place gangs by it (`spread_by_model`),
+# and the models jobs may name (most name none: the model cannot judge those).
+STEP_TIME = step_time(PerfModel(), "V100")
+MODELS = (None, None, "resnet50", "bert-large", "vgg16")
 # Whether some placement exists does not depend on which type is chosen.
 ONE_TYPE = OneType(place_gang, first_in_node_order)
 SELECTORS = (NodeSelector(), NodeSelector(), NodeSelector.of({"pool": "a"}))
@@ -180,6 +187,7 @@ class Driver:
     policy: SchedulerPolicy
     queues: dict[str, int]
     spare: tuple[Node, ...] = ()
+    step: StepTime | None = None  # what `spread_by_model` places by (None: no model)
     sched: Scheduler = field(init=False)
     nodes: dict[str, Node] = field(init=False)
     present: set[str] = field(init=False)
@@ -191,7 +199,9 @@ class Driver:
     counter: int = 0
 
     def __post_init__(self) -> None:
-        self.sched = Scheduler(self.cluster, self.policy, dict(self.queues), validate=True)
+        self.sched = Scheduler(
+            self.cluster, self.policy, dict(self.queues), validate=True, step_time=self.step
+        )
         self.nodes = {n.name: n for n in (*self.cluster.nodes, *self.spare)}
         self.present = {n.name for n in self.cluster.nodes}
 
@@ -572,9 +582,15 @@ class Setup:
     """A cluster, a spare node to add later, queues with guarantees, a policy (short repr)."""
 
     def __init__(
-        self, cluster: Cluster, spare: Node, queues: dict[str, int], policy: SchedulerPolicy
+        self,
+        cluster: Cluster,
+        spare: Node,
+        queues: dict[str, int],
+        policy: SchedulerPolicy,
+        step: StepTime | None = None,
     ) -> None:
         self.cluster, self.spare, self.queues, self.policy = cluster, spare, queues, policy
+        self.step = step  # the step time gangs are placed by, if any
 
     def __repr__(self) -> str:
         nodes = ", ".join(
@@ -584,7 +600,8 @@ class Setup:
         changed = {
             k: v for k, v in vars(self.policy).items() if getattr(base, k) != v and k != "name"
         }
-        return f"Setup({nodes}; queues {self.queues}; policy {self.policy.name} {changed})"
+        model = "; placed by a V100 step time" if self.step is not None else ""
+        return f"Setup({nodes}; queues {self.queues}; policy {self.policy.name} {changed}{model})"
 
 
 @st.composite
@@ -626,8 +643,11 @@ def setups(draw: st.DrawFn, policies: tuple[str, ...] | list[str] = GANG_POLICIE
         level_ratio=draw(st.sampled_from([2.0, 4.0])),
         # Gangs held to the fewest nodes that could hold them, one more, or any split.
         extra_nodes=draw(st.sampled_from([None, 0, 1])),
+        # Gangs that span nodes placed by the model (where the driver has one), or not.
+        spread_by_model=draw(st.sampled_from([None, 0.0, 0.1])),
     )
-    return Setup(Cluster(nodes), spare, queues, policy)
+    step = STEP_TIME if draw(st.booleans()) else None
+    return Setup(Cluster(nodes), spare, queues, policy, step)
 
 
 @st.composite
@@ -662,6 +682,7 @@ def job_specs(
         memory=draw(st.sampled_from([0, 0, 16 * GIB])) if selector else 0,
         gpu_types=draw(st.sampled_from(GPU_TYPES)) if selector else (),
         mixed_types=draw(st.sampled_from([False, False, True])),
+        model=draw(st.sampled_from(MODELS)),
     )
 
 
@@ -683,7 +704,7 @@ class SchedulerMachine(RuleBasedStateMachine):
 
     @initialize(setup=setups())
     def setup(self, setup: Setup) -> None:
-        self.driver = Driver(setup.cluster, setup.policy, setup.queues, (setup.spare,))
+        self.driver = Driver(setup.cluster, setup.policy, setup.queues, (setup.spare,), setup.step)
 
     def _queues(self) -> list[str]:
         return sorted(self.driver.queues)
@@ -826,7 +847,7 @@ def drain(d: Driver, data: st.DataObject, steps: int) -> None:
 def test_drain_ends_every_job(setup: Setup, data: st.DataObject) -> None:
     """After a random prefix, with no more submissions and no failures, every job that was
     accepted ends succeeded within a bounded number of steps: no deadlock, no starvation."""
-    d = Driver(setup.cluster, setup.policy, setup.queues)
+    d = Driver(setup.cluster, setup.policy, setup.queues, step=setup.step)
     queues = sorted(setup.queues)
     for _ in range(data.draw(st.integers(1, 12), label="prefix")):
         move = data.draw(st.sampled_from(["submit", "submit", "finish", "stop", "tick"]))
@@ -881,7 +902,7 @@ def test_guaranteed_job_runs_while_another_queue_borrows(setup: Setup, data: st.
     start: borrowed GPUs are reclaimed for it."""
     total = setup.cluster.gpus
     guaranteed = data.draw(st.integers(1, total), label="guarantee")
-    d = Driver(setup.cluster, setup.policy, {"own": guaranteed, "lender": 0})
+    d = Driver(setup.cluster, setup.policy, {"own": guaranteed, "lender": 0}, step=setup.step)
 
     def borrow() -> None:
         spec = data.draw(job_specs(d.new_name(), ["lender"], max_workers=2), label="borrow")
@@ -912,7 +933,7 @@ def test_guaranteed_job_runs_while_another_queue_borrows(setup: Setup, data: st.
 def test_elastic_jobs_settle(setup: Setup, data: st.DataObject) -> None:
     """With nobody waiting, elastic jobs grow into idle GPUs and then stop moving: growing is
     bounded (no job is resized forever)."""
-    d = Driver(setup.cluster, setup.policy, setup.queues)
+    d = Driver(setup.cluster, setup.policy, setup.queues, step=setup.step)
     queues = sorted(setup.queues)
     for _ in range(data.draw(st.integers(1, 6), label="jobs")):
         d.submit(data.draw(job_specs(d.new_name(), queues), label="spec"))
