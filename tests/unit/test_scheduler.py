@@ -439,10 +439,12 @@ def test_locality_relaxes_after_waiting() -> None:
     half_busy(s, "ra0", "ra1", "rb0")
     patient = job("patient", 4, workers=2, locality=NODE_THEN_RACK)
     assert project(s.handle(*submit(patient))) == [queued("patient")]
+    assert s.next_due() == 600  # a driver without a clock of its own ticks then
     assert s.handle(Tick(599)) == []
     # After 600 s it takes the free halves of two nodes of one rack (rb0 has no rack-mate).
     got = project(s.handle(Tick(600)))
     assert got == started("patient", {"ra0": HIGH, "ra1": HIGH})
+    assert s.next_due() is None
 
 
 def test_relaxed_locality_still_bounds_the_tier() -> None:

@@ -172,6 +172,56 @@ def test_no_job_is_stopped_more_often_than_the_stop_rule_allows() -> None:
         assert all(j.finish is not None for j in result.jobs)
 
 
+def test_a_gang_requeued_after_a_stop_widens_and_starts_with_no_other_event() -> None:
+    """A preempted gang waits again from its requeue, so its locality widens half an hour
+    later; the simulator must wake the core then (`Scheduler.next_due`), though nothing else
+    happens: it used to end the replay with the gang still waiting. j0 (8 GPUs over two
+    single-rack 4-GPU nodes) starts once it accepts any placement (1,805 s), is preempted
+    for j3 (demoted after 36 GPU-s, no patience), is requeued at 1,850 s, and can start
+    again only at 3,650 s, when it accepts two racks again."""
+    t = trace(("j0", 5, 8, 3600, "a"), ("j3", 20, 8, 30, "a"))
+    params = {"demote_after_gpu_h": 0.01, "preempt_patience_s": 0.0}
+    result = run(
+        t,
+        "2*pcie-4gpu-2socket/1",
+        workload=Workload(checkpoint_interval_s=300.0),
+        policy_params=params,
+    )
+    jobs = {j.trace.name: j for j in result.jobs}
+    assert jobs["j0"].preemptions == 1
+    assert jobs["j0"].finish is not None
+    assert [round(j.first_start or 0.0) for j in result.jobs] == [1805, 1850]
+    assert result.end == jobs["j0"].finish
+    assert result.end > 3650 + 3600
+
+
+def test_two_jobs_promoted_in_turn_end_once_the_stop_cap_holds_them() -> None:
+    """Two 4-GPU jobs on one 4-GPU node, demoted after half a GPU-hour (450 s each) and
+    promoted after 15 minutes' wait: each preempts the other every 900 s, before either
+    saves its 30-minute checkpoint, so neither gains any work. The cap on stops ends it:
+    after `max_stops` stops a job is not stopped for its service again, and both finish."""
+    t = trace(("a", 0, 4, 3600, "q"), ("b", 0, 4, 3600, "q"))
+    params = {
+        "demote_after_gpu_h": 0.5,
+        "promote_after_s": 900.0,
+        "preempt_patience_s": 0.0,
+        "max_stops": 3,
+    }
+    result = run(t, "1*pcie-4gpu-2socket", policy_params=params)
+    assert all(j.finish is not None for j in result.jobs)
+    assert max(j.stops for j in result.jobs) == 3
+    # Cut short with a cap too high to reach by then: they are still stopping each other.
+    loose = Simulation(
+        t,
+        parse_shorthand("1*pcie-4gpu-2socket"),
+        "toposched",
+        perf=PERF,
+        policy_params={**params, "max_stops": 1000},
+    ).run(until=200_000.0)
+    assert all(j.finish is None for j in loose.jobs)
+    assert min(j.stops for j in loose.jobs) > 50
+
+
 def test_a_stop_report_for_a_job_that_finished_in_the_same_instant_is_dropped() -> None:
     """Found on the whole Philly trace (patience 1 h, promotion after 3 days): a cycle of one
     instant stopped a job whose finish the same instant reported next; the core took the

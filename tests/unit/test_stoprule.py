@@ -93,6 +93,7 @@ def test_a_waiting_job_has_a_job_stopped_for_it_only_once_it_has_waited_its_pati
     assert project(s.handle(*submit(job("new", 8, checkpoint=CKPT), t=500))) == [
         ("transition", "new", None, "pending")
     ]
+    assert s.next_due() == 800  # when it becomes patient: a driver without a clock ticks then
     assert project(s.handle(Tick(799))) == []
     assert project(s.handle(Tick(800))) == stopping("long", "preempt")
 

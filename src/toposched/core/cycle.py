@@ -234,6 +234,18 @@ class GangCycle:
 
     # ------------------------------------------------------------------ phase 6
 
+    def grows_at(self) -> float:
+        """When the next running elastic job may grow, if nobody waits then (inf: none)."""
+        if not self.policy.elastic or self.waiting:
+            return math.inf
+        now, after = self.books.now, self.policy.grow_after_s
+        times = (
+            r.last_restart + after
+            for r in self.books.elastic.values()
+            if r.state is JobState.RUNNING
+        )
+        return min((t for t in times if t > now), default=math.inf)
+
     def grow(self) -> list[Action]:
         """Phase 6: nobody waits, so elastic jobs take idle GPUs (a restart at the new size)."""
         books = self.books

@@ -184,6 +184,14 @@ class PendingJobs:
         del self.shapes[shape]
         return shape
 
+    def next_due(self) -> float | None:
+        """When the next waiting job's locality widens or it is promoted (entries of jobs no
+        longer waiting are dropped; one of a job filed again since may be early)."""
+        due = self._due
+        while due and due[0][2] not in self.filed:
+            heapq.heappop(due)
+        return due[0][0] if due else None
+
     def due(self, now: float) -> list[str]:
         """Jobs whose locality widened or that were promoted by `now` (stale entries, of jobs
         that started or were filed again since, are dropped)."""

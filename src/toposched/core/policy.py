@@ -82,7 +82,9 @@ class SchedulerPolicy:
     `preempt_patience_s` (GPUs that free up meanwhile are its own). After its
     k-th stop (preempted, moved or shrunk) a job runs `k * stop_protect_s` seconds
     before least attained service or a migration may stop it again, and after `max_stops`
-    stops never (None: no cap); guarantees and priorities still preempt it. A demoted job is
+    stops never (None: no cap; 100 by default, a backstop that ends every job: two jobs
+    promoted in turn that stop each other before either saves a checkpoint would otherwise
+    never end); guarantees and priorities still preempt it. A demoted job is
     preempted for one that is not only when the run time it is expected to have left (its
     run time so far) exceeds the other's (at least `young_job_s`) by `pay_margin` times what
     the stop costs it: the work since its last checkpoint (every `checkpoint_interval_s` of
@@ -126,7 +128,7 @@ class SchedulerPolicy:
     level_ratio: float = 4.0
     preempt_patience_s: float = 3600.0
     stop_protect_s: float = 0.0
-    max_stops: int | None = None
+    max_stops: int | None = 100
     pay_margin: float | None = None
     young_job_s: float = 1800.0
     checkpoint_interval_s: float = 1800.0

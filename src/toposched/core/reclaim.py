@@ -131,7 +131,8 @@ class Reclaim:
         self.place = place
         self.rule = rule or StopRule.of(policy)
         self.memo: dict[tuple[object, ...], ShapeChoice | None] = {}
-        self._no_victims: tuple[tuple[object, ...], float] | None = None  # (asked, until)
+        # (asked, until, when the stop rule may say yes): the last search that found none.
+        self._no_victims: tuple[tuple[object, ...], float, float] | None = None
         # When the stop rule may first say yes to a victim it refused in the last search.
         self._recheck = math.inf
 
@@ -144,8 +145,23 @@ class Reclaim:
         self._recheck = math.inf
         plan = self.plan_reclaim(rec, request)
         if plan is None:
-            self._no_victims = (asked, min(self.demotions.next_at(), self._recheck))
+            until = min(self.demotions.next_at(), self._recheck)
+            self._no_victims = (asked, until, self._recheck)
         return plan
+
+    def asks_again_at(self) -> float:
+        """When the last search that found no victims may find some with nothing else
+        changed, while the job it was for still waits: a running job is demoted, that job
+        becomes patient, or a victim the stop rule refused reaches its checkpoint (inf:
+        never). Times past are left out: a demotion due already is found at the next search."""
+        known = self._no_victims
+        if known is None:
+            return math.inf
+        rec = self.books.jobs.get(str(known[0][0]))
+        if rec is None or rec.state is not JobState.PENDING:
+            return math.inf
+        now = self.books.now
+        return min((t for t in (known[2], self.demotions.next_at()) if t > now), default=math.inf)
 
     def _patient(self, rec: JobRecord) -> bool:
         """Whether `rec` has waited long enough to have a job stopped for it by least attained

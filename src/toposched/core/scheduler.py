@@ -17,6 +17,7 @@ The parts, each in a room of its own:
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable, Iterator, Sequence
 
@@ -258,6 +259,22 @@ class Scheduler:
         self.books.forget(name)
 
     # ------------------------------------------------------------------ queries
+
+    def next_due(self) -> float | None:
+        """The earliest time after now at which a cycle may decide something new with no
+        event before it: a waiting gang's locality widens, a demoted job is promoted, the
+        blocked job becomes patient or a running job is demoted (so it may be preempted), an
+        elastic job may grow. A driver that keeps no clock of its own (the simulator) sends a
+        Tick then; one that ticks on its own (the server, every few seconds) need not ask.
+        None: nothing is due."""
+        now = self.books.now
+        times = [self.waiting.lists.next_due() or math.inf]
+        if self.reclaim is not None:
+            times.append(self.reclaim.asks_again_at())
+        if self.gang is not None:
+            times.append(self.gang.grows_at())
+        later = [t for t in times if now < t < math.inf]
+        return min(later) if later else None
 
     def job(self, name: str) -> JobView:
         return self.view.job(name)

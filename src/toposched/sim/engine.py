@@ -194,6 +194,7 @@ class Simulation(Driver):
         self.now = 0.0
         self._heap: list[tuple[float, int, int, str, int]] = []
         self._seq = 0
+        self._ticks: set[float] = set()  # times a Tick is queued for (Scheduler.next_due)
         self.samples: list[Sample] = []
         self.allocated = 0
         self.queued = 0
@@ -238,6 +239,7 @@ class Simulation(Driver):
             # speeds once, after all its events (a finish and the start it makes room for).
             self._respeed(self._dirty)
             self._dirty.clear()
+            self._wake_when_due()
             if not self.view.policy.gang:
                 self.partial = self.view.partial_holds()
             self._sample()
@@ -258,16 +260,32 @@ class Simulation(Driver):
             self.guarantees,
         )
 
+    def _wake_when_due(self) -> None:
+        """Tick when the core says a cycle may decide something new with nothing else
+        happening before (a gang's locality widens, a job becomes patient or is promoted):
+        the simulator has no clock of its own to tick by, and without it a job waits for
+        the next event, or for ever if there is none."""
+        due = self.core.next_due()
+        if due is not None and due not in self._ticks:
+            self._ticks.add(due)
+            self._push(due, _TICK, "")
+
     def _push(self, at: float, kind: int, name: str, token: int = 0) -> None:
         self._seq += 1
         heapq.heappush(self._heap, (at, kind, self._seq, name, token))
 
     def _event(self, kind: int, name: str, token: int) -> Event | None:
+        if kind == _TICK:
+            self._ticks.discard(self.now)
+            return Tick(self.now)
         job = self.jobs[name]
         if kind == _SUBMIT:
             spec = self.workload.spec(job.trace, self.node_gpus)
             relax = spec.locality.relax_after_s
             if relax is not None and spec.min_workers > 1:  # one worker is one node anyway
+                # When its locality widens, if it still waits (next_due says so too, but
+                # only while it waits: the tick stays, as the replays pinned so far had it).
+                self._ticks.add(self.now + relax)
                 self._push(self.now + relax, _TICK, name)
             return JobSubmitted(self.now, spec)
         if kind == _FINISH:
@@ -281,7 +299,7 @@ class Simulation(Driver):
                 # finish): its processes are gone already, and the report would be stale.
                 return None
             return JobStopped(self.now, name)
-        return Tick(self.now)
+        raise AssertionError(f"unknown event kind {kind}")
 
     def _advance(self, t: float) -> None:
         """Move the clock to `t`, charging partial holds for the time that passed."""
