@@ -271,6 +271,8 @@ class Driver:
             self.log.append(f"  -> {action!r}")
             self._apply(event, action)
         self._check_views()
+        due = self.sched.next_due()  # a driver without a clock ticks then: never in the past
+        self.expect(due is None or due > self.now, f"next_due {due} is not after {self.now}")
         return actions
 
     # ------------------------------------------------------------ checks per action
