@@ -268,13 +268,17 @@ class Scheduler:
         Tick then; one that ticks on its own (the server, every few seconds) need not ask.
         None: nothing is due."""
         now = self.books.now
-        times = [self.waiting.lists.next_due() or math.inf]
+        due = self.waiting.lists.next_due()
+        best = due if due is not None and due > now else math.inf
         if self.reclaim is not None:
-            times.append(self.reclaim.asks_again_at())
+            at = self.reclaim.asks_again_at()
+            if now < at < best:
+                best = at
         if self.gang is not None:
-            times.append(self.gang.grows_at())
-        later = [t for t in times if now < t < math.inf]
-        return min(later) if later else None
+            at = self.gang.grows_at()
+            if now < at < best:
+                best = at
+        return None if math.isinf(best) else best
 
     def job(self, name: str) -> JobView:
         return self.view.job(name)
