@@ -5,21 +5,20 @@ The clusters are of one node kind, with CPUs and memory counted on some of them 
 ask for CPUs, so that CPUs rather than GPUs bound the workers a node takes (the openb pod list
 crashed the model's placer in just that case, 9185a1f). Every job fits an empty node's CPUs
 and a gang accepts any placement after its locality relaxes, so each can run once the cluster
-drains: a job left unfinished is a fault.
+drains: a job left unfinished is a fault, but for the deadlock that binding a gang's pods one
+by one can reach (k8s-default), which the simulator reports.
 """
 
 from __future__ import annotations
 
 import os
 
-import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from toposched.core import SCHEDULER_POLICIES
 from toposched.perf import PerfModel
 from toposched.sim.engine import Simulation
-from toposched.sim.metrics import summarise
 from toposched.sim.traces import Trace, TraceJob
 from toposched.sim.workload import Workload
 from toposched.topology import preset
@@ -102,16 +101,11 @@ def test_every_job_ends_no_sooner_than_its_ideal_run_and_its_stops_add_up(
         trace, cluster, policy, perf=PERF, workload=workload, policy_params=params
     ).run()
     # Only a policy that binds a gang's pods one by one (k8s-default) can deadlock: partial
-    # gangs holding GPUs that the rest of each is waiting for. The simulator says so.
-    assert (
-        SCHEDULER_POLICIES[policy].base.gang
-        or result.deadlocked
-        or all(j.finish is not None for j in result.jobs)
-    )
-    if not SCHEDULER_POLICIES[policy].base.gang and result.deadlocked:
+    # gangs holding GPUs that the rest of each is waiting for. The simulator says so, and
+    # then some job is left unfinished; otherwise every job finishes.
+    if result.deadlocked:
+        assert not SCHEDULER_POLICIES[policy].base.gang
         assert any(j.finish is None for j in result.jobs)
-    else:
-        assert not result.deadlocked
     for job in result.jobs:
         t = job.trace
         if result.deadlocked and job.finish is None:
@@ -132,9 +126,3 @@ def test_every_job_ends_no_sooner_than_its_ideal_run_and_its_stops_add_up(
     # What the examples reached (shown by --hypothesis-show-statistics).
     event("some job stopped" if any(j.stops for j in result.jobs) else "no job stopped")
     event("deadlocked" if result.deadlocked else "drained")
-    summary = summarise(result)
-    if not result.deadlocked:
-        assert summary["finished"] == len(trace.jobs)
-    assert summary["stopped_share"] == pytest.approx(
-        sum(1 for j in result.jobs if j.stops) / len(trace.jobs)
-    )

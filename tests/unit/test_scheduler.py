@@ -1297,6 +1297,18 @@ def elastic(name: str, lo: int, hi: int, **fields: Any) -> Any:
     return job(name, 1, workers=lo, elastic=Elastic(lo, hi), **fields)
 
 
+def test_next_due_says_when_an_elastic_job_may_grow() -> None:
+    """A driver without a clock of its own learns when an elastic job may grow (it started at
+    0; grow_after_s is 60 s), and that nothing is due once it has grown to its maximum."""
+    s = scheduler(cluster(node("n0", DGX1)), grow_after_s=60.0)
+    s.handle(*submit(elastic("e", 1, 4)))
+    assert s.next_due() == 60
+    assert project(s.handle(Tick(60))) == stopping("e", "resize")
+    s.handle(JobStopped(61, "e"))
+    assert s.job("e").placement is not None and s.job("e").placement.gpus == 4
+    assert s.next_due() is None  # at its maximum: a grow would find nothing to take
+
+
 @cases(
     Case(
         # Starts at its minimum; after grow_after_s (60 s) it restarts on the best 4-set.

@@ -235,7 +235,8 @@ class GangCycle:
     # ------------------------------------------------------------------ phase 6
 
     def grows_at(self) -> float:
-        """When the next running elastic job may grow, if nobody waits then (inf: none)."""
+        """When the next running elastic job below its maximum may grow, if nobody waits
+        then (inf: none)."""
         if not self.policy.elastic or self.waiting:
             return math.inf
         now, after = self.books.now, self.policy.grow_after_s
@@ -243,6 +244,8 @@ class GangCycle:
             r.last_restart + after
             for r in self.books.elastic.values()
             if r.state is JobState.RUNNING
+            and r.placement is not None
+            and len(r.placement.workers) < r.spec.max_workers
         )
         return min((t for t in times if t > now), default=math.inf)
 

@@ -106,6 +106,8 @@ def _search_node(
     return best
 
 
+# What a search was asked: (the job, its level, its request, the books' epoch).
+Asked = tuple[str, int, GangRequest, int]
 VictimsByNode = dict[int, dict[str, tuple[int, Cost]]]  # node -> victim -> (GPUs there, cost)
 Plan = tuple[list[JobRecord], dict[int, int]]  # victims, and the GPUs they give (by node)
 
@@ -132,13 +134,13 @@ class Reclaim:
         self.rule = rule or StopRule.of(policy)
         self.memo: dict[tuple[object, ...], ShapeChoice | None] = {}
         # (asked, until, when the stop rule may say yes): the last search that found none.
-        self._no_victims: tuple[tuple[object, ...], float, float] | None = None
+        self._no_victims: tuple[Asked, float, float] | None = None
         # When the stop rule may first say yes to a victim it refused in the last search.
         self._recheck = math.inf
 
     def plan(self, rec: JobRecord, request: GangRequest) -> Plan | None:
         """The victims to stop for `rec` and the GPUs they give, or None."""
-        asked = (rec.name, self.waiting.waiting_level(rec), request, self.books.epoch)
+        asked: Asked = (rec.name, self.waiting.waiting_level(rec), request, self.books.epoch)
         known = self._no_victims
         if known and known[0] == asked and self.books.now < min(known[1], self.demotions.next_at()):
             return None
@@ -157,7 +159,7 @@ class Reclaim:
         known = self._no_victims
         if known is None:
             return math.inf
-        rec = self.books.jobs.get(str(known[0][0]))
+        rec = self.books.jobs.get(known[0][0])
         if rec is None or rec.state is not JobState.PENDING:
             return math.inf
         now = self.books.now

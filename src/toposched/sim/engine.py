@@ -283,10 +283,10 @@ class Simulation(Driver):
             spec = self.workload.spec(job.trace, self.node_gpus)
             relax = spec.locality.relax_after_s
             if relax is not None and spec.min_workers > 1:  # one worker is one node anyway
-                # When its locality widens, if it still waits (next_due says so too, but
-                # only while it waits: the tick stays, as the replays pinned so far had it).
+                # When its locality widens, whether it still waits or not (next_due says so
+                # only while it waits; the replays pinned so far had this tick).
                 self._ticks.add(self.now + relax)
-                self._push(self.now + relax, _TICK, name)
+                self._push(self.now + relax, _TICK, "")
             return JobSubmitted(self.now, spec)
         if kind == _FINISH:
             if token != job.token:
