@@ -183,8 +183,10 @@ keys = ["CUDA_VISIBLE_DEVICES", "WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD
         "TOPOSCHED_RESTART_COUNT"]
 env = {k: os.environ.get(k) for k in keys}
 env["pid"] = os.getpid()
-(out / f"env-{rank}-{os.environ['TOPOSCHED_RESTART_COUNT']}-{os.getpid()}.json").write_text(
-    json.dumps(env))
+# Written whole, then renamed: a test polling for it must never read half a file.
+name = f"env-{rank}-{os.environ['TOPOSCHED_RESTART_COUNT']}-{os.getpid()}.json"
+(out / ("." + name)).write_text(json.dumps(env))
+(out / ("." + name)).rename(out / name)
 def checkpoint(signum, frame):
     (out / f"checkpointed-{rank}").write_text("yes")
     sys.exit(0)
