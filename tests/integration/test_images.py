@@ -8,6 +8,7 @@ of an image where no runtime exists runs everywhere.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.test_job_accounts import PRELOAD
 from tests.server import Api, ServerProcess, running_server, wait_for
 
 IMAGE = "localhost/toposched-test:1"
@@ -43,6 +45,9 @@ def _root(into: Path) -> None:
                 shutil.copy2(word, target)
     (into / "etc").mkdir(exist_ok=True)
     (into / "etc" / "os-release").write_text("ID=toposched-test\n")
+    # What an image may carry to gain root: a setuid-root copy of cat
+    shutil.copy2(into / "bin" / "cat", into / "bin" / "suidcat")
+    (into / "bin" / "suidcat").chmod(0o4755)
 
 
 @pytest.fixture(scope="module")
@@ -127,3 +132,72 @@ def test_an_image_is_refused_where_no_runtime_runs(tmp_path: Path) -> None:
         assert api.get("/api/v1/jobs?all=true")["jobs"] == []  # nothing was stored
         bad = api.submit(expect=422, image="-v /:/host", command=["true"])
         assert "is not an image reference" in bad["detail"][0]["msg"]
+
+
+@pytest.fixture(scope="module")
+def shared_server(
+    tmp_path_factory: pytest.TempPathFactory, podman_args: tuple[str, ...]
+) -> Iterator[ServerProcess]:
+    """A server as teams share one: run as root, each team's jobs as an account of its own."""
+    if os.geteuid() != 0:
+        pytest.skip("starting jobs as other users needs root (run the tests as root)")
+    opened = tmp_path_factory.mktemp("shared")
+    opened.chmod(0o755)
+    args = ["--emulate", "dgx1-v100", "--container-runtime", "podman", "--job-accounts", "team"]
+    args += [f"--container-arg={arg}" for arg in podman_args]
+    with running_server(opened, args=args) as srv:
+        yield srv
+
+
+def _team(server: ServerProcess, name: str) -> Api:
+    made = Api(server).http.post("/api/v1/tokens", json={"user": name, "team": name})
+    assert made.status_code == 201, made.text
+    return Api(server, made.json()["token"])
+
+
+def test_an_image_job_gains_no_root_on_the_host_or_in_its_container(
+    shared_server: ServerProcess,
+) -> None:
+    """The job's LD_PRELOAD does not reach the runtime's client (which runs as root), a
+    setuid file of the image gives no root inside, and a workdir the team could not enter is
+    not mounted for it."""
+    cc = shutil.which("cc")
+    if cc is None:
+        pytest.skip("no C compiler (cc) to build the preloaded library")
+    bait = shared_server.data_dir.parent / "bait"
+    bait.mkdir()
+    bait.chmod(0o1777)
+    (bait / "preload.c").write_text(PRELOAD)
+    library = bait / "preload.so"
+    subprocess.run(
+        [cc, "-shared", "-fPIC", "-o", str(library), str(bait / "preload.c")], check=True
+    )
+    library.chmod(0o755)
+    evidence = bait / "evidence"
+    api = _team(shared_server, "vision")
+    env = {"LD_PRELOAD": str(library), "EVIDENCE": str(evidence), "SPACED": " a=b "}
+    show = 'echo "spaced=[$SPACED]"; /bin/suidcat /proc/self/status'
+    api.submit(name="boxed", queue="vision", image=IMAGE, command=["/bin/sh", "-c", show], env=env)
+    done = api.until("boxed", "succeeded", timeout_s=60)
+    assert done["state"] == "succeeded", done
+    # Nothing ran the library as root: podman, started as root, never saw the variable.
+    said = evidence.read_text().splitlines() if evidence.exists() else []
+    assert not any(" uid 0 " in f"{line} " for line in said), said
+    log = api.http.get("/api/v1/jobs/boxed/logs", params={"worker": 0}).text
+    assert "spaced=[ a=b ]" in log, log  # the values as given, through the env file
+    ids = next(line for line in log.splitlines() if line.startswith("Uid:")).split()[1:]
+    caps = next(line for line in log.splitlines() if line.startswith("CapEff:")).split()[1]
+    # The setuid bit gave nothing: real, effective, saved ids all the team's; no capability.
+    assert len(set(ids)) == 1 and ids[0] != "0", log
+    assert int(caps, 16) == 0, log
+    refused = api.submit(
+        name="peek",
+        queue="vision",
+        image=IMAGE,
+        command=["/bin/cat", "admin.token"],
+        workdir=str(shared_server.data_dir),
+    )
+    assert refused["name"] == "peek"
+    failed = api.until("peek", "failed", timeout_s=60)
+    assert "workdir" in failed["reason"] and "is not for" in failed["reason"], failed
+    assert not _containers()

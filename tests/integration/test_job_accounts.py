@@ -182,3 +182,88 @@ def test_the_server_says_when_jobs_share_its_account_and_refuses_root_as_a_team(
     )
     assert proc.returncode == 2
     assert "--job-account ops=root: jobs never run as root" in proc.stderr
+
+
+# Code a job may leave for whatever loads it: a sitecustomize.py that any Python started with
+# the job's PYTHONPATH runs, and a library that any program started with the job's LD_PRELOAD
+# runs; each writes the uid it ran as where the test can read it.
+SITECUSTOMIZE = """
+import os
+with open(os.environ["EVIDENCE"], "a") as f:
+    f.write(f"python uid {os.getuid()} euid {os.geteuid()}\\n")
+"""
+PRELOAD = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+__attribute__((constructor)) static void loaded(void) {
+    const char *path = getenv("EVIDENCE");
+    FILE *f = path ? fopen(path, "a") : NULL;
+    if (f) { fprintf(f, "preload uid %d euid %d\n", (int)getuid(), (int)geteuid()); fclose(f); }
+}
+"""
+
+
+def test_a_jobs_environment_runs_nothing_as_root(server: ServerProcess, open_root: Path) -> None:
+    """The job's PYTHONPATH and LD_PRELOAD reach its worker, run as its team's account, and
+    no process of the server's (its supervisor): what they load runs as the team alone."""
+    cc = shutil.which("cc")
+    if cc is None:
+        pytest.skip("no C compiler (cc) to build the preloaded library")
+    bait = open_root / "bait"
+    bait.mkdir()
+    bait.chmod(0o1777)  # the evidence is written by whoever runs the bait
+    (bait / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    (bait / "preload.c").write_text(PRELOAD)
+    library = bait / "preload.so"
+    subprocess.run(
+        [cc, "-shared", "-fPIC", "-o", str(library), str(bait / "preload.c")], check=True
+    )
+    for path in (bait / "sitecustomize.py", library):
+        path.chmod(0o755)
+    evidence = bait / "evidence"
+    admin = Api(server)
+    nlp = team(server, admin, "nils", "nlp")
+    env = {"PYTHONPATH": str(bait), "LD_PRELOAD": str(library), "EVIDENCE": str(evidence)}
+    nlp.submit(name="bait", queue="nlp", command=["python3", "-c", "pass"], env=env)
+    assert nlp.until("bait", "succeeded")["state"] == "succeeded"
+    lines = evidence.read_text().splitlines()
+    # Both ran in the worker, as the team's account ...
+    assert any(line.startswith("python uid ") for line in lines), lines
+    assert any(line.startswith("preload uid ") for line in lines), lines
+    uids = {int(word) for line in lines for word in line.split()[2::2]}
+    # ... and nowhere else: not as root in the supervisor that started it.
+    assert 0 not in uids and len(uids) == 1 and min(uids) >= DYNAMIC_UIDS[0], lines
+    nlp.http.close()
+    admin.http.close()
+
+
+def test_a_workdir_the_account_may_not_enter_is_refused(
+    server: ServerProcess, open_root: Path
+) -> None:
+    """A worker enters its workdir before it drops root: one the team's account could not
+    reach by itself (the data directory, a directory under a closed one) fails the start,
+    saying why, and runs nothing."""
+    admin = Api(server)
+    nlp = team(server, admin, "nils", "nlp")
+    closed = open_root / "closed"
+    (closed / "inside").mkdir(parents=True)
+    closed.chmod(0o700)
+    (closed / "inside").chmod(0o755)
+    for name, workdir, why in [
+        ("in-data", server.data_dir, f"it may not list and enter {server.data_dir}"),
+        ("in-closed", closed / "inside", f"it may not pass through {closed} (mode 700"),
+    ]:
+        nlp.submit(name=name, queue="nlp", command=["sh", "-c", "ls"], workdir=str(workdir))
+        done = nlp.until(name, "failed")
+        assert done["state"] == "failed", done
+        assert f"workdir {str(workdir)!r} is not for" in done["reason"], done
+        assert why in done["reason"], done
+    opened = open_root / "opened"
+    opened.mkdir()
+    opened.chmod(0o755)
+    nlp.submit(name="in-open", queue="nlp", command=["pwd"], workdir=str(opened))
+    assert nlp.until("in-open", "succeeded")["state"] == "succeeded"
+    assert nlp.http.get("/api/v1/jobs/in-open/logs?worker=0").text.strip() == str(opened)
+    nlp.http.close()
+    admin.http.close()

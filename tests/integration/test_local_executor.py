@@ -404,7 +404,7 @@ def test_a_start_that_fails_midway_kills_the_workers_already_started(
     python = tmp_path / "python"
     python.write_text(
         "#!/bin/sh\n"
-        f'if [ "$4" = 1 ]; then until [ -e {out}/ready-0 ]; do sleep 0.01; done; exit 1; fi\n'
+        f'if [ "$5" = 1 ]; then until [ -e {out}/ready-0 ]; do sleep 0.01; done; exit 1; fi\n'
         f'exec {sys.executable} "$@"\n'
     )
     python.chmod(0o755)

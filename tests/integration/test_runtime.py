@@ -21,7 +21,7 @@ from tests.server import WORKER, alive, kill_leftover_workers, wait_for
 from toposched.core import SchedulerPolicy
 from toposched.discovery.files import load_topology
 from toposched.executors.local import ExecutorError, LocalExecutor
-from toposched.executors.supervisor import read_pids
+from toposched.executors.supervisor import StartRecord, read_pids, start_path, write_start
 from toposched.server.localnode import LocalNode
 from toposched.server.runtime import Runtime, Unavailable
 from toposched.server.schemas import JobSubmit
@@ -187,10 +187,10 @@ def test_a_start_cut_short_by_a_crash_leaves_no_worker_behind(
     run_dir.mkdir(parents=True)
     supervisors = []
     for rank, python in enumerate((sys.executable, str(slow))):
-        argv = [python, "-m", "toposched.executors.supervisor", str(run_dir), str(rank), "--"]
+        argv = [python, "-I", "-m", "toposched.executors.supervisor", str(run_dir), str(rank)]
         env = {**os.environ, "OUT": str(out), "RANK": str(rank), "TOPOSCHED_RESTART_COUNT": "0"}
-        command = [sys.executable, "-c", WORKER]
-        supervisors.append(subprocess.Popen([*argv, *command], env=env, start_new_session=True))
+        write_start(start_path(run_dir, rank), StartRecord([sys.executable, "-c", WORKER], env))
+        supervisors.append(subprocess.Popen(argv, start_new_session=True))
     try:
         wait_for(lambda: (run_dir / "worker-0.pid").exists(), "rank 0's worker")
         pids = read_pids(run_dir, 0)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -199,17 +202,47 @@ def test_a_bad_record_reads_as_none(tmp_path: Path, text: str) -> None:
     assert read_cores(tmp_path, 0) is None
 
 
-@pytest.mark.parametrize(
-    "argv",
-    [
-        ["run", "0", "--cpus", "--", "true"],
-        ["run", "0", "--cpus", "0", "--cpus", "1", "--", "true"],
-        ["run", "0", "--pin", "0", "--", "true"],
-        ["run", "0", "--cpus", "0"],
-    ],
-)
+@pytest.mark.parametrize("argv", [[], ["run"], ["run", "x"], ["run", "0", "--", "true"]])
 def test_the_supervisor_refuses_a_bad_command_line(
     argv: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert supervisor.main(argv) == 2
-    assert "[--cpus LIST]" in capsys.readouterr().err
+    assert (
+        "usage: python -I -m toposched.executors.supervisor RUN_DIR RANK" in capsys.readouterr().err
+    )
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        {"command": [], "env": None},
+        {"command": "true", "env": None},
+        {"command": ["true"], "env": {"A": 1}},
+        {"command": ["true"], "env": None, "cpus": 0},
+        {"command": ["true"], "env": None, "user": [0]},
+        {"command": ["true"], "env": None, "container": ["podman"]},
+    ],
+)
+def test_the_supervisor_runs_nothing_of_a_record_that_is_not_one(
+    tmp_path: Path, record: dict[str, object], capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = supervisor.start_path(tmp_path, 0)
+    path.write_text(json.dumps(record))
+    assert supervisor.main([str(tmp_path), "0"]) == 2
+    assert capsys.readouterr().err == f"{path} is not a start record\n"
+    assert not supervisor.exit_path(tmp_path, 0).exists()  # nothing ran, nothing recorded
+    assert supervisor.main([str(tmp_path), "1"]) == 2
+    assert "no readable start record" in capsys.readouterr().err
+
+
+def test_a_start_record_is_private_and_read_once(tmp_path: Path) -> None:
+    path = supervisor.start_path(tmp_path, 0)
+    record = supervisor.StartRecord(["true"], {"SECRET": "x"}, None, None, None, None)
+    supervisor.write_start(path, record)
+    assert path.stat().st_mode & 0o777 == 0o600
+    module = "toposched.executors.supervisor"
+    ran = subprocess.run([sys.executable, "-I", "-m", module, str(tmp_path), "0"], timeout=60)
+    assert ran.returncode == 0
+    assert not path.exists()
+    ended = supervisor.read_exit(tmp_path, 0)
+    assert ended is not None and ended.returncode == 0

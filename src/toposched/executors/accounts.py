@@ -26,6 +26,7 @@ __all__ = [
     "AccountError",
     "Accounts",
     "KeyedBy",
+    "may_work_in",
     "parse_range",
 ]
 
@@ -58,6 +59,10 @@ class Account:
 
     def describe(self) -> str:
         return f"{self.name} (uid {self.uid})"
+
+    @property
+    def ids(self) -> tuple[int, int]:
+        return self.uid, self.gid
 
 
 def parse_range(text: str) -> tuple[int, int]:
@@ -171,3 +176,32 @@ def _has_passwd(uid: int) -> bool:
     except KeyError:
         return False
     return True
+
+
+def may_work_in(path: Path, uid: int, gid: int) -> str | None:
+    """Why the account `uid`:`gid` (its own group alone, as workers run) may not work in the
+    directory `path`, or None if it may: it must pass through every directory above it and
+    list and enter it, by the modes alone (a job's worker enters its directory before it drops
+    root, and a container mounts it, so the kernel would not ask)."""
+    real = Path(os.path.realpath(path))
+    if not real.is_dir():
+        return f"{real} is not a directory"
+    try:
+        for step in [*reversed(real.parents), real]:
+            st = os.stat(step)
+            need = 0o5 if step == real else 0o1
+            if st.st_uid == uid:
+                bits = st.st_mode >> 6
+            elif st.st_gid == gid:
+                bits = st.st_mode >> 3
+            else:
+                bits = st.st_mode
+            if bits & need != need:
+                what = "list and enter" if step == real else "pass through"
+                return (
+                    f"it may not {what} {step} (mode {st.st_mode & 0o777:o}, "
+                    f"owner {st.st_uid}:{st.st_gid})"
+                )
+    except OSError as err:
+        return f"cannot read {err.filename}: {err.strerror}"
+    return None

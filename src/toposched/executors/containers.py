@@ -34,7 +34,7 @@ class ContainerRuntime:
         command: Sequence[str],
         *,
         name: str,
-        env: Mapping[str, str],
+        env_file: str,
         gpus: Sequence[int],
         mounts: Sequence[str],
         workdir: str | None,
@@ -42,10 +42,15 @@ class ContainerRuntime:
     ) -> list[str]:
         """`run` of one worker: in the foreground (its exit is the worker's), removed after,
         the host's network and IPC (ranks meet on loopback ports and share memory as
-        processes would), each of `mounts` at its own path, the variables given by name only
-        (their values stay out of `ps`: the client reads them from its environment)."""
+        processes would), each of `mounts` at its own path, the variables in `env_file` (their
+        values stay out of `ps`, and out of the client's own environment: a job's LD_PRELOAD
+        must not run in the runtime's client, which runs as the server).
+
+        No capability and no gain of privilege inside: a setuid file of the image cannot make
+        its process root, nor root in the container override the modes of what is mounted."""
         argv = [self.program, "run", "--rm", "--name", name, "--network", "host", "--ipc", "host"]
         argv += ["--init"]  # the command is not PID 1: signals reach it, zombies are reaped
+        argv += ["--security-opt=no-new-privileges", "--cap-drop=ALL"]
         for path in mounts:
             argv += ["--volume", f"{path}:{path}"]
         if workdir is not None:
@@ -54,7 +59,7 @@ class ContainerRuntime:
             argv += ["--user", f"{user[0]}:{user[1]}"]
         if self.devices:
             argv += [arg for g in gpus for arg in ("--device", f"nvidia.com/gpu={g}")]
-        argv += [arg for key in sorted(env) for arg in ("--env", key)]
+        argv += ["--env-file", env_file]
         return [*argv, *self.extra, image, *command]
 
     def inner_env(self, env: Mapping[str, str], gpus: Sequence[int]) -> dict[str, str]:

@@ -38,19 +38,24 @@ from toposched.common.frameworks import (
     hostfile,
     local_members,
 )
-from toposched.executors.accounts import Account, AccountError, Accounts
+from toposched.executors.accounts import Account, AccountError, Accounts, may_work_in
 from toposched.executors.containers import Containers, NoContainerRuntime
 from toposched.executors.cores import CoreChoice, cores_path, cpu_list, plan, read_cores
 from toposched.executors.supervisor import (
     ExitRecord,
     PidRecord,
+    StartRecord,
+    env_path,
     exit_path,
     pid_path,
     proc_stat,
     read_exit,
     read_pids,
     signal_name,
+    start_path,
     write_json_atomic,
+    write_private,
+    write_start,
 )
 from toposched.topology.node import NodeTopology
 
@@ -223,6 +228,33 @@ def _kill_session(sid: int) -> None:
         if entry.isdigit() and (stat := proc_stat(int(entry))) and stat.session == sid:
             with suppress(ProcessLookupError, PermissionError):
                 os.kill(int(entry), SIGKILL)
+
+
+# Variables that change what a program loads or runs before its first line: the job's may never
+# reach a process of the server's account (the supervisor, the container runtime's client).
+LOADER_PREFIXES = ("LD_", "PYTHON")
+
+
+def supervisor_environment() -> dict[str, str]:
+    """The supervisor's environment: the server's own, without what changes what a program
+    loads (the supervisor's Python is isolated, -I, besides). Nothing of the job's."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(LOADER_PREFIXES)}
+
+
+def env_file(variables: Mapping[str, str]) -> str:
+    """`variables` as a container runtime's `--env-file` (KEY=VALUE lines); a value no such
+    line can carry (a newline) or a name it would misread is a ValueError naming it."""
+    lines = []
+    for key in sorted(variables):
+        value = variables[key]
+        if not key or "=" in key or key[0] in "#;" or any(c.isspace() for c in key):
+            raise ValueError(f"variable name {key!r} cannot be passed into a container")
+        if "\n" in value or "\r" in value or "\0" in value:
+            raise ValueError(
+                f"variable {key!r} holds a line break, which a container's env file cannot carry"
+            )
+        lines.append(f"{key}={value}\n")
+    return "".join(lines)
 
 
 class LocalExecutor:
@@ -593,24 +625,33 @@ class LocalExecutor:
         cores: CoreChoice,
         account: Account | None,
     ) -> subprocess.Popen[bytes]:
-        argv = [self.python, "-m", "toposched.executors.supervisor", str(run_dir), str(rank)]
         cwd = run.workdir
+        # The worker enters it before it drops root (Popen changes directory first), and a
+        # container mounts it: the account must be able to reach it by itself.
+        why = None if cwd is None or account is None else may_work_in(Path(cwd), *account.ids)
+        if why is not None:
+            assert account is not None
+            raise ExecutorError(
+                f"job {run.job!r}: workdir {cwd!r} is not for {account.describe()}: {why}"
+            )
         if cwd is None and account is not None:
             # Not the server's own directory: the account's home, else its checkpoints.
             home = account.home
             cwd = str(home if home.is_dir() else self.checkpoint_dir(run.job))
-        if cwd is not None:
-            argv += ["--cwd", cwd]
-        if cores.cores:
-            argv += ["--cpus", cpu_list(cores.cores)]
-        command = list(run.command)
+        start = StartRecord(
+            list(run.command),
+            env,
+            cwd,
+            cpu_list(cores.cores) if cores.cores else None,
+            (account.uid, account.gid) if account is not None else None,
+        )
         if run.image is not None:
-            command, env = self._contained(run, run_dir, rank, env, cwd, account)
+            command = self._contained(run, run_dir, rank, env, cwd, account)
             name = _container_name(run, rank)
-            argv += ["--container-rm", f"{command[0]}:{name}"]
-        elif account is not None:
-            argv += ["--user", f"{account.uid}:{account.gid}"]
-        argv += ["--", *command]
+            # The runtime's client runs as the server, with the server's environment: the job's
+            # variables reach the container through its env file only.
+            start = StartRecord(command, None, cwd, start.cpus, None, (command[0], name))
+        write_start(start_path(run_dir, rank), start)
         # Owner-only from its creation; a job's own account owns its log (the server reads it
         # as root), no other job can read it.
         fd = os.open(run_dir / f"worker-{rank}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
@@ -620,6 +661,7 @@ class LocalExecutor:
             except OSError:
                 os.close(fd)
                 raise
+        argv = [self.python, "-I", "-m", "toposched.executors.supervisor", str(run_dir), str(rank)]
         with open(fd, "ab") as log:
             # A session of its own: the supervisor outlives a server that is kill -9ed, and no
             # signal meant for the server's group reaches it
@@ -628,7 +670,7 @@ class LocalExecutor:
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env=env,
+                env=supervisor_environment(),
                 start_new_session=True,
             )
 
@@ -640,9 +682,9 @@ class LocalExecutor:
         env: dict[str, str],
         cwd: str | None,
         account: Account | None,
-    ) -> tuple[list[str], dict[str, str]]:
-        """The runtime's `run` of rank `rank` in the job's image, and the environment its
-        client passes in: the job's own variables and the executor's (not the server's)."""
+    ) -> list[str]:
+        """The runtime's `run` of rank `rank` in the job's image; the job's own variables and
+        the executor's (not the server's) go in the run's env file, which the client reads."""
         if self.containers is None or run.image is None:
             raise ExecutorError(f"job {run.job!r}: no container runtime to run image {run.image}")
         try:
@@ -653,20 +695,25 @@ class LocalExecutor:
         gpus = [int(g) for g in visible.split(",") if g]
         env = runtime.inner_env(env, gpus)
         inner = {k: v for k, v in env.items() if k in run.env or os.environ.get(k) != v}
+        try:
+            text = env_file(inner)
+        except ValueError as err:
+            raise ExecutorError(f"job {run.job!r}: {err}") from None
+        variables = env_path(run_dir, rank)
+        write_private(variables, text.encode())
         checkpoints = str(self.checkpoint_dir(run.job))
         mounts = sorted({p for p in (cwd, checkpoints, str(run_dir)) if p is not None})
         user = (account.uid, account.gid) if account is not None else None
-        argv = runtime.run_argv(
+        return runtime.run_argv(
             run.image,
             run.command,
             name=_container_name(run, rank),
-            env=inner,
+            env_file=str(variables),
             gpus=gpus,
             mounts=mounts,
             workdir=cwd,
             user=user,
         )
-        return argv, env
 
     def _await_pids(
         self, run: _Run, members: list[Member], started: list[subprocess.Popen[bytes]]
@@ -720,6 +767,8 @@ class LocalExecutor:
                 pid_path(run_dir, rank),
                 exit_path(run_dir, rank),
                 cores_path(run_dir, rank),
+                start_path(run_dir, rank),
+                env_path(run_dir, rank),
             ):
                 path.unlink(missing_ok=True)
 

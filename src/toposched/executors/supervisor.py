@@ -1,9 +1,14 @@
 """The supervisor of one worker: runs it in its own process group and records its pids and exit."""
 
-# Run as `python -m toposched.executors.supervisor RUN_DIR RANK [--cwd DIR] [--cpus LIST]
-# [--user UID:GID] -- CMD [ARGS...]`, LIST the CPUs to pin the worker to, as /proc prints them
-# ("0-3,8"), UID:GID the account the worker runs as (the supervisor stays the server's, root:
-# it writes the records and kills the worker's stragglers, which the worker cannot stop).
+# Run as `python -I -m toposched.executors.supervisor RUN_DIR RANK`, with the server's own
+# environment: what to run comes from `worker-RANK.start` in RUN_DIR (the executor writes it,
+# owner-only, and the supervisor removes it once read), so that neither the job's command (which
+# may hold secrets) shows in `ps` nor its environment reaches this process. The supervisor stays
+# the server's account (root, where jobs run as accounts of their own): it writes the records and
+# kills the worker's stragglers, which the worker cannot stop; so no variable of the job may
+# reach it (a `PYTHONPATH` with a sitecustomize.py, an `LD_PRELOAD` would run the job's code as
+# root), and its Python is isolated (-I). The job's environment is given to the worker alone, at
+# its exec, after the switch to the job's account.
 # The executor (or a restarted server) reads the files written here; their formats are defined in
 # this module so that writer and reader cannot drift apart.
 
@@ -28,6 +33,8 @@ __all__ = [
     "ExitRecord",
     "PidRecord",
     "ProcStat",
+    "StartRecord",
+    "env_path",
     "exit_path",
     "main",
     "pid_path",
@@ -35,14 +42,15 @@ __all__ = [
     "read_exit",
     "read_pids",
     "signal_name",
+    "start_path",
     "write_json_atomic",
+    "write_start",
 ]
 
 USAGE = (
-    "usage: python -m toposched.executors.supervisor RUN_DIR RANK [--cwd DIR] [--cpus LIST] "
-    "[--user UID:GID] [--container-rm PROGRAM:NAME] -- CMD [ARGS...]"
+    "usage: python -I -m toposched.executors.supervisor RUN_DIR RANK "
+    "(runs what RUN_DIR/worker-RANK.start says)"
 )
-OPTIONS = ("--cwd", "--cpus", "--user", "--container-rm")
 
 
 def pid_path(run_dir: Path, rank: int) -> Path:
@@ -51,6 +59,15 @@ def pid_path(run_dir: Path, rank: int) -> Path:
 
 def exit_path(run_dir: Path, rank: int) -> Path:
     return run_dir / f"worker-{rank}.exit"
+
+
+def start_path(run_dir: Path, rank: int) -> Path:
+    return run_dir / f"worker-{rank}.start"
+
+
+def env_path(run_dir: Path, rank: int) -> Path:
+    """A container's variables, which its runtime's client reads (`--env-file`)."""
+    return run_dir / f"worker-{rank}.env"
 
 
 @dataclass(frozen=True)
@@ -183,50 +200,101 @@ def write_json_atomic(path: Path, data: dict[str, Any], *, durable: bool) -> Non
 
 
 @dataclass(frozen=True)
-class _Args:
-    run_dir: Path
-    rank: int
-    cwd: str | None
-    cpus: str | None
-    user: tuple[int, int] | None  # (uid, gid) the worker runs as; None: this process's own
+class StartRecord:
+    """`worker-R.start`: what the supervisor runs, written by the executor before it starts it."""
+
     command: list[str]
+    # The worker's whole environment; None: the supervisor's own (a container runtime's
+    # client, which is given the job's variables in a file of its own).
+    env: dict[str, str] | None
+    cwd: str | None = None
+    cpus: str | None = None  # the CPUs to pin the worker to, as /proc prints them ("0-3,8")
+    user: tuple[int, int] | None = None  # (uid, gid) the worker runs as; None: this process's
     # The runtime and name of the worker's container, removed once the worker has ended: a
     # runtime's client killed by SIGKILL leaves its container running.
     container: tuple[str, str] | None = None
 
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "command": self.command,
+            "env": self.env,
+            "cwd": self.cwd,
+            "cpus": self.cpus,
+            "user": list(self.user) if self.user is not None else None,
+            "container": list(self.container) if self.container is not None else None,
+        }
 
-def _parse(argv: Sequence[str]) -> _Args | None:
-    args = list(argv)
-    if "--" not in args:
-        return None
-    split = args.index("--")
-    head, command = args[:split], args[split + 1 :]
-    if len(head) < 2 or len(head) % 2 or not command or not head[1].isdigit():
-        return None
-    options = dict(zip(head[2::2], head[3::2], strict=True))
-    if len(options) * 2 != len(head) - 2 or not set(options) <= set(OPTIONS):
-        return None
-    user = None
-    if "--user" in options:
-        uid, sep, gid = options["--user"].partition(":")
-        if not sep or not uid.isdigit() or not gid.isdigit():
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> StartRecord | None:
+        """The record, or None if `data` is not one (nothing of it is run then)."""
+        command, env = data.get("command"), data.get("env")
+        cwd, cpus = data.get("cwd"), data.get("cpus")
+        user, container = data.get("user"), data.get("container")
+        if not isinstance(command, list) or not command or not _strings(command):
             return None
-        user = (int(uid), int(gid))
-    container = None
-    if "--container-rm" in options:
-        program, sep, name = options["--container-rm"].rpartition(":")
-        if not sep or not program or not name:
+        if env is not None and not (
+            isinstance(env, dict) and _strings(env) and _strings(env.values())
+        ):
             return None
-        container = (program, name)
-    return _Args(
-        Path(head[0]),
-        int(head[1]),
-        options.get("--cwd"),
-        options.get("--cpus"),
-        user,
-        command,
-        container,
-    )
+        if not all(v is None or isinstance(v, str) for v in (cwd, cpus)):
+            return None
+        if user is not None and not (
+            isinstance(user, list) and len(user) == 2 and all(_is_int(i) for i in user)
+        ):
+            return None
+        if container is not None and not (
+            isinstance(container, list) and len(container) == 2 and _strings(container)
+        ):
+            return None
+        return cls(
+            command,
+            env,
+            cwd,
+            cpus,
+            (user[0], user[1]) if user is not None else None,
+            (container[0], container[1]) if container is not None else None,
+        )
+
+
+def _strings(values: Any) -> bool:
+    return all(isinstance(v, str) for v in values)
+
+
+def write_start(path: Path, record: StartRecord) -> None:
+    """Write a start record readable by this account alone, whole or not at all."""
+    write_private(path, json.dumps(record.to_json()).encode())
+
+
+def write_private(path: Path, data: bytes) -> None:
+    """Write `path` owner-only from its creation (it holds a job's secrets), whole or not at all."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with open(fd, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+@dataclass(frozen=True)
+class _Args:
+    run_dir: Path
+    rank: int
+    start: StartRecord
+
+
+def _parse(argv: Sequence[str]) -> _Args | str:
+    """The arguments and the start record they name, or why there are none."""
+    if len(argv) != 2 or not argv[1].isdigit():
+        return USAGE
+    run_dir, rank = Path(argv[0]), int(argv[1])
+    path = start_path(run_dir, rank)
+    data = _read_json(path)
+    if data is None:
+        return f"no readable start record {path}"
+    path.unlink(missing_ok=True)  # read once: the job's secrets stay no longer than needed
+    start = StartRecord.from_json(data)
+    if start is None:
+        return f"{path} is not a start record"
+    return _Args(run_dir, rank, start)
 
 
 def _pin(args: _Args) -> None:
@@ -237,12 +305,13 @@ def _pin(args: _Args) -> None:
     leave out the threads it had started by then. A mask the kernel refuses (the CPUs went
     offline, a cpuset shrank) leaves the worker on the CPUs it has, and says so in its log.
     """
-    if not args.cpus:
+    cpus = args.start.cpus
+    if not cpus:
         return
     try:
-        os.sched_setaffinity(0, parse_cpu_list(args.cpus))
+        os.sched_setaffinity(0, parse_cpu_list(cpus))
     except (OSError, CpuListError) as exc:
-        _say(f"worker {args.rank}: cannot pin to CPUs {args.cpus}: {exc}; not pinned")
+        _say(f"worker {args.rank}: cannot pin to CPUs {cpus}: {exc}; not pinned")
 
 
 def _ignore(signum: int, frame: FrameType | None) -> None:
@@ -290,9 +359,9 @@ def _remove_container(program: str, name: str) -> None:
 def _start_failure(args: _Args, exc: OSError) -> tuple[int, str]:
     """The shell's status (127 for not found, 126 for found but not runnable) and why, in
     the words `get` shows as the job's reason."""
-    program = args.command[0]
-    if exc.filename == args.cwd:
-        why = f"cannot run in working directory {args.cwd!r}: {exc.strerror or exc}"
+    program, cwd = args.start.command[0], args.start.cwd
+    if exc.filename == cwd:
+        why = f"cannot run in working directory {cwd!r}: {exc.strerror or exc}"
     elif isinstance(exc, FileNotFoundError) and "/" not in program:
         why = f"cannot run {program!r}: not found on PATH"
     else:
@@ -303,16 +372,19 @@ def _start_failure(args: _Args, exc: OSError) -> tuple[int, str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parse(sys.argv[1:] if argv is None else argv)
-    if args is None:
-        print(USAGE, file=sys.stderr)
+    if isinstance(args, str):
+        print(args, file=sys.stderr)
         return 2
+    start = args.start
     # It must outlive anything sent to its session so that it can record the worker's end
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, _ignore)
     _pin(args)
     error = ""
     try:
-        proc = subprocess.Popen(args.command, process_group=0, cwd=args.cwd, **_as(args.user))
+        proc = subprocess.Popen(
+            start.command, process_group=0, cwd=start.cwd, env=start.env, **_as(start.user)
+        )
     except OSError as exc:
         returncode, error = _start_failure(args, exc)
     else:
@@ -328,8 +400,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         write_json_atomic(pid_path(args.run_dir, args.rank), record.to_json(), durable=False)
         returncode = _wait(proc)
-        if args.container is not None:
-            _remove_container(*args.container)
+        if start.container is not None:
+            _remove_container(*start.container)
+            env_path(args.run_dir, args.rank).unlink(missing_ok=True)
         if returncode < 0:
             _say(f"worker {args.rank} killed by {signal_name(-returncode)}")
     ended = ExitRecord(returncode, time.time(), error)
