@@ -447,6 +447,7 @@ SUBMIT_FLAGS = {
     "kind": "KIND",
     "command": "the command",
     "exported": "--export",
+    "checkpoint": "--checkpoint-signal",
     "idle": "--idle-after",
 }
 

@@ -319,7 +319,7 @@ FIELDS: tuple[JobField, ...] = (
         metavar="SECONDS",
         stored="always",
     ),
-    JobField("command", COMMAND, REQUIRED, flag=None, stored="always", drivers=BOTH),
+    JobField("command", COMMAND, REQUIRED, min_length=1, flag=None, stored="always", drivers=BOTH),
     JobField(
         "env",
         LABELS,
