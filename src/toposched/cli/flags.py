@@ -73,15 +73,44 @@ class CommandContext(Protocol):
     meta: dict[str, Any]
 
 
+# Where a command made partly from a table keeps the options it takes as `**kwargs`.
+MADE_OPTIONS = "toposched_options"
+Made = list[tuple[str, Any, OptSpec]]
+
+
+def with_options(made: Made) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Give a command whose function ends in `**kwargs` the options `made` (name, type,
+    declaration), as if each were a parameter of its own (`submit`'s job fields)."""
+
+    def mark(func: Callable[..., Any]) -> Callable[..., Any]:
+        vars(func)[MADE_OPTIONS] = made
+        return func
+
+    return mark
+
+
+def made_options(func: Callable[..., Any]) -> Made:
+    made: Made = vars(func).get(MADE_OPTIONS, [])
+    return made
+
+
 def declared(func: Callable[..., Any]) -> list[tuple[inspect.Parameter, Any]]:
-    """Each parameter of `func` with its type (annotations evaluated)."""
+    """Each parameter of `func` with its type (annotations evaluated), the options it was
+    given by `with_options` in place of its `**kwargs`."""
     import inspect
 
     hints = get_type_hints(func)
-    return [
+    own = [
         (param, hints.get(param.name, param.annotation))
         for param in inspect.signature(func).parameters.values()
+        if param.kind is not inspect.Parameter.VAR_KEYWORD
     ]
+    keyword = inspect.Parameter.KEYWORD_ONLY
+    made = [
+        (inspect.Parameter(name, keyword, default=spec), kind)
+        for name, kind, spec in made_options(func)
+    ]
+    return own + made
 
 
 def typer_function(func: Callable[..., Any]) -> Callable[..., Any]:

@@ -8,20 +8,19 @@ from __future__ import annotations
 
 import itertools
 import json
-import math
 import os
 import re
 import shlex
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from toposched.cli.flags import AFTER_DASHES, Arg, CommandContext, Opt
+from toposched.cli.flags import AFTER_DASHES, Arg, CommandContext, Opt, with_options
 from toposched.cli.output import EXIT_BAD_INPUT, console, emit_json, escape, fail
+from toposched.cli.submitflags import choices, field_flags, given, options, said_as
 from toposched.client.http import (
     UNREACHABLE,
     ApiError,
@@ -31,6 +30,7 @@ from toposched.client.http import (
     JobFilters,
     is_local,
 )
+from toposched.common import jobfields
 from toposched.common.frameworks import KindError, kind_of
 
 if TYPE_CHECKING:
@@ -369,9 +369,9 @@ def _wide_cells(job: dict[str, Any]) -> list[str]:
 # ---------------------------------------------------------------------- submit
 
 
-class Restart(StrEnum):
-    NEVER = "never"
-    ON_FAILURE = "on-failure"
+FIELD_FLAGS = field_flags()
+# The choices of --restart (typer's enum of them).
+Restart = choices(jobfields.BY_NAME["restart"])
 
 
 def _workdir(spec: dict[str, Any], url: str) -> None:
@@ -440,43 +440,15 @@ def _refusal(err: ApiError, jobfile: JobFile | None, overridden: set[str]) -> st
     return "\n".join(lines)
 
 
-# The flag of `submit` that gives each field of the API's JobSubmit.
+# What gives each field of the API's JobSubmit on `submit`'s command line: its flag, else
+# these.
 SUBMIT_FLAGS = {
-    "name": "--name",
-    "queue": "--queue",
-    "priority": "--priority",
-    "workers": "--workers",
-    "gpus": "--gpus",
+    **said_as(FIELD_FLAGS),
     "kind": "KIND",
-    "ps": "--ps",
-    "locality": "--locality",
-    "selector": "--selector",
-    "cpus": "--cpus",
-    "memory": "--memory",
-    "gpu_memory": "--gpu-memory",
-    "gpu_type": "--gpu-type",
-    "mixed_types": "--mixed-types",
-    "gputopology": "--gputopology",
-    "model": "--model",
-    "image": "--image",
-    "elastic": "--elastic",
-    "checkpoint.signal": "--checkpoint-signal",
-    "checkpoint.grace_s": "--checkpoint-grace",
-    "checkpoint.interval_s": "--checkpoint-every",
-    "idle": "--idle-after",
-    "idle.after": "--idle-after",
-    "idle.below": "--idle-below",
-    "idle.action": "--idle-action",
-    "restart": "--restart",
-    "max_restarts": "--max-restarts",
-    "limit_s": "--limit",
     "command": "the command",
-    "env": "--env",
     "exported": "--export",
-    "workdir": "--workdir",
-    "command_visible": "--command-visible",
-    "interactive": "--interactive",
-    "after": "--after",
+    "checkpoint": "--checkpoint-signal",
+    "idle": "--idle-after",
 }
 
 # Pydantic's bounds, said of a flag: `Input should be greater than or equal to 1`.
@@ -557,143 +529,18 @@ KIND_WORD = Arg(
 )
 
 
+@with_options(options(FIELD_FLAGS))
 def submit(
     ctx: CommandContext,
     words: list[str] = KIND_WORD,
     file: Path = Opt(
         None, "--file", "-f", metavar="JOB.yaml", help="Job spec file; flags override its fields."
     ),
-    name: str = Opt(
-        None,
-        "--name",
-        help="Job name (default: made up by the server). Taken until the job has ended and "
-        "been deleted.",
-    ),
-    queue: str = Opt(None, "--queue", help="Queue (default: your team)."),
-    priority: int = Opt(None, "--priority", help="-1000..1000 (default 0)."),
-    workers: int = Opt(None, "--workers", help="Workers in the gang (default 1)."),
-    gpus: int = Opt(
-        None,
-        "--gpus",
-        help="GPUs per worker (default 1); 0: a job of CPUs and memory alone (give --cpus), "
-        "as a pipeline's data preparation.",
-    ),
-    ps: int = Opt(
-        None, "--ps", min=0, metavar="N", help="Parameter servers (tensorflow jobs; no GPU)."
-    ),
     gang: bool = Opt(
         False,
         "--gang",
         help="Accepted for Arena's sake and changes nothing: every job is a gang, scheduled "
         "whole (all its workers start together, or none does).",
-    ),
-    selector: list[str] = Opt(
-        None,
-        "--selector",
-        metavar="KEY=VALUE",
-        help="Run only on nodes with this label (see `toposched node list`); repeatable, "
-        "every one must match.",
-    ),
-    gpu_type: list[str] = Opt(
-        None,
-        "--gpu-type",
-        metavar="TYPE",
-        help="A GPU type the job accepts (e.g. V100; see `toposched node list`); repeatable or "
-        "comma-separated (default: any type). A gang runs on one type unless --mixed-types.",
-    ),
-    mixed_types: bool = Opt(
-        None, "--mixed-types", help="One gang may span GPU types.", show_default=False
-    ),
-    gputopology: str = Opt(
-        None,
-        "--gputopology",
-        metavar="true|false",
-        help="Arena's switch: false places the job as plain GPU counting does (the lowest free "
-        "GPU indices); true (the default) by how the GPUs are linked.",
-        show_default=False,
-    ),
-    image: str = Opt(
-        None,
-        "--image",
-        metavar="IMAGE",
-        help="Run the workers in this container image (podman or docker on the server; "
-        "GPUs passed as devices). Nothing is exported by default then: the image has its "
-        "own programs.",
-    ),
-    model: str = Opt(
-        None,
-        "--model",
-        metavar="NAME",
-        help="What the job trains, a model of `toposched perf --list` (default resnet50): "
-        "`get` predicts its speed on the GPUs it gets.",
-    ),
-    gpu_memory: str = Opt(
-        None, "--gpu-memory", metavar="QUANTITY", help="The least memory per GPU, e.g. 32Gi."
-    ),
-    cpus: str = Opt(None, "--cpus", metavar="QUANTITY", help="CPUs per worker: 8, 2.5 or 500m."),
-    memory: str = Opt(
-        None, "--memory", metavar="QUANTITY", help="Memory per worker: 64Gi, 512Mi, 64G or bytes."
-    ),
-    locality: str = Opt(
-        None, "--locality", help="node, rack, pod, any, or PREFER,ACCEPT@SECONDS (default node)."
-    ),
-    elastic: str = Opt(
-        None, "--elastic", metavar="MIN:MAX", help="Run with any worker count in MIN..MAX."
-    ),
-    checkpoint_signal: str = Opt(
-        None,
-        "--checkpoint-signal",
-        metavar="SIGNAL",
-        help="The job checkpoints on this signal (e.g. SIGUSR1), so it may be preempted for "
-        "higher-priority work of its queue or for jobs that have had less service, and migrated. "
-        "A job without one is preempted only to give back GPUs its queue borrowed beyond its "
-        "guarantee.",
-    ),
-    checkpoint_every: float = Opt(
-        None,
-        "--checkpoint-every",
-        metavar="SECONDS",
-        help="Seconds of work between the job's checkpoints: what a stop would lose.",
-    ),
-    checkpoint_grace: float = Opt(
-        None,
-        "--checkpoint-grace",
-        metavar="SECONDS",
-        help="Seconds from the checkpoint signal to SIGKILL when the job is preempted or "
-        "moved (default 30); a cancel or a failed worker gives at least the server's stop "
-        "grace (10 s by default).",
-    ),
-    idle_after: str = Opt(
-        None,
-        "--idle-after",
-        metavar="TIME",
-        help="Give the GPUs back once every one stays below --idle-below percent busy this "
-        "long (30m, 1h, 45s); default: the queue's rule, if any (docs/idle.md).",
-    ),
-    idle_below: float = Opt(
-        None,
-        "--idle-below",
-        metavar="PERCENT",
-        help="The idle threshold, percent busy (default 5): NVML utilization, or the CPU "
-        "stand-in where the server has no NVML.",
-    ),
-    idle_action: str = Opt(
-        None,
-        "--idle-action",
-        metavar="notify|stop",
-        help="notify (default): say so in `get`, the history and /metrics; stop: stop it as a "
-        "preemption does (a checkpointable job waits again, others end idle-stopped).",
-    ),
-    restart: Restart = Opt(None, "--restart", help="never (default) or on-failure."),
-    max_restarts: int = Opt(None, "--max-restarts", help="Default 3."),
-    limit: float = Opt(
-        None,
-        "--limit",
-        metavar="SECONDS",
-        help="Expected run time: the reservation plans backfill with it (not enforced).",
-    ),
-    env: list[str] = Opt(
-        None, "--env", "-e", metavar="KEY=VALUE", help="An environment variable; repeatable."
     ),
     export: str = Opt(
         None,
@@ -705,36 +552,9 @@ def submit(
         "where set (your virtualenv's python runs the job); for a remote one, none. --env "
         "and the job file's env win over it.",
     ),
-    workdir: str = Opt(
-        None,
-        "--workdir",
-        metavar="DIR",
-        help="Working directory of the workers (default, for this machine's server: here).",
-    ),
-    interactive: bool = Opt(
-        False,
-        "--interactive",
-        help="A session (a notebook, a shell, an editor server): one worker with a port of its "
-        "own, TOPOSCHED_PORT in its environment and $(TOPOSCHED_PORT) in the command replaced "
-        "by it; `get` shows its URL; never restarted; stopped after an hour idle unless it or "
-        "its queue has an idle rule (docs/idle.md).",
-    ),
-    command_visible: bool = Opt(
-        None,
-        "--command-visible/--command-hidden",
-        help="Whether other teams may see the command (default: hidden from them).",
-        show_default=False,
-    ),
-    after: list[str] = Opt(
-        None,
-        "--after",
-        metavar="NAME[:ok|:any]",
-        help="Run after job NAME, as Slurm's --dependency: :ok (the default) once it has "
-        "succeeded, :any once it has ended, however. The job waits, saying for which; if one "
-        "under :ok does not succeed, it ends dependency-failed without running. Repeatable.",
-    ),
     server: str = SERVER,
     as_json: bool = JSON,
+    **fields: Any,
 ) -> None:
     """Submit a job: a gang of WORKERS processes with GPUS GPUs each.
 
@@ -744,26 +564,20 @@ def submit(
 
     Example: toposched submit tfjob --name tf1 --workers 2 --gpus 1 --ps 1 -- python train.py
     """
-    from toposched.client.jobfile import (
-        JobFileError,
-        load_job_file,
-        merge_spec,
-        parse_elastic,
-        parse_env_pairs,
-    )
-    from toposched.topology.resources import parse_cpus, parse_memory
+    from toposched.client.jobfile import JobFileError, load_job_file, merge_spec
 
     del gang  # every job is a gang: the flag is only accepted
     words = list(words or [])
     notebook = bool(words) and words[0] == NOTEBOOK
     if notebook:
-        words, interactive = words[1:], True
+        words = words[1:]
     kind, command = kind_and_command(words, ctx.meta.get(AFTER_DASHES))
     if notebook and command is None and file is None:
         command = list(NOTEBOOK_COMMAND)
-    _finite("--limit", limit)
-    _finite("--checkpoint-grace", checkpoint_grace)
-    _finite("--checkpoint-every", checkpoint_every)
+    overrides = given(FIELD_FLAGS, fields)
+    if notebook:
+        overrides["interactive"] = True
+    overrides.update({k: v for k, v in (("kind", kind), ("command", command)) if v is not None})
     jobfile: JobFile | None = None
     base: dict[str, Any] = {}
     if file is not None:
@@ -772,67 +586,6 @@ def submit(
         except JobFileError as err:
             fail(str(err), EXIT_BAD_INPUT)
         base = jobfile.spec
-    overrides: dict[str, Any] = {}
-    given = {
-        "name": name,
-        "queue": queue,
-        "priority": priority,
-        "workers": workers,
-        "gpus": gpus,
-        "locality": locality,
-        "restart": restart.value if restart is not None else None,
-        "max_restarts": max_restarts,
-        "limit_s": limit,
-        "workdir": workdir,
-        "command_visible": command_visible,
-        "command": command,
-        "kind": kind,
-        "ps": ps,
-        "mixed_types": mixed_types,
-        "gputopology": None if gputopology is None else _truth("--gputopology", gputopology),
-        "interactive": interactive or None,
-        "model": model,
-        "image": image,
-        "cpus": _checked("--cpus", cpus, parse_cpus),
-        "memory": _checked("--memory", memory, parse_memory),
-        "gpu_memory": _checked("--gpu-memory", gpu_memory, parse_memory),
-    }
-    if after:
-        given["after"] = after
-    if gpu_type:
-        names = [name.strip() for item in gpu_type for name in item.split(",")]
-        if not all(names):
-            fail("--gpu-type: an empty GPU type (e.g. --gpu-type V100,A100)", EXIT_BAD_INPUT)
-        given["gpu_type"] = names
-    overrides.update({key: value for key, value in given.items() if value is not None})
-    if elastic is not None:
-        try:
-            overrides["elastic"] = parse_elastic(elastic)
-        except ValueError as err:
-            fail(f"--elastic: {err}", EXIT_BAD_INPUT)
-    if env:
-        try:
-            overrides["env"] = parse_env_pairs(env)
-        except ValueError as err:
-            fail(f"--env: {err}", EXIT_BAD_INPUT)
-    if selector:
-        try:
-            overrides["selector"] = parse_env_pairs(selector)
-        except ValueError as err:
-            fail(f"--selector: {err}", EXIT_BAD_INPUT)
-    checkpoint: dict[str, Any] = {}
-    if checkpoint_signal is not None:
-        checkpoint["signal"] = checkpoint_signal
-    if checkpoint_grace is not None:
-        checkpoint["grace_s"] = checkpoint_grace
-    if checkpoint_every is not None:
-        checkpoint["interval_s"] = checkpoint_every
-    if checkpoint:
-        overrides["checkpoint"] = checkpoint
-    _finite("--idle-below", idle_below)
-    idle = {"after": idle_after, "below": idle_below, "action": idle_action}
-    if any(value is not None for value in idle.values()):
-        overrides["idle"] = {key: value for key, value in idle.items() if value is not None}
     spec = merge_spec(base, overrides)
     if spec.get("idle") and "after" not in spec["idle"]:
         fail("--idle-below and --idle-action need --idle-after (how long)", EXIT_BAD_INPUT)
@@ -855,35 +608,6 @@ def submit(
     )
     if job.get("predicted"):
         console.print(f"  {speed_text(job)}")
-
-
-TRUTHS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
-
-
-def _truth(flag: str, value: str) -> bool:
-    """`true` or `false` (yes/no, 1/0), as Arena's `--gputopology=true` gives it."""
-    truth = TRUTHS.get(value.strip().lower())
-    if truth is None:
-        fail(f"{flag} must be true or false, got {value!r}", EXIT_BAD_INPUT)
-    return bool(truth)
-
-
-def _checked(flag: str, value: str | None, parse: Callable[[object, str], int]) -> str | None:
-    """A quantity flag as given, once it reads (exit 2 saying what is accepted otherwise)."""
-    from toposched.topology.resources import QuantityError
-
-    if value is not None:
-        try:
-            parse(value, flag)
-        except QuantityError as err:
-            fail(str(err), EXIT_BAD_INPUT)
-    return value
-
-
-def _finite(flag: str, value: float | None) -> None:
-    """Exit 2 on inf or nan: no number of seconds, and not even JSON."""
-    if value is not None and not math.isfinite(value):
-        fail(f"{flag}: expected a finite number of seconds, got {value}", EXIT_BAD_INPUT)
 
 
 # ---------------------------------------------------------------------- the others

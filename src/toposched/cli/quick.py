@@ -21,7 +21,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_args, get_origin, get_type_hints
 
-from toposched.cli.flags import AFTER_DASHES, DECIMAL, NUMBER, ArgSpec, CommandContext, OptSpec
+from toposched.cli.flags import (
+    AFTER_DASHES,
+    DECIMAL,
+    NUMBER,
+    ArgSpec,
+    CommandContext,
+    OptSpec,
+    made_options,
+)
 
 # What the completion scripts set to ask for completions: typer's to answer.
 COMPLETE_VAR = "_TOPOSCHED_COMPLETE"
@@ -121,7 +129,8 @@ def declared(function: Callable[..., Any]) -> list[Declared]:
     defaults = dict(zip(names[code.co_argcount - len(positional) :], positional, strict=True))
     defaults.update(function.__kwdefaults__ or {})
     hints = get_type_hints(function)
-    return [Declared(name, hints.get(name), defaults.get(name)) for name in names]
+    own = [Declared(name, hints.get(name), defaults.get(name)) for name in names]
+    return own + [Declared(name, kind, spec) for name, kind, spec in made_options(function)]
 
 
 def parse(function: Callable[..., Any], words: list[str], dashes: bool = False) -> dict[str, Any]:

@@ -48,11 +48,12 @@ from typing import Any
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
+from toposched.common import jobfields
 from toposched.common.frameworks import KindError, kind_of
+from toposched.common.jobfields import JobField
 from toposched.topology.resources import QuantityError, parse_cpus, parse_memory
 from toposched.yamlnodes import TooLarge, check_expansion
 
-RESTART = ("never", "on-failure")
 INT = "tag:yaml.org,2002:int"
 FLOAT = "tag:yaml.org,2002:float"
 BOOL = "tag:yaml.org,2002:bool"
@@ -138,12 +139,19 @@ def parse_env_pairs(pairs: Iterable[str]) -> dict[str, str]:
     return env
 
 
+# The fields a command line's flags add to key by key.
+BY_KEY = frozenset(
+    field.name for field in jobfields.FIELDS if field.type in (jobfields.LABELS, jobfields.RECORD)
+)
+
+
 def merge_spec(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
-    """The file's spec with the command line's fields on top: `env`, `checkpoint`, `idle`
-    and `selector` are merged key by key, every other field given replaces the file's."""
+    """The file's spec with the command line's fields on top: a mapping (`env`, `selector`)
+    or record (`checkpoint`, `idle`) is merged key by key, every other field given replaces
+    the file's."""
     merged = dict(base)
     for key, value in overrides.items():
-        if key in ("env", "checkpoint", "idle", "selector") and isinstance(merged.get(key), dict):
+        if key in BY_KEY and isinstance(merged.get(key), dict):
             merged[key] = {**merged[key], **value}
         else:
             merged[key] = value
@@ -165,8 +173,11 @@ def load_job_file(path: str | Path) -> JobFile:
     return parse_job_text(text, name)
 
 
-def parse_job_text(text: str, path: str = "<job file>") -> JobFile:
-    """Check the YAML text of a job file; `path` names it in errors."""
+def parse_job_text(
+    text: str, path: str = "<job file>", fields: dict[str, tuple[Reader, bool]] | None = None
+) -> JobFile:
+    """Check the YAML text of a job file; `path` names it in errors; `fields`: those it may
+    give (default: a job's, FIELDS)."""
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.MarkedYAMLError as err:
@@ -190,7 +201,7 @@ def parse_job_text(text: str, path: str = "<job file>") -> JobFile:
             f"a job file is a mapping of fields (command: ..., gpus: ...), not {_kind(root)}",
         )
     _check_tags(root, path)
-    return _Reader(path).job(root)
+    return _Reader(path).job(root, FIELDS if fields is None else fields)
 
 
 def _check_tags(root: MappingNode, path: str) -> None:
@@ -275,10 +286,10 @@ class _Reader:
             self.lines[name] = _line(value)
             yield key, value
 
-    def job(self, root: MappingNode) -> JobFile:
+    def job(self, root: MappingNode, fields: dict[str, tuple[Reader, bool]]) -> JobFile:
         spec: dict[str, Any] = {}
-        for key, node in self.items(root, "", FIELDS):
-            read, nullable = FIELDS[key]
+        for key, node in self.items(root, "", fields):
+            read, nullable = fields[key]
             if isinstance(node, ScalarNode) and node.tag == NULL:
                 if nullable:
                     continue  # the same as leaving the field out
@@ -334,11 +345,20 @@ class _Reader:
             raise self.fail(node, name, str(err)) from None
         return value  # as written: the server names it by its own name
 
-    def restart(self, node: Node, name: str) -> str:
+    def choice(self, node: Node, name: str) -> str:
         value = self.text(node, name)
-        if value not in RESTART:
-            raise self.fail(node, name, f"expected one of {', '.join(RESTART)}, got {value!r}")
+        choices = jobfields.BY_NAME[name].choices
+        if value not in choices:
+            raise self.fail(node, name, f"expected one of {', '.join(choices)}, got {value!r}")
         return value
+
+    def names(self, node: Node, name: str) -> list[str]:
+        """A list of text, or one as plain text."""
+        if isinstance(node, ScalarNode) and node.tag != NULL:
+            return [self.text(node, name)]
+        if not isinstance(node, SequenceNode):
+            raise self.fail(node, name, f"expected a list of text, got {_kind(node)}")
+        return [self.text(item, f"{name}[{i}]") for i, item in enumerate(node.value)]
 
     def command(self, node: Node, name: str) -> list[str]:
         if isinstance(node, SequenceNode):
@@ -468,35 +488,38 @@ def _construct(node: ScalarNode) -> Any:
 
 Reader = Callable[[_Reader, Node, str], Any]
 
-# field -> (reader, whether null means "left out")
-FIELDS: dict[str, tuple[Reader, bool]] = {
-    "name": (_Reader.text, True),
-    "queue": (_Reader.text, True),
-    "priority": (_Reader.integer, False),
-    "workers": (_Reader.integer, False),
-    "gpus": (_Reader.integer, False),
-    "kind": (_Reader.kind, False),
-    "ps": (_Reader.integer, False),
-    "locality": (_Reader.text, False),
-    "elastic": (_Reader.elastic, True),
-    "checkpoint": (_Reader.checkpoint, True),
-    "idle": (_Reader.idle, True),
-    "restart": (_Reader.restart, False),
-    "max_restarts": (_Reader.integer, False),
-    "limit_s": (_Reader.number, True),
-    "command": (_Reader.command, False),
-    "env": (_Reader.env, False),
-    "selector": (_Reader.env, True),  # node labels: a mapping of text, as env is
-    "gpu_type": (_Reader.gpu_types, True),
-    "mixed_types": (_Reader.boolean, False),
-    "gputopology": (_Reader.boolean, False),
-    "model": (_Reader.text, True),
-    "image": (_Reader.text, True),
-    "gpu_memory": (_Reader.memory, True),
-    "cpus": (_Reader.cpus, True),
-    "memory": (_Reader.memory, True),
-    "workdir": (_Reader.text, True),
-    "command_visible": (_Reader.boolean, False),
-    "interactive": (_Reader.boolean, False),
-    "after": (_Reader.after, True),
+# How a file's value of each type of field is read (common/jobfields.py); a field of a type
+# not here has a reader of its own (OWN_READERS).
+READERS: dict[str, Reader] = {
+    jobfields.TEXT: _Reader.text,
+    jobfields.INTEGER: _Reader.integer,
+    jobfields.NUMBER: _Reader.number,
+    jobfields.BOOLEAN: _Reader.boolean,
+    jobfields.TRUTH: _Reader.boolean,
+    jobfields.CHOICE: _Reader.choice,
+    jobfields.CPUS: _Reader.cpus,
+    jobfields.MEMORY: _Reader.memory,
+    jobfields.NAMES: _Reader.names,
+    jobfields.LABELS: _Reader.env,  # env and node labels alike: a mapping of text
+    jobfields.KIND: _Reader.kind,
+    jobfields.COMMAND: _Reader.command,
+    jobfields.ELASTIC: _Reader.elastic,
 }
+OWN_READERS: dict[str, Reader] = {
+    "gpu_type": _Reader.gpu_types,
+    "after": _Reader.after,
+    "checkpoint": _Reader.checkpoint,
+    "idle": _Reader.idle,
+}
+
+
+def file_fields(fields: Iterable[JobField]) -> dict[str, tuple[Reader, bool]]:
+    """field -> (its reader, whether null means "left out"), of the fields a file may give."""
+    return {
+        field.name: (OWN_READERS.get(field.name) or READERS[field.type], field.nullable)
+        for field in fields
+        if field.in_file
+    }
+
+
+FIELDS = file_fields(jobfields.FIELDS)

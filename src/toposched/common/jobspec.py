@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from toposched.common.frameworks import Kind, Member, kind_of, local_members
+from toposched.common.jobfields import stored_value
 from toposched.core.job import (
     After,
     Checkpoint,
@@ -22,7 +23,12 @@ from toposched.topology.resources import parse_cpus, parse_memory
 
 
 def core_spec(name: str, owner: str, queue: str, spec: dict[str, Any]) -> JobSpec:
-    """The core's view of a stored submission (already validated by the wire schema)."""
+    """The core's view of a stored submission (already validated by the wire schema); a
+    field it leaves out has the table's default (common/jobfields.py)."""
+
+    def value(field: str) -> Any:
+        return stored_value(spec, field)
+
     elastic = spec.get("elastic")
     checkpoint = spec.get("checkpoint")
     return JobSpec(
@@ -43,16 +49,16 @@ def core_spec(name: str, owner: str, queue: str, spec: dict[str, Any]) -> JobSpe
         max_restarts=spec["max_restarts"],
         limit_s=spec.get("limit_s"),
         selector=NodeSelector.of(spec.get("selector")),
-        cpus=parse_cpus(spec.get("cpus") or 0),
-        memory=parse_memory(spec.get("memory") or 0),
-        gpu_memory=parse_memory(spec.get("gpu_memory") or 0),
-        gpu_types=tuple(spec.get("gpu_type") or ()),
-        mixed_types=bool(spec.get("mixed_types")),
-        model=spec.get("model"),
-        topology=bool(spec.get("gputopology", True)),
-        idle=idle_rule(spec.get("idle")),
-        interactive=bool(spec.get("interactive")),
-        after=tuple(After.parse(text) for text in spec.get("after") or ()),
+        cpus=parse_cpus(value("cpus") or 0),
+        memory=parse_memory(value("memory") or 0),
+        gpu_memory=parse_memory(value("gpu_memory") or 0),
+        gpu_types=tuple(value("gpu_type") or ()),
+        mixed_types=bool(value("mixed_types")),
+        model=value("model"),
+        topology=bool(value("gputopology")),
+        idle=idle_rule(value("idle")),
+        interactive=bool(value("interactive")),
+        after=tuple(After.parse(text) for text in value("after")),
     )
 
 

@@ -17,6 +17,7 @@ from fastapi import APIRouter, Header, HTTPException, Query, Response, status
 from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
+from toposched.common.jobfields import compact
 from toposched.common.jobspec import job_kind, local_processes
 from toposched.core import JobState
 from toposched.server.auth import Principal
@@ -228,12 +229,9 @@ def _submit(
             status.HTTP_403_FORBIDDEN,
             f"user {who.user!r} (team {who.team!r}) may not submit to queue {queue!r}",
         )
-    spec = body.model_dump(exclude={"name", "queue"})
-    for field in UNASKED:  # stored only when asked: every job's row and answer stays as small
-        if not spec[field]:
-            del spec[field]
-    if spec["gputopology"]:  # the default, likewise
-        del spec["gputopology"]
+    # Fields left at their defaults are stored only where the table says always: every
+    # job's row and answer stays as small.
+    spec = compact(body.model_dump(exclude={"name", "queue"}))
     if body.workdir is not None and not os.path.isdir(body.workdir):
         # Refused now rather than failing at every start: the workers run on this machine.
         raise _refused(
@@ -246,22 +244,6 @@ def _submit(
     except (DuplicateJob, Conflict) as err:
         raise HTTPException(status.HTTP_409_CONFLICT, _taken(server, body.name, err)) from None
     return job_fields(row, who, reason, server.runtime), replayed
-
-
-# Fields a job that does not use them leaves out of its stored spec (read with defaults).
-UNASKED = (
-    "cpus",
-    "memory",
-    "gpu_memory",
-    "gpu_type",
-    "mixed_types",
-    "model",
-    "exported",
-    "image",
-    "idle",
-    "interactive",
-    "after",
-)
 
 
 def _taken(server: ServerState, name: str | None, err: Exception) -> str:
