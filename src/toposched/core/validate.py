@@ -191,17 +191,17 @@ def _check_shares(s: Books, owner: dict[tuple[int, int], str]) -> None:
     if set(sharers) != set(s.sharers) or any(s.sharers[n] is not r for n, r in sharers.items()):
         raise InvariantViolation("the jobs holding shares disagree with their placements")
     for (i, gpu), on_gpu in shares.items():
-        node = s.capacity.nodes[i]
+        held_on = s.capacity.nodes[i]
         if (i, gpu) in owner:
             raise InvariantViolation(
-                f"GPU {gpu} of {node.name} is held whole by {owner[(i, gpu)]} and shared"
+                f"GPU {gpu} of {held_on.name} is held whole by {owner[(i, gpu)]} and shared"
             )
         used = sum(m for m, _ in on_gpu.values())
         mib = sum(x for _, x in on_gpu.values())
         if used > 1000:
-            raise InvariantViolation(f"GPU {gpu} of {node.name}: {used} thousandths shared")
-        if mib and mib * MIB > node.hardware.gpu_memory:
-            raise InvariantViolation(f"GPU {gpu} of {node.name}: {mib} MiB shared, over its memory")
+            raise InvariantViolation(f"GPU {gpu} of {held_on.name}: {used} thousandths shared")
+        if mib and mib * MIB > held_on.hardware.gpu_memory:
+            raise InvariantViolation(f"GPU {gpu} of {held_on.name}: {mib} MiB shared, too many")
     for q, queue in s.queues.items():
         if queue.used_milli != milli.get(q, 0):
             raise InvariantViolation(

@@ -288,10 +288,30 @@ class SharePolicy:
     measure: Measure | None = None
     rng: random.Random | None = None
 
+    def __post_init__(self) -> None:
+        # Each room's best option for an ask: a room changes only when work lands on it,
+        # so one placement among many nodes asks the score again of one node alone.
+        self._best: dict[tuple[NodeRoom, Ask], tuple[tuple[float, ...], tuple[int, ...]] | None]
+        self._best = {}
+
     def place(self, rooms: Sequence[NodeRoom], ask: Ask) -> Choice | None:
         if self.name == "random":
             return self._random(rooms, ask)
-        return choose(rooms, ask, self._score())
+        score = self._score()
+        memo = self._best
+        if len(memo) > 1_000_000:
+            memo.clear()
+        best: tuple[tuple[float, ...], int, tuple[int, ...]] | None = None
+        for room in rooms:
+            key = (room, ask)
+            if key in memo:
+                mine = memo[key]
+            else:
+                scored = [(score(room, ask, gpus), gpus) for gpus in options(room, ask)]
+                mine = memo[key] = min(scored) if scored else None
+            if mine is not None and (best is None or (mine[0], room.index) < best[:2]):
+                best = (mine[0], room.index, mine[1])
+        return None if best is None else Choice(best[1], best[2])
 
     def _score(self) -> Score:
         if self.name == "best-fit":
