@@ -44,8 +44,15 @@ def test_pod_types_cpus_and_memory_per_gpu() -> None:
     got = [(j.name, j.gpus, j.cpus, j.memory, j.gpu_types) for j in trace.jobs]
     assert got == GPUSPEC
     assert trace.skip_reasons == {"no-gpu": 1}
-    # pods 0001, 0003 (460), 0021 (440) and 0022 (220) asked for part of a GPU
-    assert trace.notes == {"fractional-gpu-as-whole": 4}
+    # pods 0001, 0003 (460), 0021 (440) and 0022 (220) ask part of a GPU, and keep it
+    shares = {j.name: j.gpu_milli for j in trace.jobs if j.gpu_milli}
+    assert shares == {
+        "openb-pod-0001": 460,
+        "openb-pod-0003": 460,
+        "openb-pod-0021": 440,
+        "openb-pod-0022": 220,
+    }
+    assert trace.notes == {}
 
 
 def test_pods_become_specs_with_their_types_and_resources() -> None:
@@ -56,9 +63,10 @@ def test_pods_become_specs_with_their_types_and_resources() -> None:
     assert not spec.mixed_types
 
 
-def test_notes_count_only_the_jobs_kept() -> None:
-    assert read_trace(OPENB / "gpuspec.csv", limit=2).notes == {"fractional-gpu-as-whole": 1}
-    assert read_trace(OPENB / "good.csv", limit=1).notes == {}
+def test_a_share_of_a_gpu_becomes_a_spec_that_asks_it() -> None:
+    job = next(j for j in read_trace(OPENB / "gpuspec.csv").jobs if j.name == "openb-pod-0022")
+    spec = DEFAULT_WORKLOAD.spec(job, 8)
+    assert (spec.workers, spec.gpus_per_worker, spec.gpu_milli, spec.shared) == (1, 1, 220, True)
 
 
 def test_bad_pod_rows_stop_the_read_or_are_skipped_and_counted() -> None:

@@ -17,8 +17,12 @@ from toposched.core.job import JobSpec
 from toposched.core.records import JobRecord, QueueRecord, Reservation
 from toposched.placement.capacity import Capacity, full_mask
 from toposched.placement.gang import Placement
+from toposched.placement.sharing import MILLI, NodeRoom, Task
 from toposched.placement.tables import to_mask
 from toposched.topology.cluster import Cluster, Node
+from toposched.topology.resources import type_key
+
+MIB = 2**20
 
 NOTES = 100  # cluster-wide notes kept (node added, spread/pack changed)
 
@@ -50,6 +54,13 @@ class Books:
         # Jobs without GPUs hold CPUs and memory alone: their workers by node (a lost node
         # stops them as it stops the jobs holding its GPUs).
         self.cpu_only: dict[int, dict[str, int]] = {}
+        # Shared GPUs: each one's jobs with their (thousandths, MiB). A shared GPU is not free
+        # (Capacity.free), so whole-GPU placers never see it; the jobs holding shares are kept
+        # here, not in `owner`, `node_jobs`, `job_nodes` or `holders`.
+        self.shares: dict[tuple[int, int], dict[str, tuple[int, int]]] = {}
+        self.sharers: dict[str, JobRecord] = {}
+        # Each kind of worker submitted, counted: the target workload of FGD's measure.
+        self.tasks: dict[Task, int] = {}
         self.deps = Dependencies()  # the waiting jobs that run after others
         self.finished: deque[str] = deque()  # ended jobs, oldest first (forgotten in turn)
         self.reservation: Reservation | None = None
@@ -125,6 +136,10 @@ class Books:
         )
         if spec.elastic is not None:
             self.elastic[spec.name] = rec
+        task = Task(
+            spec.gpus_per_worker, spec.share_milli if spec.gpus_per_worker else 0, spec.cpus
+        )
+        self.tasks[task] = self.tasks.get(task, 0) + spec.workers
         return rec
 
     def retire(self, rec: JobRecord, keep: int) -> None:
@@ -166,6 +181,9 @@ class Books:
     def allocate(self, rec: JobRecord, placement: Placement) -> None:
         if rec.spec.cpu_only:
             self._hold_cpu_only(rec, placement, 1)
+            return
+        if rec.spec.shared:
+            self._share(rec, placement)
             return
         for node, gpus in placement.gpus_by_node().items():
             i = self.capacity.index[node]
@@ -240,10 +258,97 @@ class Books:
                     del self.cpu_only[i]
             self.touch(i)
 
+    def _share(self, rec: JobRecord, placement: Placement) -> None:
+        """`rec` takes its share of the one GPU of `placement` (taken from the free GPUs if it
+        is the first share there)."""
+        spec = rec.spec
+        ((node, gpu),) = placement.pairs()
+        i = self.capacity.index[node]
+        on_gpu = self.shares.setdefault((i, gpu), {})
+        if not on_gpu:
+            self.capacity.take(i, 1 << gpu)
+        on_gpu[rec.name] = (spec.gpu_milli, spec.gpu_share_mib)
+        if spec.cpus or spec.memory:
+            self.capacity.hold(i, spec.cpus, spec.memory)
+        self.sharers[rec.name] = rec
+        self.touch(i)
+        queue = self.queues[spec.queue]
+        queue.used_milli += spec.gpu_milli
+        queue.version += 1
+        if self.starts_make_victims(rec):
+            self.epoch += 1
+
+    def _unshare(self, rec: JobRecord) -> None:
+        """`rec` gives its share back; a GPU nobody shares any more is free again (unless it
+        failed or its node is cordoned or gone)."""
+        spec = rec.spec
+        for placement in rec.held():
+            ((node, gpu),) = placement.pairs()
+            i = self.capacity.index[node]
+            on_gpu = self.shares[(i, gpu)]
+            del on_gpu[rec.name]
+            if not on_gpu:
+                del self.shares[(i, gpu)]
+                usable = self.capacity.present[i] and i not in self.cordoned
+                if usable and not self.unhealthy.get(i, 0) >> gpu & 1:
+                    self.capacity.give(i, 1 << gpu)
+            if spec.cpus or spec.memory:
+                self.capacity.hold(i, -spec.cpus, -spec.memory)
+            self.touch(i)
+            queue = self.queues[spec.queue]
+            queue.used_milli -= spec.gpu_milli
+            queue.version += 1
+        self.sharers.pop(rec.name, None)
+        self.epoch += 1
+        self.freed += 1
+
+    def shared_mask(self, i: int) -> int:
+        """Node `i`'s GPUs that jobs hold shares of."""
+        mask = 0
+        for g in range(self.capacity.nodes[i].size):
+            if (i, g) in self.shares:
+                mask |= 1 << g
+        return mask
+
+    def room_for_shares(self, i: int) -> NodeRoom:
+        """Node `i` as the share policies see it: each GPU's thousandths and MiB left (none
+        of a failed GPU, one held whole, or any of a cordoned node)."""
+        cap = self.capacity
+        node = cap.nodes[i]
+        mib = node.hardware.gpu_memory // MIB
+        bad = self.unhealthy.get(i, 0)
+        cordoned = i in self.cordoned
+        left, memory_left, tenants = [], [], []
+        for g in range(node.size):
+            on_gpu = self.shares.get((i, g))
+            if cordoned or bad >> g & 1 or (i, g) in self.owner:
+                left.append(0)
+                memory_left.append(0)
+            elif on_gpu:
+                left.append(MILLI - sum(m for m, _ in on_gpu.values()))
+                memory_left.append(max(mib - sum(x for _, x in on_gpu.values()), 0))
+            else:
+                left.append(MILLI)
+                memory_left.append(mib)
+            tenants.append(len(on_gpu) if on_gpu else 0)
+        return NodeRoom(
+            i,
+            type_key(node.hardware.gpu_type),
+            tuple(left),
+            tuple(memory_left),
+            cap.free_cpus(i),
+            cap.free_memory(i),
+            tuple(tenants),
+        )
+
     def release_held(self, rec: JobRecord) -> None:
         """Every GPU `rec` holds goes back (its placement, a move's target, a partial gang)."""
         if self.reservation is not None:
             self.reservation.awaiting.discard(rec.name)
+        if rec.spec.shared:
+            self._unshare(rec)
+            rec.placement = rec.target = rec.resume = None
+            return
         if rec.spec.cpu_only:
             for placement in rec.held():
                 self._hold_cpu_only(rec, placement, -1)
@@ -273,7 +378,7 @@ class Books:
         self.cordoned.discard(i)
         self.labels[node.name] = dict(node.labels)
         self.set_unhealthy(i, 0)
-        held = 0
+        held = self.shared_mask(i)
         for mask in self.node_jobs.get(i, {}).values():  # jobs that kept GPUs of a lost node
             held |= mask
         if held:
@@ -323,7 +428,7 @@ class Books:
             self.capacity.take(i, self.capacity.free[i])
         elif not on and i in self.cordoned:
             self.cordoned.discard(i)
-            held = 0
+            held = self.shared_mask(i)
             for mask in self.node_jobs.get(i, {}).values():
                 held |= mask
             size = self.capacity.nodes[i].size
@@ -334,5 +439,11 @@ class Books:
             self.reservation = None  # its GPUs will not free up there
 
     def holders_on(self, i: int) -> list[str]:
-        """The jobs holding GPUs of node `i`, or workers there without GPUs, by name."""
-        return sorted({*self.node_jobs.get(i, {}), *self.cpu_only.get(i, {})})
+        """The jobs holding GPUs or shares of GPUs of node `i`, or workers there without
+        GPUs, by name."""
+        sharing = {name for (n, _), on_gpu in self.shares.items() if n == i for name in on_gpu}
+        return sorted({*self.node_jobs.get(i, {}), *self.cpu_only.get(i, {}), *sharing})
+
+    def sharers_of(self, i: int, gpu: int) -> list[str]:
+        """The jobs holding shares of GPU `gpu` of node `i`, by name."""
+        return sorted(self.shares.get((i, gpu), {}))

@@ -35,6 +35,7 @@ from toposched.core.records import JobRecord, Reservation, Said
 from toposched.core.requests import gang_request
 from toposched.core.reservation import Reserver, describe
 from toposched.core.room import RoomPlan, plan_defragment, plan_preempt, plan_shrink
+from toposched.core.sharing import SharePlacer
 from toposched.placement.cpu_only import place_cpu_only
 from toposched.placement.gang import GangRequest, Placement, Shortfall
 from toposched.placement.policies import GangPlacer
@@ -58,6 +59,7 @@ class GangCycle:
         place: GangPlacer,
         reclaim: Reclaim,
         reserver: Reserver,
+        shares: SharePlacer,
     ) -> None:
         self.books = books
         self.waiting = waiting
@@ -66,6 +68,7 @@ class GangCycle:
         self.place = place
         self.reclaim = reclaim
         self.reserver = reserver
+        self.shares = shares
         self.mode = Mode.PACK if policy.single_gpu is SingleGpu.PACK else Mode.SPREAD
         self.cycles = 0
         # Requests no migration plan opened a node for, as of `books.freed`: nothing but GPUs
@@ -90,10 +93,12 @@ class GangCycle:
             if rec.state is not JobState.PENDING:
                 continue
             if books.capacity.total_free == 0 and turn.first_blocked:
-                if not self.waiting.lists.cpu_only:
+                lists = self.waiting.lists
+                if not (lists.cpu_only or lists.shared):
                     cut = Cut(self.cycles, None)
                     break
-                if rec.spec.gpus_per_worker:  # jobs without GPUs behind it may still start
+                # Jobs without GPUs, or with a share of one, behind it may still start.
+                if rec.spec.gpus_per_worker and not rec.spec.shared:
                     turn.no_gpu_free(rec)
                     continue
             actions, more = turn.admit(rec)  # 3, and 4-5 for the first blocked job
@@ -338,6 +343,8 @@ class Turn:
         whole = self.waiting.shape_of(rec)
         if rec.spec.cpu_only:
             return self.admit_cpu_only(rec, whole)
+        if rec.spec.shared:
+            return self.admit_shared(rec, whole)
         exclude = self.exclusion(rec)
         failed: Failed = (*whole, exclude is not None)
         known = self.failed.get(failed)
@@ -391,6 +398,28 @@ class Turn:
         rec.said = None
         self.hopeless_shape(failed, result.reason, None)
         return [], True  # once every shape is hopeless, the lists all drop out
+
+    def admit_shared(self, rec: JobRecord, whole: Shape) -> tuple[list[Action], bool]:
+        """Phase 3 for a job that asks part of one GPU: placed by the share policy, or noted
+        why not. Like a job without GPUs it neither makes room nor reserves, nor blocks the
+        jobs after it; the reservation's GPUs are not free, so it never takes them."""
+        books, cycle = self.books, self.cycle
+        failed: Failed = (*whole, False)
+        known = self.failed.get(failed)
+        if known is not None:
+            rec.note(books.now, known)
+            rec.said = None
+            return [], True
+        result = cycle.shares.place(rec.spec)
+        if isinstance(result, Shortfall):
+            result = cycle.on_selected(result, rec.spec.where)
+        if isinstance(result, Placement):
+            why = f"a share of a GPU, placed by the {cycle.policy.share_placement} share policy"
+            return cycle.changes.start(rec, result, why), True
+        rec.note(books.now, result.reason)
+        rec.said = None
+        self.hopeless_shape(failed, result.reason, None)
+        return [], True
 
     def no_gpu_free(self, rec: JobRecord) -> None:
         """No GPU is free and a job already blocked: one that needs GPUs cannot start, nor

@@ -50,8 +50,10 @@ class Demotions:
         self.stopped(rec)
         if self.threshold is None or rec.placement is None or not rec.spec.checkpointable:
             return
-        if not rec.placement.gpus:
-            return  # a job without GPUs has no GPU service: it is never demoted
+        if not rec.placement.gpus or rec.spec.shared:
+            # A job without GPUs has no GPU service, and a share is never preempted (it
+            # frees no whole GPU): neither is demoted.
+            return
         left = self.threshold - (rec.service(now) - rec.forgiven)
         demote_at = now + max(0.0, left) / rec.placement.gpus
         self._demote_at[rec.name] = demote_at

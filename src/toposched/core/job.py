@@ -208,13 +208,15 @@ class Needs:
     where: Eligibility = ANYWHERE
     fit: WorkerFit = ANY_FIT
     mixed_types: bool = False
+    # (thousandths, MiB) of one GPU for a share of it: shares wait in lists of their own.
+    share: tuple[int, int] = (0, 0)
 
     def __hash__(self) -> int:
         return self._hash
 
     @cached_property
     def _hash(self) -> int:
-        return hash((self.where, self.fit, self.mixed_types))
+        return hash((self.where, self.fit, self.mixed_types, self.share))
 
 
 NO_NEEDS = Needs()
@@ -258,6 +260,11 @@ class JobSpec:
     # The jobs it runs after (Slurm's --dependency=afterok/afterany): until they have ended as
     # asked it waits without being tried (core/dependencies.py).
     after: tuple[After, ...] = ()
+    # A share of one GPU (docs/placement.md, "Sharing a GPU"): compute in thousandths
+    # (1-999; 0: whole GPUs) and/or GPU memory in MiB (0: none asked). A job that asks either
+    # is one worker on part of one GPU, placed by the scheduler's share policy.
+    gpu_milli: int = 0
+    gpu_share_mib: int = 0
 
     def __post_init__(self) -> None:
         if not self.name or not isinstance(self.name, str):
@@ -273,7 +280,7 @@ class JobSpec:
             raise JobError(f"max_restarts must be >= 0, got {self.max_restarts}")
         if self.limit_s is not None and not self.limit_s > 0:
             raise JobError(f"limit_s must be positive, got {self.limit_s}")
-        for field_name in ("cpus", "memory", "gpu_memory"):
+        for field_name in ("cpus", "memory", "gpu_memory", "gpu_milli", "gpu_share_mib"):
             value = getattr(self, field_name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise JobError(f"{field_name} must be a whole number >= 0, got {value!r}")
@@ -290,6 +297,8 @@ class JobSpec:
             )
         if self.cpu_only:
             self._check_cpu_only()
+        if self.shared:
+            self._check_shared()
         self._check_after()
 
     def _check_cpu_only(self) -> None:
@@ -309,6 +318,21 @@ class JobSpec:
                     f"job {self.name!r}: {field_name} is for jobs with GPUs; this one asks "
                     "for none (gpus_per_worker=0)"
                 )
+
+    def _check_shared(self) -> None:
+        """A share is of one GPU, for one worker: only a single GPU per worker can be
+        fractional, and a gang of shares is not offered yet."""
+        if self.gpu_milli >= 1000:
+            raise JobError(
+                f"job {self.name!r}: gpu_milli is a share of one GPU in thousandths (1-999), "
+                f"got {self.gpu_milli}; for whole GPUs leave it 0"
+            )
+        if self.gpus_per_worker != 1 or self.workers != 1 or self.elastic is not None:
+            raise JobError(
+                f"job {self.name!r}: a share of a GPU (gpu_milli or gpu_share_mib) is for one "
+                f"worker of one GPU; this one asks {self.workers} worker(s) x "
+                f"{self.gpus_per_worker} GPU(s){' and is elastic' if self.elastic else ''}"
+            )
 
     def _check_after(self) -> None:
         if not isinstance(self.after, tuple) or not all(isinstance(a, After) for a in self.after):
@@ -359,14 +383,27 @@ class JobSpec:
     @cached_property
     def needs(self) -> Needs:
         """All it asks of nodes besides GPUs, in one key."""
-        if self.where is ANYWHERE and self.fit is ANY_FIT and not self.mixed_types:
+        share = (self.gpu_milli, self.gpu_share_mib)
+        plain = self.where is ANYWHERE and self.fit is ANY_FIT and not self.mixed_types
+        if plain and not self.shared:
             return NO_NEEDS
-        return Needs(self.where, self.fit, self.mixed_types)
+        return Needs(self.where, self.fit, self.mixed_types, share)
 
     @property
     def cpu_only(self) -> bool:
         """No GPUs: its workers hold CPUs and memory alone (a pipeline's preparation stage)."""
         return self.gpus_per_worker == 0
+
+    @property
+    def shared(self) -> bool:
+        """It asks part of one GPU (compute or memory), not whole GPUs."""
+        return bool(self.gpu_milli or self.gpu_share_mib)
+
+    @property
+    def share_milli(self) -> int:
+        """The thousandths of a GPU it counts for: its compute share, a whole GPU (1000)
+        for a job of whole GPUs, 0 for a memory share alone (it takes no compute)."""
+        return self.gpu_milli if self.shared else 1000
 
     @property
     def checkpointable(self) -> bool:

@@ -10,7 +10,7 @@ import math
 from collections.abc import Mapping
 
 from toposched.core.actions import Action, StopKind, Transition
-from toposched.core.books import Books
+from toposched.core.books import MIB, Books
 from toposched.core.changes import Changes
 from toposched.core.demotion import Demotions
 from toposched.core.dependencies import failed_why, resolve
@@ -154,15 +154,41 @@ class Lifecycle:
                     raise SchedulingError(
                         f"job {name!r}: GPU {gpu} of {slot.node!r} is held by another job"
                     )
+                self._check_share_restorable(spec, i, gpu)
                 if self.books.unhealthy.get(i, 0) >> gpu & 1:
                     raise SchedulingError(f"job {name!r}: GPU {gpu} of {slot.node!r} is unhealthy")
                 seen.add((slot.node, gpu))
+
+    def _check_share_restorable(self, spec: JobSpec, i: int, gpu: int) -> None:
+        """A share goes back only where the GPU's shares leave it room; whole GPUs never
+        onto a GPU that jobs share."""
+        on_gpu = self.books.shares.get((i, gpu), {})
+        node = self.books.capacity.nodes[i]
+        if not spec.shared:
+            if on_gpu:
+                raise SchedulingError(
+                    f"job {spec.name!r}: GPU {gpu} of {node.name!r} is shared by "
+                    f"{', '.join(sorted(on_gpu))}; a job of whole GPUs cannot hold it"
+                )
+            return
+        milli = sum(m for m, _ in on_gpu.values()) + spec.gpu_milli
+        mib = sum(x for _, x in on_gpu.values()) + spec.gpu_share_mib
+        if milli > 1000 or (mib * MIB > node.hardware.gpu_memory and spec.gpu_share_mib):
+            raise SchedulingError(
+                f"job {spec.name!r}: GPU {gpu} of {node.name!r} has no room for its share "
+                f"beside {', '.join(sorted(on_gpu)) or 'nobody'}"
+            )
 
     def never_fits(self, spec: JobSpec) -> str | None:
         """Why `spec` could not run even on the whole (healthy, empty) cluster, or None:
         drivers refuse such a submission up front instead of keeping a job that can never
         start."""
         g = spec.gpus_per_worker
+        if spec.shared and not self.policy.gang:
+            return (
+                "rejected: a share of a GPU needs gang admission; this policy binds workers "
+                "to whole GPUs one at a time"
+            )
         if spec.cpu_only:
             if not self.policy.gang:
                 return (
@@ -337,12 +363,20 @@ class Lifecycle:
         bit = 1 << gpu
         bad = self.books.unhealthy.get(i, 0)
         holder = self.books.owner.get((i, gpu))
+        sharers = self.books.sharers_of(i, gpu)
         if not healthy:
             if bad & bit:
                 return []
             self.books.set_unhealthy(i, bad | bit)
             if self.books.reservation is not None and self.books.reservation.gpus.get(i, 0) & bit:
                 self.books.reservation = None  # re-planned in this cycle, around the failed GPU
+            if sharers:
+                out: list[Action] = []
+                for job in sharers:
+                    out += self._lost(
+                        self.books.jobs[job], name, gpu, f"GPU {gpu} of node {name} failed"
+                    )
+                return out
             if holder is None:
                 if i not in self.books.cordoned:  # a cordoned node has no free GPU
                     self.books.capacity.take(i, bit)
@@ -352,6 +386,6 @@ class Lifecycle:
             )
         if bad & bit:
             self.books.set_unhealthy(i, bad & ~bit)
-            if holder is None and i not in self.books.cordoned:
+            if holder is None and not sharers and i not in self.books.cordoned:
                 self.books.capacity.give(i, bit)
         return []

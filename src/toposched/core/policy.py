@@ -11,6 +11,7 @@ from typing import Any
 from toposched.placement.policies import POLICIES as PLACEMENT_POLICIES
 from toposched.placement.policies import placement_policy
 from toposched.placement.request import PlacementError
+from toposched.placement.sharing import SHARE_POLICIES
 
 
 class PolicyError(ValueError):
@@ -60,6 +61,9 @@ class SchedulerPolicy:
     (kube-scheduler without a gang plugin); such policies can deadlock, on purpose.
     placement: the node and GPU choice, a name in the placement registry
     (toposched.placement.policies, the same names `toposched place --policy` takes).
+    share_placement: the node and GPU for a share of one GPU (placement/sharing.py):
+    `toposched` (FGD's measure, interference among sharers breaking ties), `fgd`,
+    `best-fit`, `gpu-packing` or `random`.
     reservation: the first blocked job keeps the GPUs that free up first (no starvation).
     backfill: later jobs may start while an earlier one is blocked (False: strict FIFO).
     preemption: a blocked job may stop running ones (core/reclaim.py): work another queue
@@ -110,6 +114,7 @@ class SchedulerPolicy:
     gang: bool = True
     order: Order = Order.FAIR
     placement: str = "topology"
+    share_placement: str = "toposched"
     reservation: bool = True
     backfill: bool = True
     preemption: bool = True
@@ -202,6 +207,11 @@ class SchedulerPolicy:
 
     def _check_combinations(self) -> None:
         """Refuse switches that cannot work together, saying which and why."""
+        if self.share_placement not in SHARE_POLICIES:
+            raise PolicyError(
+                f"share_placement {self.share_placement!r}: expected one of "
+                f"{', '.join(SHARE_POLICIES)}"
+            )
         try:
             placing = placement_policy(self.placement)
         except PlacementError as err:

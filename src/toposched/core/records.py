@@ -107,9 +107,13 @@ class QueueRecord:
     name: str
     guaranteed: int = 0
     used: int = 0
+    # Thousandths of GPUs its jobs hold as shares of GPUs (whole GPUs are in `used`).
+    used_milli: int = 0
     version: int = 0  # bumped whenever `used` changes (ranks of its jobs are kept until then)
 
     def within_guarantee(self, extra: int) -> bool:
+        if self.used_milli:
+            return (self.used + extra) * 1000 + self.used_milli <= self.guaranteed * 1000
         return self.used + extra <= self.guaranteed
 
     def share(self, used: int | None = None) -> float:
@@ -117,7 +121,9 @@ class QueueRecord:
         first."""
         used = self.used if used is None else used
         if self.guaranteed == 0:
-            return math.inf if used else 0.0
+            return math.inf if used or self.used_milli else 0.0
+        if self.used_milli:
+            return (used * 1000 + self.used_milli) / (self.guaranteed * 1000)
         return used / self.guaranteed
 
 

@@ -53,6 +53,7 @@ from toposched.core.policy import SchedulerPolicy, TypeChoice
 from toposched.core.reclaim import Reclaim
 from toposched.core.records import JobRecord
 from toposched.core.reservation import Reserver
+from toposched.core.sharing import SharePlacer
 from toposched.core.stoprule import StopRule
 from toposched.core.typechoice import FastestType, TypeSpeed
 from toposched.core.validate import check as check_books
@@ -125,7 +126,10 @@ class Scheduler:
             fewest = OneType(placing.gang, choose)
             self.reclaim = Reclaim(books, waiting, self.demotions, policy, fewest, rule)
             reserver = Reserver(books, policy.default_runtime_s, validate)
-            self.gang = GangCycle(books, waiting, changes, policy, place, self.reclaim, reserver)
+            shares = SharePlacer(books, policy.share_placement, rng or random.Random(0))
+            self.gang = GangCycle(
+                books, waiting, changes, policy, place, self.reclaim, reserver, shares
+            )
         if not policy.gang:
             assert placing.worker is not None  # SchedulerPolicy refuses it otherwise
             self.binding = WorkerBinding(

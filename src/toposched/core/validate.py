@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from toposched.core.books import Books
+from toposched.core.books import MIB, Books
 from toposched.core.demotion import Demotions
 from toposched.core.errors import InvariantViolation
 from toposched.core.job import JobState
@@ -51,6 +51,7 @@ def check(s: Books, waiting: Waiting, demotions: Demotions, gang: bool) -> None:
     """Raise InvariantViolation unless the books agree (on after every event in tests)."""
     owner = _check_jobs(s, gang)
     _check_indexes(s, owner, demotions)
+    _check_shares(s, owner)
     _check_free(s, owner)
     _check_resources(s)
     _check_waiting(s, waiting)
@@ -74,6 +75,8 @@ def _check_jobs(s: Books, gang: bool) -> dict[tuple[int, int], str]:
             continue
         else:
             check_gang(s, rec)
+        if spec.shared:
+            continue  # its GPU is shared, not owned (_check_shares)
         for placement in held:
             for node, gpu in placement.pairs():
                 slot = (s.capacity.index[node], gpu)
@@ -136,6 +139,12 @@ def _check_resources(s: Books) -> None:
             workers = mask.bit_count() // spec.gpus_per_worker
             cpus[i] += workers * spec.cpus
             memory[i] += workers * spec.memory
+    for rec in s.sharers.values():
+        for placement in rec.held():
+            for slot in placement.workers:
+                i = cap.index[slot.node]
+                cpus[i] += rec.spec.cpus
+                memory[i] += rec.spec.memory
     cpu_only: dict[int, dict[str, int]] = {}
     for rec in s.jobs.values():
         if not rec.spec.cpu_only:
@@ -160,6 +169,46 @@ def _check_resources(s: Books) -> None:
             raise InvariantViolation(f"node {cap.nodes[i].name}: CPUs or memory over-committed")
 
 
+def _check_shares(s: Books, owner: dict[tuple[int, int], str]) -> None:
+    """The shares of each GPU are those the running jobs that ask shares hold: no GPU over
+    1000 thousandths or over its memory, none both shared and held whole, each queue's
+    thousandths the sum of its jobs' shares."""
+    shares: dict[tuple[int, int], dict[str, tuple[int, int]]] = {}
+    sharers: dict[str, JobRecord] = {}
+    milli: dict[str, int] = {}
+    for rec in s.jobs.values():
+        if not rec.spec.shared or not rec.held():
+            continue
+        spec = rec.spec
+        sharers[rec.name] = rec
+        for placement in rec.held():
+            for node, gpu in placement.pairs():
+                slot = (s.capacity.index[node], gpu)
+                shares.setdefault(slot, {})[rec.name] = (spec.gpu_milli, spec.gpu_share_mib)
+                milli[spec.queue] = milli.get(spec.queue, 0) + spec.gpu_milli
+    if shares != s.shares:
+        raise InvariantViolation("the shares of GPUs disagree with the jobs that hold them")
+    if set(sharers) != set(s.sharers) or any(s.sharers[n] is not r for n, r in sharers.items()):
+        raise InvariantViolation("the jobs holding shares disagree with their placements")
+    for (i, gpu), on_gpu in shares.items():
+        held_on = s.capacity.nodes[i]
+        if (i, gpu) in owner:
+            raise InvariantViolation(
+                f"GPU {gpu} of {held_on.name} is held whole by {owner[(i, gpu)]} and shared"
+            )
+        used = sum(m for m, _ in on_gpu.values())
+        mib = sum(x for _, x in on_gpu.values())
+        if used > 1000:
+            raise InvariantViolation(f"GPU {gpu} of {held_on.name}: {used} thousandths shared")
+        if mib and mib * MIB > held_on.hardware.gpu_memory:
+            raise InvariantViolation(f"GPU {gpu} of {held_on.name}: {mib} MiB shared, too many")
+    for q, queue in s.queues.items():
+        if queue.used_milli != milli.get(q, 0):
+            raise InvariantViolation(
+                f"queue {q}: shares {queue.used_milli} thousandths != {milli.get(q, 0)}"
+            )
+
+
 def _check_free(s: Books, owner: dict[tuple[int, int], str]) -> None:
     """Each node's free GPUs are those neither held nor failed; the GPUs the placers count
     out are the failed ones, or all of a cordoned node's."""
@@ -173,7 +222,7 @@ def _check_free(s: Books, owner: dict[tuple[int, int], str]) -> None:
             )
         held_mask = 0
         for gpu in range(size):
-            if (i, gpu) in owner:
+            if (i, gpu) in owner or (i, gpu) in s.shares:
                 held_mask |= 1 << gpu
         expected = full_mask(size) & ~held_mask & ~s.unhealthy.get(i, 0)
         if i in s.cordoned:

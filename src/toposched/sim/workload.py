@@ -53,6 +53,7 @@ class Workload:
             memory=job.memory,
             gpu_types=job.gpu_types,
             after=tuple(After.parse(text) for text in job.after),
+            gpu_milli=job.gpu_milli,
         )
 
 

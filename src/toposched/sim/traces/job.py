@@ -37,11 +37,9 @@ class TraceError(ValueError):
 
 
 # A job that asked for part of a GPU: no GPU sharing yet, so it holds a whole one.
-FRACTION_AS_WHOLE = "fractional-gpu-as-whole"
 # An untyped job given one GPU type at random (`toposched sim --typed-share`).
 TYPED_AT_RANDOM = "typed-at-random"
 NOTES = {
-    FRACTION_AS_WHOLE: "asked for part of a GPU and hold a whole one (no GPU sharing yet)",
     TYPED_AT_RANDOM: "were given one GPU type at random (--typed-share)",
 }
 
@@ -70,6 +68,7 @@ class TraceJob:
     memory: int = 0
     gpu_types: tuple[str, ...] = ()
     after: tuple[str, ...] = ()
+    gpu_milli: int = 0  # a share of one GPU in thousandths (1-999, `gpus` 1); 0: whole GPUs
 
 
 @dataclass(frozen=True, slots=True)

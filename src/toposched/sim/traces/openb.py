@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from toposched.sim.traces.job import DEFAULT_QUEUE, FRACTION_AS_WHOLE
+from toposched.sim.traces.job import DEFAULT_QUEUE
 from toposched.sim.traces.rows import (
     BAD_VALUE,
     NEVER_STARTED,
@@ -27,9 +27,9 @@ def parse(row: Sequence[str], columns: Mapping[str, int], line: int) -> RawJob |
 
     A pod of `num_gpu` GPUs is that many one-GPU workers, each needing its share of the pod's
     `cpu_milli` and `memory_mib` (rounded up) and one of the GPU types in `gpu_spec` (types
-    separated by `|`; empty: any). A fractional GPU (`gpu_milli` < 1000) shares a GPU in
-    the trace; the scheduler does not share GPUs yet, so such a pod takes a whole GPU and is
-    counted in Trace.notes (`fractional-gpu-as-whole`). A pod without GPUs (`num_gpu` 0)
+    separated by `|`; empty: any). A pod of one GPU with `gpu_milli` < 1000 asks that share of
+    one GPU (TraceJob.gpu_milli), as it did in the trace; `gpu_milli` is read only for
+    one-GPU pods (the trace's multi-GPU pods all say 1000). A pod without GPUs (`num_gpu` 0)
     has nothing for a GPU scheduler to place and is dropped (`no-gpu`), as is a pod never
     scheduled (`scheduled_time` empty, `never-started`).
     """
@@ -53,10 +53,10 @@ def parse(row: Sequence[str], columns: Mapping[str, int], line: int) -> RawJob |
         return NEVER_STARTED
     if deleted < start:
         raise RowError(BAD_VALUE, f"{deleted} is before {start_column} {start}", "deletion_time")
-    notes = (FRACTION_AS_WHOLE,) if milli < 1000 else ()
+    share = milli if gpus == 1 and milli < 1000 else 0
     duration = float(deleted - start)
     return RawJob(
-        name, float(created), gpus, duration, DEFAULT_QUEUE, None, cpus, memory, types, notes
+        name, float(created), gpus, duration, DEFAULT_QUEUE, None, cpus, memory, types, (), share
     )
 
 

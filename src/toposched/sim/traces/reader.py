@@ -221,6 +221,7 @@ def _trace(
             job.cpus,
             job.memory,
             job.gpu_types,
+            gpu_milli=job.gpu_milli,
         )
         for job, line in kept
     )

@@ -61,6 +61,7 @@ class RawJob(NamedTuple):
     memory: int = 0
     gpu_types: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
+    gpu_milli: int = 0  # part of one GPU, in thousandths (1-999); 0: whole GPUs
 
 
 # `columns` maps each column the format uses (required, and optional ones the header has)
