@@ -17,8 +17,11 @@ GPUs are the cluster's GPUs less those allocated (fractions counted: 100% less t
 
 Run: .venv/bin/python benchmarks/fgd_peer.py [--trace CSV] [--nodes CSV] [--policy fgd|best-fit]
      [--seed 42] [--smoke] [--json]
-Prints a table and a JSON last line (the figures per policy). --smoke: a 24-node, 300-pod cut of
-the openb lists, both policies (CI; the first run builds the simulator, minutes).
+Prints a table and a JSON last line (the figures per policy). --smoke: every 50th node of the
+node list (25 nodes, 116 GPUs) and the first 300 pods, both policies (CI; the first run builds the
+simulator). Where the simulator cannot be had (no Go, or the module proxy does not give the
+module) the smoke writes every input, says NOT RUN and exits 0, unless $TOPOSCHED_FGDSIM_STRICT
+is set; a full run exits 1.
 """
 
 from __future__ import annotations
@@ -52,7 +55,9 @@ MODULE = "github.com/hkust-adsl/kubernetes-scheduler-simulator"
 VERSION = "v0.0.0-20240731153805-8f3d6417353c"
 CACHE_ENV = "TOPOSCHED_FGDSIM_CACHE"
 BINARY_ENV = "TOPOSCHED_FGDSIM_BIN"
+STRICT_ENV = "TOPOSCHED_FGDSIM_STRICT"  # set: a smoke that cannot have the simulator fails
 FIRST_BUILD = "a few minutes on 2 cores"
+SMOKE_PODS = 300
 
 TUNE_RATIO = 1.3  # pods resampled to ask 130% of the cluster's GPUs
 FIRST_SEED = 42  # the first of the ten repeats (42..51)
@@ -502,6 +507,28 @@ def _write_yaml_stream(path: Path, documents: Iterable[dict[str, Any]]) -> None:
     path.write_text("\n---\n".join(yaml.safe_dump(d, sort_keys=False) for d in documents))
 
 
+def prepare(
+    folder: Path,
+    pods_csv: Path,
+    nodes_csv: Path,
+    policy: str,
+    seed: int = FIRST_SEED,
+    node_rows: Iterable[int] | None = None,
+    pod_limit: int | None = None,
+) -> tuple[Path, Path]:
+    """Write into `folder` what one run reads: the node and pod YAML (cluster/), the cluster
+    config and the scheduler config; their paths."""
+    scheduler = scheduler_config(policy)  # an unknown policy is refused before anything is written
+    cluster = folder / "cluster"
+    cluster.mkdir(parents=True, exist_ok=True)
+    _write_yaml_stream(cluster / "nodes.yaml", node_documents(nodes_csv, node_rows))
+    _write_yaml_stream(cluster / "pods.yaml", pod_documents(pods_csv, pod_limit))
+    cc, sc = folder / "cluster-config.yaml", folder / "scheduler-config.yaml"
+    cc.write_text(yaml.safe_dump(cluster_config(cluster, seed), sort_keys=False))
+    sc.write_text(yaml.safe_dump(scheduler, sort_keys=False))
+    return cc, sc
+
+
 def run(
     binary: Path,
     pods_csv: Path,
@@ -512,22 +539,15 @@ def run(
     node_rows: Iterable[int] | None = None,
     pod_limit: int | None = None,
 ) -> PeerFigures:
-    """Run the peer's `policy` on a node list and a pod list by its protocol; its log is kept
-    in `work` (a temporary folder if None)."""
-    scheduler = scheduler_config(policy)  # an unknown policy is refused before anything runs
+    """Run the peer's `policy` on a node list and a pod list by its protocol; its inputs and
+    log are kept in `work` (a temporary folder if None)."""
     with tempfile.TemporaryDirectory(prefix="fgdsim-") as scratch:
         folder = Path(work) if work is not None else Path(scratch)
-        cluster = folder / "cluster"
-        cluster.mkdir(parents=True, exist_ok=True)
-        _write_yaml_stream(cluster / "nodes.yaml", node_documents(nodes_csv, node_rows))
-        _write_yaml_stream(cluster / "pods.yaml", pod_documents(pods_csv, pod_limit))
-        cc, sc = folder / "cluster-config.yaml", folder / "scheduler-config.yaml"
-        cc.write_text(yaml.safe_dump(cluster_config(cluster, seed), sort_keys=False))
-        sc.write_text(yaml.safe_dump(scheduler, sort_keys=False))
+        cc, sc = prepare(folder, pods_csv, nodes_csv, policy, seed, node_rows, pod_limit)
         log_path = folder / f"simon-{policy}.log"
-        started = time.monotonic()
         command = [str(binary), "apply", "--extended-resources", "gpu", "-f", str(cc)]
         command += ["--default-scheduler-config", str(sc)]
+        started = time.monotonic()
         with log_path.open("w") as log_file:
             done = subprocess.run(
                 command,
@@ -570,7 +590,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--policy", choices=tuple(POLICIES), action="append")
     parser.add_argument("--seed", type=int, default=FIRST_SEED)
     parser.add_argument("--keep", type=Path, help="keep the inputs and logs in this folder")
-    parser.add_argument("--smoke", action="store_true", help="a 24-node, 300-pod cut (CI)")
+    parser.add_argument("--smoke", action="store_true", help="25 nodes, 300 pods (CI)")
     args = parser.parse_args(argv)
     for path in (args.trace, args.nodes):
         if not path.is_file():
@@ -580,15 +600,26 @@ def main(argv: list[str] | None = None) -> int:
     def say(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
+    node_rows = smoke_cut(args.nodes) if args.smoke else None
+    pod_limit = SMOKE_PODS if args.smoke else None
     try:
         started = time.monotonic()
         binary = build(say)
         build_s = time.monotonic() - started
     except BuildError as err:
         print(f"error: {err}", file=sys.stderr)
-        return 1
-    node_rows = smoke_cut(args.nodes) if args.smoke else None
-    pod_limit = 300 if args.smoke else None
+        if not args.smoke or os.environ.get(STRICT_ENV):
+            return 1
+        # Without the simulator the smoke still writes every input it would have run.
+        with tempfile.TemporaryDirectory(prefix="fgdsim-") as scratch:
+            for policy in policies:
+                folder = Path(scratch) / policy
+                prepare(folder, args.trace, args.nodes, policy, args.seed, node_rows, pod_limit)
+        print(
+            f"fgd_peer smoke: NOT RUN, FGD's simulator cannot be had here (inputs written; "
+            f"${STRICT_ENV}=1 makes this a failure)"
+        )
+        return 0
     results = []
     for policy in policies:
         work = args.keep / policy if args.keep else None

@@ -41,6 +41,22 @@ def alloc_line(used_milli: int, total_gpus: int, arrived_milli: int) -> str:
     )
 
 
+def test_a_captured_log_gives_the_figures_at_the_point_of_measurement() -> None:
+    log = peer.parse_log(FIXTURE.read_text())
+    assert log.total_gpus == 116
+    assert (log.original_pods, log.tuned_pods) == (300, 201)
+    assert log.unscheduled_pods == 46
+    assert log.failed_pods == 46
+    # Arrived thousandths that round to 100% of 116 GPUs: 115,830 and 116,300, both with
+    # 113,830 allocated (98.13%). To 99%: 114,610 (97.94%) and 114,830 (98.13%).
+    assert log.curve()[100] == pytest.approx(98.13)
+    assert log.curve()[99] == pytest.approx((97.94 + 98.13) / 2, abs=0.006)
+    assert log.alloc_ratio() == pytest.approx(98.13)
+    assert log.unallocated_gpus() == pytest.approx(2.2)
+    # After every pod: all 116 GPUs touched, 114,100 thousandths allocated.
+    assert (log.final_gpus_used, log.final_milli_used) == (116, 114100)
+
+
 def test_the_curve_rounds_as_the_authors_merge_script() -> None:
     # 10 GPUs: 10,000 thousandths. Arrived 9,960 rounds to 100%, and so does 10,040; 9,940 is
     # 99% (99.4), and 10,060 101% (100.6). At 100% the ratios logged there are averaged.
