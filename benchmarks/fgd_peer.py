@@ -395,6 +395,8 @@ _ALLOC = re.compile(
 _ORIGIN = re.compile(r"Number of original workload pods: (\d+)")
 _TUNED = re.compile(r"\[Tune\] Num of Pods after Tuning: (\d+)")
 _FAILED = re.compile(r"\] failed to schedule pod\(")
+_CREATE = re.compile(r"\] attempt to create pod\([^/)]*/([^)]+)\)")
+_COPY = re.compile(r"-tuned-\d+$")
 _UNSCHEDULED = re.compile(r"there are (\d+) unscheduled pods")
 _ANALYSIS = re.compile(r"Cluster Analysis Results \((\w+)\)")
 _GPU_SUMMARY = re.compile(r"msg=\"\s*(Gpu|MilliGpu)\s*:\s*[\d.]+% \((\d+)/(\d+)\)")
@@ -411,6 +413,8 @@ class SimonLog:
     unscheduled_pods: int | None = None
     # (arrived GPU thousandths, allocated GPU thousandths) after each arrival, in order
     points: list[tuple[int, int]] = field(default_factory=list)
+    # the pods in the order they arrived; NAME-tuned-N is a copy of NAME the tuning added
+    arrivals: list[str] = field(default_factory=list)
     # the final Cluster Analysis: GPUs with any thousandth allocated, thousandths allocated
     final_gpus_used: int | None = None
     final_milli_used: int | None = None
@@ -460,6 +464,10 @@ def parse_log(text: str) -> SimonLog:
         if _FAILED.search(line):
             log.failed_pods += 1
             continue
+        created = _CREATE.search(line)
+        if created:
+            log.arrivals.append(created.group(1))
+            continue
         for pattern, name in (
             (_ORIGIN, "original_pods"),
             (_TUNED, "tuned_pods"),
@@ -498,9 +506,27 @@ class PeerFigures:
     failed_pods: int  # of all pods (past the point of measurement too)
     wall_s: float
     curve: dict[int, float]
+    # the pods of the list in the order the simulator placed them, copies by their original's
+    # name: the order (and the tuning's copies) a side-by-side replay takes
+    arrivals: tuple[str, ...]
 
     def row(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if k != "curve"}
+        return {k: v for k, v in self.__dict__.items() if k not in ("curve", "arrivals")}
+
+
+def original_name(logged: str) -> str:
+    """The pod of the list that an arrival is (the tuning names its copies NAME-tuned-N)."""
+    return _COPY.sub("", logged)
+
+
+def json_fields(figures: Iterable[PeerFigures]) -> dict[str, float]:
+    """The peer's columns of issue 42's JSON line: fgd_sim_* and bestfit_sim_*."""
+    fields = {}
+    for f in figures:
+        prefix = {"fgd": "fgd_sim", "best-fit": "bestfit_sim"}[f.policy]
+        fields[f"{prefix}_unallocated_gpus"] = f.unallocated_gpus
+        fields[f"{prefix}_alloc_ratio"] = f.alloc_ratio
+    return fields
 
 
 def _write_yaml_stream(path: Path, documents: Iterable[dict[str, Any]]) -> None:
@@ -572,6 +598,7 @@ def run(
             failed_pods=log.failed_pods,
             wall_s=round(wall, 1),
             curve=log.curve(),
+            arrivals=tuple(original_name(n) for n in log.arrivals),
         )
 
 
@@ -644,6 +671,7 @@ def main(argv: list[str] | None = None) -> int:
                 "trace": args.trace.name,
                 "smoke": args.smoke,
                 "binary_ready_s": round(build_s, 1),
+                **json_fields(results),
                 "peer": [r.row() for r in results],
             }
         )

@@ -55,6 +55,36 @@ def test_a_captured_log_gives_the_figures_at_the_point_of_measurement() -> None:
     assert log.unallocated_gpus() == pytest.approx(2.2)
     # After every pod: all 116 GPUs touched, 114,100 thousandths allocated.
     assert (log.final_gpus_used, log.final_milli_used) == (116, 114100)
+    # The shuffled order the pods arrived in, every tuned pod once.
+    assert len(log.arrivals) == 201 == len(set(log.arrivals))
+    assert log.arrivals[:3] == ["openb-pod-0282", "openb-pod-0030", "openb-pod-0150"]
+
+
+def test_copies_the_tuning_adds_are_replayed_as_their_original_pod() -> None:
+    assert peer.original_name("openb-pod-0282-tuned-17") == "openb-pod-0282"
+    assert peer.original_name("openb-pod-0282") == "openb-pod-0282"
+
+
+def test_the_json_fields_are_issue_42s_names() -> None:
+    fields = {"trace": "t.csv", "seed": 42, "total_gpus": 10, "pods": 5, "failed_pods": 0}
+    fgd = peer.PeerFigures(
+        "fgd", **fields, unallocated_gpus=1.5, alloc_ratio=85.0, wall_s=1.0, curve={}, arrivals=()
+    )
+    best = peer.PeerFigures(
+        "best-fit",
+        **fields,
+        unallocated_gpus=2.0,
+        alloc_ratio=80.0,
+        wall_s=1.0,
+        curve={},
+        arrivals=(),
+    )
+    assert peer.json_fields([fgd, best]) == {
+        "fgd_sim_unallocated_gpus": 1.5,
+        "fgd_sim_alloc_ratio": 85.0,
+        "bestfit_sim_unallocated_gpus": 2.0,
+        "bestfit_sim_alloc_ratio": 80.0,
+    }
 
 
 def test_the_curve_rounds_as_the_authors_merge_script() -> None:
