@@ -60,13 +60,42 @@ def test_a_captured_log_gives_the_figures_at_the_point_of_measurement() -> None:
     assert log.arrivals[:3] == ["openb-pod-0282", "openb-pod-0030", "openb-pod-0150"]
 
 
+def test_a_placement_the_scheduler_gave_up_on_is_counted() -> None:
+    # Captured from a best-fit smoke run on a busy machine: the filter passed a node whose GPUs
+    # the score plugin then found taken.
+    said = (
+        'E1207 20:16:56.365864    2354 scheduler.go:497] "Error selecting node for pod" '
+        'err="running Score plugins: plugin \\"BestFitScore\\" failed with: the score between '
+        "node(0000-openb-node-0150) and pod(paib-gpu/openb-pod-0007) is negative, should not "
+        'happen\\n" pod="paib-gpu/openb-pod-0007"\n'
+        'time="2026-12-07T20:16:56Z" level=info msg="[48] failed to schedule '
+        'pod(paib-gpu/openb-pod-0007): <CPU:  12.00, GPU: 1 x {1000}m ()>\\n"\n'
+    )
+    log = peer.parse_log(said + FIXTURE.read_text())
+    assert (log.scheduler_errors, log.failed_pods) == (1, 47)
+    assert peer.parse_log(FIXTURE.read_text()).scheduler_errors == 0
+
+
+def test_stopping_before_the_point_of_measurement_is_whole_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="until=101: the point of measurement needs 102"):
+        peer.run(tmp_path / "simon", peer.DEFAULT_TRACE, peer.DEFAULT_NODES, "fgd", until=101)
+    assert not any(tmp_path.iterdir())
+
+
 def test_copies_the_tuning_adds_are_replayed_as_their_original_pod() -> None:
     assert peer.original_name("openb-pod-0282-tuned-17") == "openb-pod-0282"
     assert peer.original_name("openb-pod-0282") == "openb-pod-0282"
 
 
 def test_the_json_fields_are_issue_42s_names() -> None:
-    fields = {"trace": "t.csv", "seed": 42, "total_gpus": 10, "pods": 5, "failed_pods": 0}
+    fields = {
+        "trace": "t.csv",
+        "seed": 42,
+        "total_gpus": 10,
+        "pods": 5,
+        "failed_pods": 0,
+        "scheduler_errors": 0,
+    }
     fgd = peer.PeerFigures(
         "fgd", **fields, unallocated_gpus=1.5, alloc_ratio=85.0, wall_s=1.0, curve={}, arrivals=()
     )
