@@ -17,6 +17,7 @@ GPUs are the cluster's GPUs less those allocated (fractions counted: 100% less t
 
 Run: .venv/bin/python benchmarks/fgd_peer.py [--trace CSV] [--nodes CSV] [--policy fgd|best-fit]
      [--seed 42] [--until PCT] [--keep DIR] [--smoke]
+     .venv/bin/python benchmarks/fgd_peer.py --read LOG [LOG ...]   (logs kept by --keep)
 Prints a table and a JSON last line (the figures per policy). --smoke: every 50th node of the
 node list (25 nodes, 116 GPUs) and the first 300 pods, both policies (CI; the first run builds the
 simulator). Where the simulator cannot be had (no Go, or the module proxy does not give the
@@ -401,6 +402,7 @@ _TUNED = re.compile(r"\[Tune\] Num of Pods after Tuning: (\d+)")
 _FAILED = re.compile(r"\] failed to schedule pod\(")
 # kube-scheduler's klog line when a plugin fails on a pod (the pod then counts as failed)
 _SCHEDULER_ERROR = re.compile(r"\"Error selecting node for pod\"")
+_SCORE_PLUGIN = re.compile(r'msg="\s+(\w+Score): \d+')
 _CREATE = re.compile(r"\] attempt to create pod\([^/)]*/([^)]+)\)")
 _COPY = re.compile(r"-tuned-\d+$")
 _UNSCHEDULED = re.compile(r"there are (\d+) unscheduled pods")
@@ -413,6 +415,7 @@ class SimonLog:
     """What one run of `simon apply` logged."""
 
     total_gpus: int = 0
+    score_plugin: str | None = None  # the policy's, from the config the log opens with
     original_pods: int | None = None
     tuned_pods: int | None = None
     failed_pods: int = 0
@@ -426,6 +429,10 @@ class SimonLog:
     # the final Cluster Analysis: GPUs with any thousandth allocated, thousandths allocated
     final_gpus_used: int | None = None
     final_milli_used: int | None = None
+
+    def arrived_pct(self) -> float:
+        """How much demand had arrived at the last line, in % of the cluster's GPUs."""
+        return self.points[-1][0] / self.total_gpus / 10 if self.points else 0.0
 
     def curve(self) -> dict[int, float]:
         """merge_alloc_discrete.py's curve: for each whole % of the cluster's GPUs arrived
@@ -450,8 +457,7 @@ class SimonLog:
         """The allocation ratio (% of the cluster's GPUs) when `at`% has arrived."""
         curve = self.curve()
         if at not in curve:
-            arrived = self.points[-1][0] / self.total_gpus / 10 if self.points else 0.0
-            raise PeerError(f"the run stopped at {arrived:.1f}% arrived, before {at}%")
+            raise PeerError(f"the run stopped at {self.arrived_pct():.1f}% arrived, before {at}%")
         return curve[at]
 
     def unallocated_gpus(self, at: int = MEASURE_AT) -> float:
@@ -471,6 +477,10 @@ def parse_log(text: str) -> SimonLog:
             continue
         if _FAILED.search(line):
             log.failed_pods += 1
+            continue
+        plugin = _SCORE_PLUGIN.search(line)
+        if plugin and log.score_plugin is None:
+            log.score_plugin = plugin.group(1)
             continue
         if _SCHEDULER_ERROR.search(line):
             log.scheduler_errors += 1
@@ -660,6 +670,40 @@ def smoke_cut(nodes_csv: Path, every: int = 50) -> list[int]:
     return list(range(0, count, every))
 
 
+def read_logs(paths: Sequence[Path]) -> int:
+    """Print the figures of logs kept by --keep (a run still going: where it has got to)."""
+    policy_of = {score: policy for policy, (score, _) in POLICIES.items()}
+    rows = []
+    for path in paths:
+        log = parse_log(path.read_text(errors="replace"))
+        policy = policy_of.get(log.score_plugin or "", log.score_plugin or "?")
+        figures: dict[str, Any]
+        try:
+            figures = {"unallocated_gpus": log.unallocated_gpus(), "alloc_ratio": log.alloc_ratio()}
+            shown = f"{figures['unallocated_gpus']:.1f} GPUs unallocated, {figures['alloc_ratio']}%"
+        except PeerError as err:
+            figures = {"unallocated_gpus": None, "alloc_ratio": None, "not_yet": str(err)}
+            shown = "not at the point of measurement yet"
+        rows.append(
+            {
+                "log": str(path),
+                "policy": policy,
+                "total_gpus": log.total_gpus,
+                "pods": log.tuned_pods or log.original_pods,
+                "arrived_pct": round(log.arrived_pct(), 2),
+                "failed_pods": log.failed_pods,
+                "scheduler_errors": log.scheduler_errors,
+                **figures,
+            }
+        )
+        print(
+            f"{path}: {policy}, {log.arrived_pct():.1f}% arrived, {shown}, "
+            f"{log.scheduler_errors} scheduler errors"
+        )
+    print(json.dumps({"logs": rows}))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--trace", type=Path, default=DEFAULT_TRACE, help="an openb pod list")
@@ -671,7 +715,12 @@ def main(argv: list[str] | None = None) -> int:
         "--until", type=int, help=f"stop each run past this %% arrived ({MEASURE_AT + 2} or more)"
     )
     parser.add_argument("--smoke", action="store_true", help="25 nodes, 300 pods (CI)")
+    parser.add_argument(
+        "--read", type=Path, nargs="+", metavar="LOG", help="read simon logs kept before; run none"
+    )
     args = parser.parse_args(argv)
+    if args.read:
+        return read_logs(args.read)
     for path in (args.trace, args.nodes):
         if not path.is_file():
             parser.error(f"no file {path}")

@@ -4,6 +4,7 @@ by its protocol, and a build that says why it cannot be had."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shutil
 import stat
@@ -317,3 +318,24 @@ def test_the_module_is_built_in_a_copy_of_its_tree_into_the_cache_once(
     assert again == []
     # The module cache keeps its files read-only; the build wrote only in its own copy.
     subprocess.run(["go", "clean", "-modcache"], check=True, env={**os.environ})
+
+
+def test_read_prints_a_kept_logs_figures_and_its_policy(capsys: pytest.CaptureFixture[str]) -> None:
+    assert peer.main(["--read", str(FIXTURE)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == (
+        f"{FIXTURE}: fgd, 102.7% arrived, 2.2 GPUs unallocated, 98.13%, 0 scheduler errors"
+    )
+    (row,) = json.loads(lines[-1])["logs"]
+    assert (row["policy"], row["pods"], row["failed_pods"]) == ("fgd", 201, 46)
+
+
+def test_read_says_a_run_short_of_the_point_is_not_there_yet(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    going = tmp_path / "going.log"
+    going.write_text(alloc_line(3_000, 10, 3_000) + "\n")
+    assert peer.main(["--read", str(going)]) == 0
+    out = capsys.readouterr().out
+    assert "30.0% arrived, not at the point of measurement yet" in out
+    assert json.loads(out.splitlines()[-1])["logs"][0]["alloc_ratio"] is None
