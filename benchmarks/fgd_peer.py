@@ -18,6 +18,8 @@ GPUs are the cluster's GPUs less those allocated (fractions counted: 100% less t
 Run: .venv/bin/python benchmarks/fgd_peer.py [--trace CSV] [--nodes CSV] [--policy fgd|best-fit]
      [--seed 42] [--until PCT] [--keep DIR] [--smoke]
      .venv/bin/python benchmarks/fgd_peer.py --read LOG [LOG ...]   (logs kept by --keep)
+     .venv/bin/python benchmarks/fgd_peer.py --build   (make fgdsim-binary: once per machine,
+     before the smoke, whose runner gives each script 120 s)
 Prints a table and a JSON last line (the figures per policy). --smoke: every 50th node of the
 node list (25 nodes, 116 GPUs) and the first 300 pods, both policies (CI; the first run builds the
 simulator). Where the simulator cannot be had (no Go, or the module proxy does not give the
@@ -718,9 +720,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--read", type=Path, nargs="+", metavar="LOG", help="read simon logs kept before; run none"
     )
+    parser.add_argument(
+        "--build", action="store_true", help="build simon where missing, print where; run none"
+    )
     args = parser.parse_args(argv)
     if args.read:
         return read_logs(args.read)
+    if args.build:
+        try:
+            print(build(lambda line: print(line, file=sys.stderr, flush=True)))
+        except BuildError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 1
+        return 0
     for path in (args.trace, args.nodes):
         if not path.is_file():
             parser.error(f"no file {path}")
