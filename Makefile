@@ -3,7 +3,7 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: venv test lint typecheck check serve demo bench bench-smoke clean kube-binaries kube-control-plane kube-test
+.PHONY: venv test lint typecheck check serve demo bench bench-smoke clean kube-binaries kube-control-plane kube-test fgdsim-binary
 
 $(BIN)/toposched: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -58,6 +58,12 @@ bench-smoke: venv
 # their Go modules into ~/.cache/toposched/kube (or $$TOPOSCHED_KUBE_CACHE), where missing.
 kube-binaries: venv
 	$(BIN)/python -m tools.kube build
+
+# FGD's own simulator (simon) built from its Go module into ~/.cache/toposched/fgdsim (or
+# $$TOPOSCHED_FGDSIM_CACHE), where missing; fails saying why where it cannot be had
+# (docs/simulator.md, "FGD's own simulator").
+fgdsim-binary: venv
+	$(BIN)/python benchmarks/fgd_peer.py --build
 
 # A control plane on 127.0.0.1 for people: prints `export KUBECONFIG=...`, runs until Ctrl-C
 # (ARGS="--scheduler" runs kube-scheduler too, ARGS="--dir D" keeps its state in D).
