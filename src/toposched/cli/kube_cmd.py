@@ -251,7 +251,14 @@ def node_agent(
     if nvml is not None:
         from toposched.discovery.gpu_usage import NvmlUsage
 
-        activity = PodActivity(api, node_name, NvmlUsage(nvml), pods_on(api, node_name), resource)
+        activity = PodActivity(
+            api,
+            node_name,
+            NvmlUsage(nvml),
+            pods_on(api, node_name),
+            resource,
+            schedulers=tuple(scheduler_names),
+        )
         if metrics_listen:
             try:
                 serve_metrics(activity, metrics_listen)
