@@ -3,8 +3,9 @@ labels of NVIDIA's DCGM exporter, and the idle rule of each pod applied on its o
 
 Each GPU of a running pod is the container's that the scheduler chose it for (the pod's
 `toposched.io/gpus`, split over its GPU containers in order, as the plugin hands them out; only
-on pods toposched bound, `podmatch.placed_by`, so that a pod whose annotation someone else wrote
-neither takes another pod's GPUs in the metrics nor hides them from its idle rule), so
+on pods of toposched's scheduler names that were bound, `podmatch.placed_by`, so that another
+scheduler's pod with a forged annotation neither takes a pod's GPUs in the metrics nor hides
+them from its idle rule), so
 dashboards and alerts written for dcgm-exporter (`DCGM_FI_DEV_GPU_UTIL{pod, namespace,
 container}`) read the same series from this agent. A pod with an idle rule (`toposched.io/idle`,
 which the scheduler copies onto the pods it binds) is watched with the core's IdleWatch; once
