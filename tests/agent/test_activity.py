@@ -25,11 +25,13 @@ from toposched.kube.runner import Runner
 RESOURCE = "nvidia.com/gpu"
 
 
-def running_pod(name: str, gpus: str, *limits: int) -> dict[str, Any]:
+def running_pod(name: str, gpus: str, *limits: int, scheduler: str = "toposched") -> dict[str, Any]:
+    """A running pod as listed, bound by `scheduler` with `gpus`."""
     pod = gpu_pod(name, *limits)
+    pod["spec"]["schedulerName"] = scheduler
     pod["metadata"]["annotations"] = {"toposched.io/gpus": gpus}
     pod["metadata"]["uid"] = f"uid-{name}"
-    pod["status"] = {"phase": "Running"}
+    pod["status"] = {"phase": "Running", "conditions": [{"type": "PodScheduled", "status": "True"}]}
     return pod
 
 
@@ -45,6 +47,17 @@ def test_each_gpu_is_its_containers_in_the_pods_order() -> None:
         1: ("two", "c0"),
         7: ("two", "c1"),
     }
+
+
+def test_a_gpu_is_never_a_pods_of_another_scheduler() -> None:
+    """A forged toposched.io/gpus (issue 44, N1) on a running pod of another scheduler takes no
+    GPU from its real holder, in the metrics or the idle rule."""
+    pods = [
+        running_pod("train", "0,1", 2),
+        running_pod("forged", "1", 1, scheduler="default-scheduler"),
+    ]
+    held = holders(pods, RESOURCE)
+    assert {g: h.pod for g, h in held.items()} == {0: "train", 1: "train"}
 
 
 def test_the_metrics_are_dcgm_exporters_names_and_labels() -> None:

@@ -3,6 +3,7 @@ with the `toposched kube node-agent` command and the image."""
 
 from __future__ import annotations
 
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from toposched.agent.proto import DEFAULT_PLUGIN_DIR
 from toposched.cli.main import app
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes" / "node-agent"
+SCHEDULER = DEPLOY.parent / "scheduler.yaml"
 KUSTOMIZATION = "kustomization.yaml"
 OPTIONAL = "own-node-policy.yaml"  # needs Kubernetes 1.30+: not in the kustomization
 NAMESPACE = "toposched-node"
@@ -159,3 +161,15 @@ def test_command_options_exist_in_the_cli() -> None:
     options = {opt for p in node.params if p.param_type_name == "option" for opt in p.opts}
     given = {arg for arg in command[3:] if arg.startswith("--")}
     assert given <= options, given - options
+
+
+def test_the_agent_heeds_the_pods_of_the_scheduler_name_the_scheduler_runs_under() -> None:
+    """A pod's toposched.io/gpus counts only where its schedulerName is one the agent is told
+    (issue 44, N1): the agent and the scheduler must name the same one."""
+    [deployment] = [
+        d for d in yaml.safe_load_all(SCHEDULER.read_text()) if d["kind"] == "Deployment"
+    ]
+    [scheduler] = deployment["spec"]["template"]["spec"]["containers"]
+    command = container()["command"]
+    named = [value for option, value in pairwise(command) if option == "--scheduler-name"]
+    assert named == [flag(scheduler["command"], "--scheduler-name")]

@@ -64,6 +64,10 @@ def test_the_command_publishes_registers_and_stops_on_sigterm(
             "not both",
         ),
         (["--kubeconfig", "k", "--node-name", NODE, "--smi-file", "/no/such"], "no such file"),
+        (
+            ["--kubeconfig", "k", "--node-name", NODE, "--scheduler-name", " "],
+            "--scheduler-name: give a scheduler name",
+        ),
     ],
 )
 def test_clear_errors(args: list[str], message: str) -> None:

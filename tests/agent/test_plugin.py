@@ -37,8 +37,12 @@ def gpu_pod(name: str, *limits: int, ns: str = NS) -> dict[str, Any]:
 
 
 def bind(cluster: LiveCluster, name: str, *limits: int, gpus: str | None = None) -> dict[str, Any]:
-    """A pod bound to the node as the scheduler binds it (with `gpus`), or as another does."""
-    made = cluster.create(gpu_pod(name, *limits))
+    """A pod bound to the node as the scheduler binds it (one of toposched's, with `gpus`), or
+    as another scheduler binds its own."""
+    pod = gpu_pod(name, *limits)
+    if gpus is not None:
+        pod["spec"]["schedulerName"] = "toposched"
+    made = cluster.create(pod)
     cluster.api.bind(NS, name, NODE, {GPUS: gpus} if gpus is not None else {})
     return made
 
@@ -118,10 +122,11 @@ def test_allocate_gives_the_gpus_the_scheduler_wrote_on_the_pod(
     request = kubelet.registration()
     kubelet.take_in(bind(cluster, "train", 2, gpus="4,5"))
     with kubelet.plugin(request.endpoint) as stub:
-        # The kubelet asks first which devices it should pick: the scheduler's.
+        # The kubelet asks first which devices it should pick: the scheduler's; it then
+        # passes those (tests/agent/test_forged_gpus.py: where it passes others).
         assert preferred(stub, list(range(8)), 2) == [4, 5]
-        answer = allocate(stub, "0", "1")  # whatever the kubelet offers, the pod gets 4 and 5
-        kubelet.gave(NS, "train", "c0", ["0", "1"])
+        answer = allocate(stub, "4", "5")
+        kubelet.gave(NS, "train", "c0", ["4", "5"])
         files, envs = given(answer, agent)
         assert files == ["nvidia4", "nvidia5", *CONTROL]
         assert envs["NVIDIA_VISIBLE_DEVICES"] == "4,5"
@@ -171,7 +176,7 @@ def test_device_files_are_named_by_the_drivers_minor_numbers(
     request = kubelet.registration()
     kubelet.take_in(bind(cluster, "train", 2, gpus="4,6"))
     with kubelet.plugin(request.endpoint) as stub:
-        files, envs = given(allocate(stub, "0", "1"), agent)
+        files, envs = given(allocate(stub, "4", "6"), agent)
     assert files == ["nvidia5", "nvidia7", *CONTROL]
     assert envs["NVIDIA_VISIBLE_DEVICES"] == "4,6"
 
@@ -182,10 +187,12 @@ def test_each_container_gets_its_share_of_the_pods_gpus(
     request = kubelet.registration()
     kubelet.take_in(bind(cluster, "two-containers", 1, 3, gpus="0,2,3,1"))
     with kubelet.plugin(request.endpoint) as stub:
-        first = allocate(stub, "7")
+        assert preferred(stub, list(range(8)), 1) == [0]
+        first = allocate(stub, "0")
         assert first.envs["NVIDIA_VISIBLE_DEVICES"] == "0"
-        kubelet.gave(NS, "two-containers", "c0", ["7"])
-        second = allocate(stub, "4", "5", "6")
+        kubelet.gave(NS, "two-containers", "c0", ["0"])
+        assert preferred(stub, list(range(1, 8)), 3) == [1, 2, 3]
+        second = allocate(stub, "1", "2", "3")
         assert second.envs["NVIDIA_VISIBLE_DEVICES"] == "1,2,3"
         assert second.envs["CUDA_VISIBLE_DEVICES"] == "0,1,2"
 
@@ -200,8 +207,16 @@ def test_without_the_kubelets_word_the_oldest_waiting_pod_of_that_size_is_served
     bind(cluster, "four", 4, gpus="4,5,6,7")
     bind(cluster, "pair", 2, gpus="2,3")
     with kubelet.plugin(request.endpoint) as stub:
-        assert allocate(stub, "0", "1").envs["NVIDIA_VISIBLE_DEVICES"] == "2,3"
-        assert allocate(stub, "0", "1", "2", "3").envs["NVIDIA_VISIBLE_DEVICES"] == "4,5,6,7"
+        assert preferred(stub, list(range(2, 8)), 2) == [2, 3]
+        assert allocate(stub, "2", "3").envs["NVIDIA_VISIBLE_DEVICES"] == "2,3"
+        assert preferred(stub, list(range(4, 8)), 4) == [4, 5, 6, 7]
+        assert allocate(stub, "4", "5", "6", "7").envs["NVIDIA_VISIBLE_DEVICES"] == "4,5,6,7"
+        assert (
+            AllocationBook(agent.config.book_file).served(
+                cluster.get("pods", "pair", NS)["metadata"]["uid"]
+            )
+            == 1
+        )
 
 
 def test_a_pod_without_the_annotation_gets_the_topology_best_set(

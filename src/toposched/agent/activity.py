@@ -2,7 +2,10 @@
 labels of NVIDIA's DCGM exporter, and the idle rule of each pod applied on its own GPUs.
 
 Each GPU of a running pod is the container's that the scheduler chose it for (the pod's
-`toposched.io/gpus`, split over its GPU containers in order, as the plugin hands them out), so
+`toposched.io/gpus`, split over its GPU containers in order, as the plugin hands them out; only
+on pods of toposched's scheduler names that were bound, `podmatch.placed_by`, so that another
+scheduler's pod with a forged annotation neither takes a pod's GPUs in the metrics nor hides
+them from its idle rule), so
 dashboards and alerts written for dcgm-exporter (`DCGM_FI_DEV_GPU_UTIL{pod, namespace,
 container}`) read the same series from this agent. A pod with an idle rule (`toposched.io/idle`,
 which the scheduler copies onto the pods it binds) is watched with the core's IdleWatch; once
@@ -16,12 +19,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from toposched.agent.podmatch import JSON, gpu_containers, pod_uid
+from toposched.agent.podmatch import DEFAULT_SCHEDULERS, JSON, gpu_containers, placed_by, pod_uid
 from toposched.core.idle import IdleWatch
 from toposched.discovery.gpu_usage import GpuUsage, NvmlUsage
 from toposched.discovery.nvml import NvmlUnavailable
@@ -55,13 +58,15 @@ class Holder:
     uid: str
 
 
-def holders(pods: list[JSON], resource: str) -> dict[int, Holder]:
-    """GPU index -> the container of a running pod that holds it (pods whose GPUs cannot be
-    read are left out: the plugin refused them anyway)."""
+def holders(
+    pods: list[JSON], resource: str, schedulers: Sequence[str] = DEFAULT_SCHEDULERS
+) -> dict[int, Holder]:
+    """GPU index -> the container of a running pod of `schedulers` that holds it (pods whose
+    GPUs cannot be read are left out: the plugin refused them anyway)."""
     found: dict[int, Holder] = {}
     for pod in pods:
         meta = pod.get("metadata") or {}
-        if (pod.get("status") or {}).get("phase") != "Running":
+        if (pod.get("status") or {}).get("phase") != "Running" or placed_by(pod, schedulers):
             continue
         try:
             gpus = decode_gpus(str((meta.get("annotations") or {}).get(GPUS)))
@@ -121,6 +126,7 @@ class PodActivity:
         pods: Callable[[], list[JSON]],
         resource: str,
         clock: Callable[[], float] = time.time,
+        schedulers: Sequence[str] = DEFAULT_SCHEDULERS,
     ) -> None:
         self.api = api
         self.node = node
@@ -128,6 +134,7 @@ class PodActivity:
         self.pods = pods
         self.resource = resource
         self.clock = clock
+        self.schedulers = schedulers
         self.watch = IdleWatch()
         self.text = ""
         self._uuids: dict[int, str] = {}
@@ -139,7 +146,7 @@ class PodActivity:
             log.warning("%s: no GPU metrics this poll", err)
             return
         listed = self.pods()
-        held = holders(listed, self.resource)
+        held = holders(listed, self.resource, self.schedulers)
         self.text = exposition(gpus, held, self._uuid_of(gpus), self.node)
         self._apply_rules(listed, gpus, held)
 

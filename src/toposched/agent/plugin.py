@@ -2,10 +2,12 @@
 
 Devices are the node's GPUs, named by their NVML index ("0" ... "7", the indices of the
 topology annotation and of `toposched.io/gpus`). GetPreferredAllocation offers the kubelet the
-GPUs the scheduler chose for the pod being admitted (found by `podmatch`), so that the kubelet's
-own accounting agrees with the scheduler's, or else the topology-best set among those free.
-Allocate gives a container the scheduler's GPUs whatever device IDs the kubelet passed, and the
-kubelet's IDs to pods the scheduler did not place.
+GPUs the scheduler chose for the pod being admitted (found by `podmatch`, among the pods
+toposched placed), so that the kubelet picks them, or else the topology-best set among those
+free. Allocate gives a container exactly the device IDs the kubelet passed: the kubelet passes
+only devices it holds free for that container, so no GPU is ever given to two. Where they are
+not the scheduler's choice (its GPUs were not free, or the annotation was edited after the
+bind), the container gets the kubelet's and the log says so.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from toposched.agent.podmatch import (
+    DEFAULT_SCHEDULERS,
     JSON,
     AllocationBook,
     Claim,
@@ -57,6 +60,8 @@ class PluginConfig:
     dev_mount: Path | None = None  # where the agent sees that directory (default: dev_dir)
     # The kubelet's pod resources socket: which pod it is admitting (None: guessed, podmatch).
     pod_resources: Path | None = Path(DEFAULT_POD_RESOURCES)
+    # The scheduler names toposched runs under: only their pods' toposched.io/gpus is heeded.
+    schedulers: tuple[str, ...] = DEFAULT_SCHEDULERS
 
     def device_exists(self, name: str) -> bool:
         return ((self.dev_mount or self.dev_dir) / name).exists()
@@ -165,12 +170,21 @@ class GpuPlugin:
     ) -> list[int]:
         try:
             pods = self.pods()
-            claim = find_claim(pods, size, self.config.resource, self.book, self._admitting())
+            claim = self._find(pods, size)
         except ApiError as err:
             log.warning("GetPreferredAllocation: cannot list pods (%s)", err)
             claim = None
-        if claim is not None and not claim.error and set(must) <= set(claim.gpus) <= set(available):
-            return list(claim.gpus)
+        if claim is not None and not claim.error:
+            if set(must) <= set(claim.gpus) <= set(available):
+                return list(claim.gpus)
+            log.warning(
+                "GetPreferredAllocation: pod %s was given GPUs %s by toposched, but the kubelet "
+                "offers %s (must keep %s): the best of those is preferred",
+                claim.pod,
+                encode_gpus(claim.gpus),
+                encode_gpus(available),
+                encode_gpus(must),
+            )
         if topology is None:
             return (must + [g for g in available if g not in must])[:size]
         return best_set(self.policy, topology, available, must, size)
@@ -189,20 +203,35 @@ class GpuPlugin:
                 "UNAVAILABLE", f"cannot list the pods of node {self.config.node}: {err}"
             ) from err
         self.book.keep_only([pod_uid(p) for p in pods])
-        claim = find_claim(pods, len(ids), self.config.resource, self.book, self._admitting())
+        claim = self._find(pods, len(ids))
         if claim is None:
             check_usable(gpus, offered, self.config.node, "the kubelet")
             log.info("Allocate: no toposched pod asks %d GPUs; kubelet's %s", len(ids), offered)
             return tuple(offered)
         chosen = self._claimed(gpus, claim)
+        check_usable(gpus, offered, self.config.node, "the kubelet")
         self.book.record(claim.uid)
-        if sorted(offered) != list(chosen):
-            log.info(
-                "Allocate: pod %s gets %s (the kubelet offered %s)", claim.pod, chosen, offered
+        given = tuple(sorted(offered))
+        # The kubelet passes only devices it holds free for this container: any other GPU,
+        # the scheduler's included, may be another container's (toposched's books and the
+        # kubelet's disagree, or the annotation was written by someone else after the bind).
+        if given != chosen:
+            log.warning(
+                "Allocate: pod %s gets the kubelet's GPUs %s, not %s that %s names: the kubelet "
+                "did not pass those (not free for the pod, or the annotation was changed)",
+                claim.pod,
+                encode_gpus(given),
+                encode_gpus(chosen),
+                GPUS,
             )
         else:
             log.info("Allocate: pod %s gets %s", claim.pod, chosen)
-        return chosen
+        return given
+
+    def _find(self, pods: list[JSON], size: int) -> Claim | None:
+        config = self.config
+        admitting = self._admitting()
+        return find_claim(pods, size, config.resource, self.book, admitting, config.schedulers)
 
     def _admitting(self) -> KubeletPods | None:
         """What the kubelet has taken in, or None (the pod is then guessed, oldest first)."""

@@ -7,8 +7,16 @@ its pod resources API (`PodResourcesReader`): the kubelet lists a pod from the m
 admitting it, and each container's devices once they are given. So the pod being admitted is
 the one it lists whose next GPU container (in the pod's order) has no device yet and asks that
 many; of the pods bound to this node (field selector `spec.nodeName`), only those that carry
-the scheduler's `toposched.io/gpus` and are still Pending take part. Its containers take the
-annotated GPUs in order (sorted indices, split by the containers' GPU counts).
+`toposched.io/gpus`, are still Pending and were placed by toposched (`placed_by`) take part.
+Its containers take the annotated GPUs in order (sorted indices, split by the containers' GPU
+counts).
+
+Anyone who may edit a pod may write the annotation, so it is toposched's word only on a pod
+whose `spec.schedulerName` is one of toposched's (immutable once the pod is made) and that was
+bound through a Binding (the API server then sets the PodScheduled condition, which a pod made
+with `spec.nodeName` lacks until its kubelet runs it, and which `edit` cannot write). The
+plugin still never gives a container a device the kubelet did not pass for it (plugin.py): a
+pod that toposched bound but whose annotation was edited after gets the kubelet's devices.
 
 Where the pod resources API cannot be reached (its socket not mounted, an old kubelet), the
 pod is guessed as GPU-sharing plugins guess it (Alibaba's gpushare does the same): the oldest
@@ -35,6 +43,9 @@ from toposched.kube.annotations import GPUS, AnnotationError, decode_gpus
 log = logging.getLogger(__name__)
 
 JSON = dict[str, Any]
+
+# The scheduler name of deploy/kubernetes/scheduler.yaml (`toposched kube scheduler`'s default).
+DEFAULT_SCHEDULERS = ("toposched",)
 
 
 @dataclass(frozen=True)
@@ -77,6 +88,26 @@ def waiting(pod: JSON) -> bool:
     return phase == "Pending" and not meta.get("deletionTimestamp")
 
 
+def placed_by(pod: JSON, schedulers: Sequence[str]) -> str:
+    """Why the pod's `toposched.io/gpus` is not the word of a scheduler in `schedulers`; ""
+    when it is (the pod asks for one of them, and was bound through a Binding)."""
+    meta = pod.get("metadata") or {}
+    name = f"{meta.get('namespace') or 'default'}/{meta.get('name')}"
+    asked = (pod.get("spec") or {}).get("schedulerName") or "default-scheduler"
+    if asked not in schedulers:
+        return (
+            f"pod {name} carries {GPUS} but asks scheduler {asked!r}, not "
+            f"{' or '.join(map(repr, schedulers))}: the annotation is ignored"
+        )
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    if not any(c.get("type") == "PodScheduled" and c.get("status") == "True" for c in conditions):
+        return (
+            f"pod {name} carries {GPUS} but was not bound by a scheduler (made with "
+            "spec.nodeName): the annotation is ignored"
+        )
+    return ""
+
+
 def pod_uid(pod: JSON) -> str:
     meta = pod.get("metadata") or {}
     return str(meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}")
@@ -117,15 +148,21 @@ def find_claim(
     resource: str,
     book: AllocationBook,
     kubelet: KubeletPods | None = None,
+    schedulers: Sequence[str] = DEFAULT_SCHEDULERS,
 ) -> Claim | None:
     """The claim of the pod the kubelet is admitting (`kubelet`, its pod resources) whose next
     GPU container asks `size`; without the kubelet's word, of the oldest waiting annotated pod
-    whose next container asks it."""
-    annotated = [
-        p
-        for p in pods
-        if waiting(p) and GPUS in ((p.get("metadata") or {}).get("annotations") or {})
-    ]
+    whose next container asks it. Only pods that `schedulers` placed (`placed_by`) claim: the
+    annotation of any other pod the kubelet is admitting is logged and ignored."""
+    annotated = []
+    for p in pods:
+        if not waiting(p) or GPUS not in ((p.get("metadata") or {}).get("annotations") or {}):
+            continue
+        why = placed_by(p, schedulers)
+        if not why:
+            annotated.append(p)
+        elif kubelet is not None and _admitted(p, resource, kubelet) is not None:
+            log.warning("%s", why)
     found: list[Claim] = []
     for pod in sorted(annotated, key=_age_key):
         served = book.served(pod_uid(pod)) if kubelet is None else _admitted(pod, resource, kubelet)

@@ -199,6 +199,12 @@ def node_agent(
         "--plugins-registry",
         help="The kubelet's plugin registration directory, where it finds the DRA plugin.",
     ),
+    scheduler_names: list[str] = typer.Option(
+        ["toposched"],
+        "--scheduler-name",
+        help="The --scheduler-name of toposched's scheduler (repeat for several): only pods "
+        "that ask for it and that it bound get the GPUs of their toposched.io/gpus.",
+    ),
 ) -> None:
     """Publish this node's GPU topology and health on its Node, and serve the kubelet device
     plugin that gives each container the GPUs toposched chose for its pod."""
@@ -220,6 +226,8 @@ def node_agent(
         fail("give --node-name NAME or set NODE_NAME (the DaemonSet sets it from spec.nodeName)")
     if topology_file and smi_file:
         fail("give --topology-file or --smi-file, not both")
+    if not all(name.strip() for name in scheduler_names):
+        fail("--scheduler-name: give a scheduler name, not an empty one")
     read_topology, nvml = _topology_source(topology_file, smi_file)
     read_minors = partial(discover_minors, nvml) if nvml is not None else None
     if read_minors is None:
@@ -229,13 +237,28 @@ def node_agent(
         typer.echo("NVML is not available: GPU health is not watched", err=True)
     api = KubeApi.connect(str(kubeconfig) if kubeconfig else None, in_cluster=in_cluster)
     state = NodeState()
-    config = PluginConfig(node_name, resource, plugin_dir, dev_dir, dev_mount, pod_resources)
+    config = PluginConfig(
+        node_name,
+        resource,
+        plugin_dir,
+        dev_dir,
+        dev_mount,
+        pod_resources,
+        schedulers=tuple(scheduler_names),
+    )
     plugin = GpuPlugin(config, state, pods_on(api, node_name), AllocationBook(config.book_file))
     activity = None
     if nvml is not None:
         from toposched.discovery.gpu_usage import NvmlUsage
 
-        activity = PodActivity(api, node_name, NvmlUsage(nvml), pods_on(api, node_name), resource)
+        activity = PodActivity(
+            api,
+            node_name,
+            NvmlUsage(nvml),
+            pods_on(api, node_name),
+            resource,
+            schedulers=tuple(scheduler_names),
+        )
         if metrics_listen:
             try:
                 serve_metrics(activity, metrics_listen)
@@ -264,7 +287,10 @@ def node_agent(
     # hold that Event's lock inside stop.wait() at that moment.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     source = topology_file or smi_file or "NVML"
-    typer.echo(f"toposched kube node-agent: node {node_name}, {resource}, topology from {source}")
+    typer.echo(
+        f"toposched kube node-agent: node {node_name}, {resource}, topology from {source}, "
+        f"GPUs as chosen for the pods of scheduler {' or '.join(scheduler_names)}"
+    )
     with contextlib.suppress(KeyboardInterrupt):
         agent.run()
 
