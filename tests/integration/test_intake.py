@@ -14,8 +14,8 @@ from sqlalchemy.exc import OperationalError
 
 from tests.integration.test_runtime import Rig
 from tests.server import kill_leftover_workers, wait_for
-from toposched.server.runtime import Conflict
 from toposched.server.schemas import JobSubmit
+from toposched.server.shared import Conflict
 from toposched.store import JobRow, NewJob
 
 
@@ -53,7 +53,7 @@ def burst(rig: Rig, calls: list[tuple[str | None, str | None]]) -> list[Answer]:
     with rig.runtime.lock:
         for thread in threads:
             thread.start()
-        wait_for(lambda: len(rig.runtime._intake) == len(calls), "every submit to wait")
+        wait_for(lambda: len(rig.runtime.intake.waiting) == len(calls), "every submit to wait")
     for thread in threads:
         thread.join(timeout=30)
     assert all(answer is not None for answer in answers)

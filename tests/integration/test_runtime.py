@@ -23,8 +23,9 @@ from toposched.discovery.files import load_topology
 from toposched.executors.local import ExecutorError, LocalExecutor
 from toposched.executors.supervisor import StartRecord, read_pids, start_path, write_start
 from toposched.server.localnode import LocalNode
-from toposched.server.runtime import Runtime, Unavailable
+from toposched.server.runtime import Runtime
 from toposched.server.schemas import JobSubmit
+from toposched.server.shared import Unavailable
 from toposched.store import Store, sqlite_url
 from toposched.topology.cluster import Node
 

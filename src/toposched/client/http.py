@@ -26,8 +26,8 @@ from toposched.client.wire import (
     NoAnswerInTime,
     Reply,
     Wire,
-    connect,
 )
+from toposched.client.wires import connect
 from toposched.common.paths import ADMIN_TOKEN_FILE, default_data_dir, loopback
 
 if TYPE_CHECKING:

@@ -120,20 +120,3 @@ def plain_http(url: str) -> bool:
     except ValueError:
         return False
     return not proxied()
-
-
-def connect(
-    base_url: str,
-    headers: Mapping[str, str],
-    timeout: float,
-    transport: Any = None,
-) -> Wire:
-    """The wire to `base_url`: the standard library's where the URL is plain HTTP and no
-    transport is given, else httpx's (over `transport`, if given)."""
-    if transport is None and plain_http(base_url):
-        from toposched.client.stdlib_wire import StdlibWire
-
-        return StdlibWire(base_url, headers, timeout)
-    from toposched.client.httpx_wire import HttpxWire
-
-    return HttpxWire(base_url, headers, timeout, transport)

@@ -16,18 +16,17 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from toposched.common.durations import duration_text
 from toposched.common.jobspec import idle_rule
 from toposched.core.idle import IdleWatch
-from toposched.core.job import IdleAction, IdleRule
+from toposched.core.job import IdleAction, IdleRule, JobSpec
 from toposched.discovery.gpu_usage import GpuUsage, NvmlUsage
 from toposched.discovery.nvml import NvmlUnavailable
 from toposched.executors.cputime import group_cpu_seconds
-
-if TYPE_CHECKING:
-    from toposched.server.runtime import Runtime
+from toposched.executors.local import LocalExecutor
+from toposched.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -74,12 +73,27 @@ class GpuNow:
     outside: tuple[int, ...]  # pids on it while no job holds it: run outside the scheduler
 
 
+class Watched(Protocol):
+    """What the monitor reads of the runtime, and where it reports an idle job."""
+
+    def running(self) -> dict[str, int]: ...  # job -> attempt, the jobs holding GPUs now
+
+    def gpu_owners(self) -> dict[int, str]: ...
+
+    def spec_of(self, name: str) -> JobSpec | None: ...
+
+    def idle(self, name: str, attempt: int, why: str, *, stop: bool) -> None: ...
+
+
 class ActivityMonitor:
-    """Samples the node every `period_s` in its own thread; the runtime stops idle jobs."""
+    """Samples the node every `period_s` in its own thread; the runtime stops idle jobs. The
+    executor gives the stand-in its workers' process groups, the store the queues' rules."""
 
     def __init__(
         self,
-        runtime: Runtime,
+        runtime: Watched,
+        executor: LocalExecutor,
+        store: Store,
         usage: NvmlUsage | None,
         *,
         period_s: float = SAMPLE_S,
@@ -87,6 +101,8 @@ class ActivityMonitor:
         cpu_seconds: Callable[[list[int]], Mapping[int, float]] = group_cpu_seconds,
     ) -> None:
         self.runtime = runtime
+        self.executor = executor
+        self.store = store
         self.usage = usage
         self.source = NVML if usage is not None else CPU
         self.period_s = period_s
@@ -126,7 +142,7 @@ class ActivityMonitor:
         """Read the node once, update each running job, and apply the idle rules."""
         now = self.clock()
         runtime = self.runtime
-        running = dict(runtime.attempts)  # job -> attempt, the jobs holding GPUs now
+        running = runtime.running()
         owners = runtime.gpu_owners()
         held: dict[str, list[int]] = {}
         for gpu, job in owners.items():
@@ -202,7 +218,7 @@ class ActivityMonitor:
         held: Mapping[str, list[int]],
         now: float,
     ) -> dict[str, list[float]]:
-        groups = self.runtime.executor.process_groups()
+        groups = self.executor.process_groups()
         wanted = {job: groups.get((job, attempt), []) for job, attempt in running.items()}
         seconds = self.cpu_seconds([g for gs in wanted.values() for g in gs])
         found: dict[str, list[float]] = {}
@@ -227,7 +243,7 @@ class ActivityMonitor:
     def _rules(self, running: Mapping[str, int]) -> dict[str, IdleRule]:
         """Each running job's idle rule: its own, else its queue's, else for an interactive
         session SESSION_IDLE."""
-        queues = self.runtime.store.queue_idle_rules()
+        queues = self.store.queue_idle_rules()
         rules: dict[str, IdleRule] = {}
         for job in running:
             spec = self.runtime.spec_of(job)

@@ -21,7 +21,8 @@ from toposched.server import routes_cluster, routes_jobs
 from toposched.server.deps import ServerState
 from toposched.server.hot_routes import HotRoutes
 from toposched.server.metrics import Metrics
-from toposched.server.runtime import PROBE_S, Runtime, RuntimeBroken, Unavailable
+from toposched.server.runtime import Runtime
+from toposched.server.shared import PROBE_S, RuntimeBroken, Unavailable
 from toposched.store import StoreError, write_fault
 
 # When a client should try again: the degraded runtime probes the database this often.

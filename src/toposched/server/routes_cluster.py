@@ -11,7 +11,6 @@ from toposched.server import auth
 from toposched.server.activity import SOURCE_TEXT, ActivityMonitor
 from toposched.server.deps import Admin, Caller, Server
 from toposched.server.localnode import topology_name
-from toposched.server.runtime import Conflict, NotFound
 from toposched.server.schemas import (
     GpuOut,
     Health,
@@ -27,6 +26,7 @@ from toposched.server.schemas import (
     WhoAmI,
     check_name,
 )
+from toposched.server.shared import Conflict, NotFound
 from toposched.server.wirejson import WireRoute
 from toposched.store.db import KEEP
 

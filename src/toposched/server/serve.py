@@ -31,7 +31,8 @@ from toposched.server.app import create_app
 from toposched.server.auth import ensure_admin_token
 from toposched.server.localnode import local_node, topology_name
 from toposched.server.metrics import Metrics
-from toposched.server.runtime import Runtime, Unavailable
+from toposched.server.runtime import Runtime
+from toposched.server.shared import Unavailable
 from toposched.store import BUSY_TIMEOUT_S, Store, StoreError, sqlite_url, write_fault
 
 
@@ -237,7 +238,7 @@ def serve(options: ServeOptions, say: Callable[[str], None] = print) -> None:
         say(f"recovered: {line}")
     # Emulated GPUs are not this machine's: NVML's figures would be about other GPUs.
     usage = open_usage() if local.source == "nvml" else None
-    activity = ActivityMonitor(runtime, usage, period_s=options.sample_s)
+    activity = ActivityMonitor(runtime, executor, store, usage, period_s=options.sample_s)
     runtime.activity = activity
     node = runtime.node
     settings = "".join(f", {k}={v}" for k, v in options.policy_params.items())
