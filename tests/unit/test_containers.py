@@ -11,8 +11,12 @@ from pathlib import Path
 import pytest
 
 from toposched.executors.accounts import may_work_in
-from toposched.executors.containers import ContainerRuntime, NoContainerRuntime, find_runtime
-from toposched.executors.local import env_file
+from toposched.executors.containers import (
+    ContainerRuntime,
+    NoContainerRuntime,
+    env_file,
+    find_runtime,
+)
 
 
 def test_real_gpus_go_in_as_devices_and_are_numbered_from_zero_inside() -> None:

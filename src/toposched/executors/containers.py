@@ -72,6 +72,22 @@ class ContainerRuntime:
         return out
 
 
+def env_file(variables: Mapping[str, str]) -> str:
+    """`variables` as a container runtime's `--env-file` (KEY=VALUE lines); a value no such
+    line can carry (a newline) or a name it would misread is a ValueError naming it."""
+    lines = []
+    for key in sorted(variables):
+        value = variables[key]
+        if not key or "=" in key or key[0] in "#;" or any(c.isspace() for c in key):
+            raise ValueError(f"variable name {key!r} cannot be passed into a container")
+        if "\n" in value or "\r" in value or "\0" in value:
+            raise ValueError(
+                f"variable {key!r} holds a line break, which a container's env file cannot carry"
+            )
+        lines.append(f"{key}={value}\n")
+    return "".join(lines)
+
+
 def find_runtime(
     choice: str = "auto", extra: Sequence[str] = (), *, devices: bool = False
 ) -> ContainerRuntime:

@@ -17,15 +17,12 @@ from __future__ import annotations
 
 import math
 import os
-import socket
 import subprocess
 import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Collection, Mapping
-from contextlib import suppress
-from dataclasses import dataclass, field
+from collections.abc import Collection
 from pathlib import Path
 from signal import SIGKILL, SIGTERM, Signals
 from typing import Any
@@ -39,11 +36,26 @@ from toposched.common.frameworks import (
     local_members,
 )
 from toposched.executors.accounts import Account, AccountError, Accounts, may_work_in
-from toposched.executors.containers import Containers, NoContainerRuntime
+from toposched.executors.containers import Containers, NoContainerRuntime, env_file
 from toposched.executors.cores import CoreChoice, cores_path, cpu_list, plan, read_cores
+from toposched.executors.processes import (
+    LOOPBACK,
+    free_ports,
+    kill_session,
+    signal_group,
+    supervises,
+)
+from toposched.executors.runs import (
+    LOST,
+    ExecutorError,
+    Run,
+    RunSpec,
+    Worker,
+    WorkerExit,
+    end_of,
+    recorded_end,
+)
 from toposched.executors.supervisor import (
-    ExitRecord,
-    PidRecord,
     StartRecord,
     env_path,
     exit_path,
@@ -51,8 +63,8 @@ from toposched.executors.supervisor import (
     proc_stat,
     read_exit,
     read_pids,
-    signal_name,
     start_path,
+    supervisor_environment,
     write_json_atomic,
     write_private,
     write_start,
@@ -65,100 +77,11 @@ __all__ = ["ExecutorError", "LocalExecutor", "RunSpec", "WorkerExit"]
 START_TIMEOUT_S = 5.0
 # How long TensorFlow parameter servers have to end once every worker has ended
 PS_GRACE_S = 10.0
-LOOPBACK = "127.0.0.1"
-LOST = "lost: supervisor vanished without recording the exit"
-
-
-class ExecutorError(RuntimeError):
-    """An executor request that failed; the message names the job and worker."""
-
-
-@dataclass(frozen=True)
-class RunSpec:
-    """One start of a job: what to run, and where each rank runs."""
-
-    job: str
-    attempt: int  # 0, 1, 2 ... one per start of the job (a restart or migration is a new attempt)
-    queue: str
-    command: tuple[str, ...]
-    env: Mapping[str, str]  # the job's own variables
-    workdir: str | None
-    workers: tuple[tuple[str, tuple[int, ...]], ...]  # per rank: (node name, GPU indices)
-    restart_count: int
-    kind: Kind = Kind.PYTORCH
-    ps: int = 0  # TensorFlow parameter servers, which hold no GPU
-    cpus: int = 0  # millicores each worker (and parameter server) asked for; 0: none asked
-    owner: str = ""  # the user who submitted it: whose account runs it, where accounts are by user
-    image: str | None = None  # each process runs in this container image (executors/containers.py)
-
-
-@dataclass(frozen=True)
-class WorkerExit:
-    """The end of one process of a job (a worker, a parameter server, a launcher), reported once."""
-
-    job: str
-    attempt: int
-    rank: int  # the process's index: workers first, then parameter servers
-    returncode: int | None  # None: lost, its supervisor vanished without recording the exit
-    reason: str  # "exited 0", "exited 3", "killed by SIGKILL", "lost: ...", "ps-0 exited 1"
-    expected: bool = False  # a parameter server stopped here because every worker had ended
-
-    @property
-    def failed(self) -> bool:
-        """Whether this end fails the job (a worker's non-zero status, a lost process)."""
-        return self.returncode != 0 and not self.expected
-
-
-@dataclass
-class _Worker:
-    rank: int
-    member: Member
-    supervisor: subprocess.Popen[bytes] | None  # None once reaped, or when adopted
-    pids: PidRecord | None  # None: never ran (its command could not be executed) or unknown
-    deadline: float | None = None  # time.monotonic() after which a stopped worker is SIGKILLed
-    reported: bool = False
-    cores: CoreChoice | None = None  # None: started by an executor that did not pin
-
-
-@dataclass
-class _Run:
-    job: str
-    attempt: int
-    dir: Path
-    workers: list[_Worker] = field(default_factory=list)  # every process, in rank order
-    ps_stopped: bool = False  # the parameter servers were told to end: every worker had ended
-
-    def describe(self, rank: int | None = None) -> str:
-        where = f"job {self.job!r} attempt {self.attempt}"
-        return where if rank is None else f"{where} worker {rank}"
 
 
 def _container_name(run: RunSpec, rank: int) -> str:
     """One container per process and attempt (a job's name is a valid container name)."""
     return f"toposched-{run.job}-{run.attempt}-{rank}"
-
-
-def _reason(returncode: int) -> str:
-    if returncode < 0:
-        return f"killed by {signal_name(-returncode)}"
-    return f"exited {returncode}"
-
-
-def _end(run: _Run, worker: _Worker, returncode: int | None, reason: str) -> WorkerExit:
-    member = worker.member
-    # A parameter server's end once every worker has ended is the job's end, not a failure,
-    # whether it was told to go here or before a restart of the server (the flag is not kept).
-    expected = member.role == "ps" and (
-        run.ps_stopped or all(w.reported for w in run.workers if w.member.role == "worker")
-    )
-    if member.role != "worker":
-        reason = f"{member.name} {reason}"
-    return WorkerExit(run.job, run.attempt, worker.rank, returncode, reason, expected)
-
-
-def _ended(run: _Run, worker: _Worker, record: ExitRecord) -> WorkerExit:
-    why = record.error or _reason(record.returncode)
-    return _end(run, worker, record.returncode, why)
 
 
 def _parse_signal(name: str) -> Signals:
@@ -173,88 +96,11 @@ def _parse_signal(name: str) -> Signals:
 SESSION_PORT = "TOPOSCHED_PORT"
 
 
-def free_port() -> int:
-    """A port free on this machine now (for a session to listen on)."""
-    return _free_ports(1)[0]
-
-
-def _free_ports(count: int) -> list[int]:
-    # Free now, not reserved: the job binds them moments later, as torchrun does. All are held
-    # open together so that no two are the same.
-    sockets = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
-    try:
-        for s in sockets:
-            s.bind((LOOPBACK, 0))
-        return [int(s.getsockname()[1]) for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
-
-
 def _members(job: str, kind: Kind, workers: int, ps: int) -> list[Member]:
     try:
         return local_members(kind, workers, ps)
     except KindError as err:
         raise ExecutorError(f"job {job!r}: {err}") from None
-
-
-def _signal_group(pids: PidRecord, sig: Signals) -> None:
-    """Send `sig` to the worker's process group unless its number now belongs to someone else."""
-    leader = proc_stat(pids.pgid)
-    # While any member of the group lives, its number cannot be reused; with no process of that
-    # pid the group is either still ours (the leader ended before its children) or empty. A
-    # process of that pid with another start time is a stranger who got the number after us.
-    if leader is not None and leader.start != pids.worker_start:
-        return
-    with suppress(ProcessLookupError, PermissionError):
-        os.killpg(pids.pgid, sig)
-
-
-def _supervises(pid: int, run_dir: bytes) -> bool:
-    """Whether process `pid` is the supervisor of a worker in `run_dir` (see `_spawn`)."""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            argv = f.read().split(b"\0")
-    except OSError:
-        return False
-    module = b"toposched.executors.supervisor"
-    at = argv.index(module) + 1 if module in argv else len(argv)
-    return argv[at : at + 1] == [run_dir]
-
-
-def _kill_session(sid: int) -> None:
-    """SIGKILL every process left in a dead supervisor's session (its worker and their children)."""
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and (stat := proc_stat(int(entry))) and stat.session == sid:
-            with suppress(ProcessLookupError, PermissionError):
-                os.kill(int(entry), SIGKILL)
-
-
-# Variables that change what a program loads or runs before its first line: the job's may never
-# reach a process of the server's account (the supervisor, the container runtime's client).
-LOADER_PREFIXES = ("LD_", "PYTHON")
-
-
-def supervisor_environment() -> dict[str, str]:
-    """The supervisor's environment: the server's own, without what changes what a program
-    loads (the supervisor's Python is isolated, -I, besides). Nothing of the job's."""
-    return {k: v for k, v in os.environ.items() if not k.startswith(LOADER_PREFIXES)}
-
-
-def env_file(variables: Mapping[str, str]) -> str:
-    """`variables` as a container runtime's `--env-file` (KEY=VALUE lines); a value no such
-    line can carry (a newline) or a name it would misread is a ValueError naming it."""
-    lines = []
-    for key in sorted(variables):
-        value = variables[key]
-        if not key or "=" in key or key[0] in "#;" or any(c.isspace() for c in key):
-            raise ValueError(f"variable name {key!r} cannot be passed into a container")
-        if "\n" in value or "\r" in value or "\0" in value:
-            raise ValueError(
-                f"variable {key!r} holds a line break, which a container's env file cannot carry"
-            )
-        lines.append(f"{key}={value}\n")
-    return "".join(lines)
 
 
 class LocalExecutor:
@@ -289,7 +135,7 @@ class LocalExecutor:
         self.host_cores = frozenset(os.sched_getaffinity(0) if host_cores is None else host_cores)
         if not self.host_cores:
             raise ExecutorError("host_cores is empty: a worker needs a core to run on")
-        self._runs: dict[tuple[str, int], _Run] = {}
+        self._runs: dict[tuple[str, int], Run] = {}
         self._unreaped: list[subprocess.Popen[bytes]] = []  # supervisors of forgotten runs
         # The server may call in from more than one thread; a start holds the others back until
         # its workers have pids (at most START_TIMEOUT_S)
@@ -337,7 +183,7 @@ class LocalExecutor:
 
     def _start(self, run: RunSpec) -> None:
         run_dir = self.run_dir(run.job, run.attempt)
-        tracked = _Run(run.job, run.attempt, run_dir)
+        tracked = Run(run.job, run.attempt, run_dir)
         where = tracked.describe()
         if (run.job, run.attempt) in self._runs:
             raise ExecutorError(f"{where} is already started")
@@ -400,9 +246,9 @@ class LocalExecutor:
             for worker in run.workers:
                 if worker.reported or worker.pids is None:
                     continue
-                _signal_group(worker.pids, sig)
+                signal_group(worker.pids, sig)
                 if grace_s == 0:
-                    _signal_group(worker.pids, SIGKILL)
+                    signal_group(worker.pids, SIGKILL)
                 elif worker.deadline is None or deadline < worker.deadline:
                     worker.deadline = deadline
 
@@ -422,7 +268,7 @@ class LocalExecutor:
                 self._stop_parameter_servers(run, now)
             return ended
 
-    def _stop_parameter_servers(self, run: _Run, now: float) -> None:
+    def _stop_parameter_servers(self, run: Run, now: float) -> None:
         """Once every worker has ended, the parameter servers (which serve for ever) must go."""
         live = [w for w in run.workers if w.member.role == "ps" and not w.reported]
         if run.ps_stopped or not live:
@@ -432,7 +278,7 @@ class LocalExecutor:
         run.ps_stopped = True
         for worker in live:
             if worker.pids is not None:
-                _signal_group(worker.pids, SIGTERM)
+                signal_group(worker.pids, SIGTERM)
             deadline = now + PS_GRACE_S
             if worker.deadline is None or deadline < worker.deadline:
                 worker.deadline = deadline
@@ -452,12 +298,12 @@ class LocalExecutor:
                 )
             members = _members(job, kind, workers, ps)
             tracked = [
-                _Worker(
+                Worker(
                     rank, member, None, read_pids(run_dir, rank), cores=read_cores(run_dir, rank)
                 )
                 for rank, member in enumerate(members)
             ]
-            self._runs[(job, attempt)] = _Run(job, attempt, run_dir, tracked)
+            self._runs[(job, attempt)] = Run(job, attempt, run_dir, tracked)
 
     def abandon(self, job: str, attempt: int) -> None:
         """Kill what a start cut short (by the server's death) left of a run no executor tracks.
@@ -471,12 +317,12 @@ class LocalExecutor:
                 raise ExecutorError(f"job {job!r} attempt {attempt} is tracked: stop it instead")
             wanted = os.fsencode(run_dir)
             for entry in os.listdir("/proc"):
-                if entry.isdigit() and _supervises(int(entry), wanted):
-                    _kill_session(int(entry))  # a supervisor leads a session of its own
+                if entry.isdigit() and supervises(int(entry), wanted):
+                    kill_session(int(entry))  # a supervisor leads a session of its own
             for path in run_dir.glob("worker-*.pid"):
                 rank = path.stem.removeprefix("worker-")
                 if rank.isdigit() and (pids := read_pids(run_dir, int(rank))) is not None:
-                    _signal_group(pids, SIGKILL)  # a worker whose supervisor is gone
+                    signal_group(pids, SIGKILL)  # a worker whose supervisor is gone
 
     def running(self, job: str, attempt: int) -> set[int]:
         """Ranks whose end `poll` has not reported yet."""
@@ -513,7 +359,7 @@ class LocalExecutor:
                 self._unreaped.extend(w.supervisor for w in run.workers if w.supervisor is not None)
             self._runs.clear()
 
-    def _get(self, job: str, attempt: int) -> _Run:
+    def _get(self, job: str, attempt: int) -> Run:
         run = self._runs.get((job, attempt))
         if run is None:
             raise ExecutorError(f"job {job!r} attempt {attempt} is not tracked by this executor")
@@ -562,10 +408,10 @@ class LocalExecutor:
         hosts = {role: [LOOPBACK] * count for role, count in roles.items()}
         # Every member listens on this machine: a port each (TensorFlow), or the master alone
         if run.kind is Kind.TENSORFLOW:
-            free = iter(_free_ports(roles["worker"] + roles["ps"]))
+            free = iter(free_ports(roles["worker"] + roles["ps"]))
             ports = {role: [next(free) for _ in range(roles[role])] for role in ("worker", "ps")}
         else:
-            ports = {"worker": _free_ports(1)}  # MASTER_PORT (an MPI job needs none)
+            ports = {"worker": free_ports(1)}  # MASTER_PORT (an MPI job needs none)
         everything = tuple(g for _, gpus in run.workers for g in gpus)
         envs = []
         for member in members:
@@ -716,12 +562,12 @@ class LocalExecutor:
         )
 
     def _await_pids(
-        self, run: _Run, members: list[Member], started: list[subprocess.Popen[bytes]]
-    ) -> list[_Worker]:
+        self, run: Run, members: list[Member], started: list[subprocess.Popen[bytes]]
+    ) -> list[Worker]:
         """Wait until each supervisor has recorded its worker's pids (or that it could not run)."""
         deadline = time.monotonic() + START_TIMEOUT_S
         workers = [
-            _Worker(rank, member, proc, None)
+            Worker(rank, member, proc, None)
             for rank, (member, proc) in enumerate(zip(members, started, strict=True))
         ]
         pending = list(workers)
@@ -760,7 +606,7 @@ class LocalExecutor:
                 os.kill(proc.pid, SIGKILL)
                 os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
                 # A supervisor that had not yet written its pid file may already have a worker
-                _kill_session(proc.pid)
+                kill_session(proc.pid)
                 proc.wait()
         for rank in range(processes):
             for path in (
@@ -772,25 +618,25 @@ class LocalExecutor:
             ):
                 path.unlink(missing_ok=True)
 
-    def _check(self, run: _Run, worker: _Worker, now: float) -> WorkerExit | None:
+    def _check(self, run: Run, worker: Worker, now: float) -> WorkerExit | None:
         """The worker's end if it has ended; escalates an overdue stop to SIGKILL."""
         ended = read_exit(run.dir, worker.rank)
         if ended is not None:
-            return _ended(run, worker, ended)
+            return recorded_end(run, worker, ended)
         if worker.deadline is not None and now >= worker.deadline and worker.pids is not None:
             worker.deadline = None
-            _signal_group(worker.pids, SIGKILL)
+            signal_group(worker.pids, SIGKILL)
         if self._supervisor_alive(run, worker):
             return None
         # It may have recorded the exit just before it ended
         ended = read_exit(run.dir, worker.rank)
         if ended is not None:
-            return _ended(run, worker, ended)
+            return recorded_end(run, worker, ended)
         if worker.pids is not None:
-            _signal_group(worker.pids, SIGKILL)  # an unwatched worker must not run on
-        return _end(run, worker, None, LOST)
+            signal_group(worker.pids, SIGKILL)  # an unwatched worker must not run on
+        return end_of(run, worker, None, LOST)
 
-    def _supervisor_alive(self, run: _Run, worker: _Worker) -> bool:
+    def _supervisor_alive(self, run: Run, worker: Worker) -> bool:
         if worker.supervisor is not None:
             return worker.supervisor.poll() is None
         if worker.pids is None:

@@ -43,6 +43,7 @@ __all__ = [
     "read_pids",
     "signal_name",
     "start_path",
+    "supervisor_environment",
     "write_json_atomic",
     "write_start",
 ]
@@ -68,6 +69,17 @@ def start_path(run_dir: Path, rank: int) -> Path:
 def env_path(run_dir: Path, rank: int) -> Path:
     """A container's variables, which its runtime's client reads (`--env-file`)."""
     return run_dir / f"worker-{rank}.env"
+
+
+# Variables that change what a program loads or runs before its first line: the job's may never
+# reach a process of the server's account (the supervisor, the container runtime's client).
+LOADER_PREFIXES = ("LD_", "PYTHON")
+
+
+def supervisor_environment() -> dict[str, str]:
+    """The supervisor's environment: the server's own, without what changes what a program
+    loads (the supervisor's Python is isolated, -I, besides). Nothing of the job's."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(LOADER_PREFIXES)}
 
 
 @dataclass(frozen=True)

@@ -33,8 +33,8 @@ from toposched.executors.local import (
     LocalExecutor,
     RunSpec,
     WorkerExit,
-    free_port,
 )
+from toposched.executors.processes import free_port
 from toposched.server.shared import Unavailable
 from toposched.store import Store
 from toposched.topology.resources import parse_cpus
