@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -21,7 +22,7 @@ from toposched.perf import PerfError
 from toposched.sim.clusters import is_machine_list, read_machine_list
 from toposched.sim.engine import SimResult, Simulation
 from toposched.sim.metrics import comparable, summarise
-from toposched.sim.report import write_jobs, write_metrics, write_plots
+from toposched.sim.report import plotting_missing, write_jobs, write_metrics, write_plots
 from toposched.sim.traces import FORMATS, Trace, TraceError, read_trace
 from toposched.sim.traces.job import NOTES
 from toposched.sim.typed import type_share
@@ -238,6 +239,9 @@ def sim(
     write_metrics(results, summaries, out, extra)
     for result in results:
         write_jobs(result, out)
+    if plots and (missing := plotting_missing()) is not None:
+        plots = False
+        print(f"no plots: {missing}", file=sys.stderr)  # stdout may be --json's
     if plots:
         write_plots(results, out)
     rows = [

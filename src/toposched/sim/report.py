@@ -74,6 +74,21 @@ def write_jobs(result: SimResult, out: Path) -> Path:
     return path
 
 
+PLOTS_NEED = (
+    "PNG plots need matplotlib, which the scheduler does not install: "
+    "pip install 'toposched[sim]' (--no-plots leaves them out; --html draws its own)"
+)
+
+
+def plotting_missing() -> str | None:
+    """Why the PNG plots cannot be drawn here (matplotlib is an extra), or None."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return PLOTS_NEED
+    return None
+
+
 def write_plots(results: Sequence[SimResult], out: Path) -> list[Path]:
     """JCT CDF, GPU utilisation over time and queue length over time, one line per policy."""
     import matplotlib
