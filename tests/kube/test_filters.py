@@ -8,13 +8,12 @@ from typing import Any
 import pytest
 
 from toposched.kube.annotations import encode_topology
+from toposched.kube.gangspec import common_tolerations, gang_spec
 from toposched.kube.objects import (
     FREE,
     NODE_NAME,
     ObjectError,
     Pod,
-    common_tolerations,
-    gang_spec,
     node_from,
     pod_from,
     pod_requests,

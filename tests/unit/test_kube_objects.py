@@ -22,6 +22,7 @@ from toposched.kube.annotations import (
     opted_in,
 )
 from toposched.kube.driver import gang_key, group_key, kind_of
+from toposched.kube.gangspec import encode_idle, gang_spec, min_member, parse_idle
 from toposched.kube.objects import (
     GROUP_LABEL,
     KNOWN_ONLY,
@@ -30,11 +31,7 @@ from toposched.kube.objects import (
     VOLCANO,
     VOLCANO_GROUP,
     ObjectError,
-    encode_idle,
-    gang_spec,
-    min_member,
     node_from,
-    parse_idle,
     pod_from,
 )
 from toposched.topology import preset

@@ -30,7 +30,8 @@ from toposched.discovery.gpu_usage import GpuUsage, NvmlUsage
 from toposched.discovery.nvml import NvmlUnavailable
 from toposched.kube.annotations import GPUS, AnnotationError, decode_gpus
 from toposched.kube.api import ApiError, KubeApi
-from toposched.kube.objects import IDLE, IDLE_SINCE, ObjectError, parse_idle
+from toposched.kube.gangspec import parse_idle
+from toposched.kube.objects import IDLE, IDLE_SINCE, ObjectError
 
 log = logging.getLogger(__name__)
 

@@ -24,17 +24,9 @@ from toposched.kube.api import ApiError, KubeApi
 from toposched.kube.cache import ClusterCache
 from toposched.kube.claims import allocation, requested, status_path
 from toposched.kube.gangs import Gang, Key, kind_of, name_of
+from toposched.kube.gangspec import gang_selector
 from toposched.kube.nodes import CoreNodes
-from toposched.kube.objects import (
-    IDLE,
-    UPSTREAM,
-    GangKind,
-    Obj,
-    ObjectError,
-    Pod,
-    gang_selector,
-    key_of,
-)
+from toposched.kube.objects import IDLE, UPSTREAM, GangKind, Obj, ObjectError, Pod, key_of
 from toposched.topology.cluster import EVERY_NODE, Eligibility
 
 _T = TypeVar("_T")

@@ -18,13 +18,13 @@ from toposched.kube.api import ApiError, KubeApi
 from toposched.kube.claims import API as CLAIMS_API
 from toposched.kube.claims import ClaimError, allocated_devices, claim_gpus, pod_claims
 from toposched.kube.gangs import Gang, Key, gang_key, group_key, kind_of
+from toposched.kube.gangspec import is_gang
 from toposched.kube.objects import (
     GANG_KINDS,
     GangKind,
     Obj,
     ObjectError,
     Pod,
-    is_gang,
     key_of,
     pod_from,
     pod_requests,

@@ -46,17 +46,9 @@ from toposched.kube.api import KubeApi
 from toposched.kube.binder import PLAN, Binder, LeaseLost, Warnings
 from toposched.kube.cache import OTHERS_PATH, QUEUES_SELECTOR, ClusterCache, queues_from
 from toposched.kube.gangs import Gang, Key, gang_key, group_key, kind_of, shown
+from toposched.kube.gangspec import encode_idle, gang_spec, min_member
 from toposched.kube.nodes import CoreNodes
-from toposched.kube.objects import (
-    UPSTREAM,
-    GangKind,
-    Obj,
-    ObjectError,
-    Pod,
-    encode_idle,
-    gang_spec,
-    min_member,
-)
+from toposched.kube.objects import UPSTREAM, GangKind, Obj, ObjectError, Pod
 from toposched.kube.restore import Restorer
 from toposched.kube.usage import Usage
 from toposched.perf.model import DEFAULT_FRAMEWORK, DEFAULT_NETWORK, PerfModel

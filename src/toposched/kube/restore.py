@@ -23,8 +23,9 @@ from toposched.core import (
 from toposched.kube.binder import PLAN, Binder
 from toposched.kube.cache import ClusterCache
 from toposched.kube.gangs import Gang, Key
+from toposched.kube.gangspec import gang_spec, min_member
 from toposched.kube.nodes import CoreNodes
-from toposched.kube.objects import Obj, ObjectError, Pod, gang_spec, min_member
+from toposched.kube.objects import Obj, ObjectError, Pod
 from toposched.topology.cluster import tier_of
 
 log = logging.getLogger("toposched.kube")
