@@ -87,7 +87,8 @@ def test_a_file_declares_levels_and_loads_back_from_its_dump() -> None:
         ("levels: [{name: a, gbps: -1}]\nnodes: []\n", "f.yaml:1", "gbps must be positive"),
         ("levels: [{name: a, gbps: fast}]\n", "f.yaml:1", "gbps must be a number"),
         (
-            "levels: [{name: a, gbps: 1}]\nnodes:\n  - {name: x, topology: hgx-h100, levels: {b: c}}\n",
+            "levels: [{name: a, gbps: 1}]\nnodes:\n"
+            "  - {name: x, topology: hgx-h100, levels: {b: c}}\n",
             "f.yaml:3",
             "unknown level 'b'",
         ),
@@ -103,7 +104,8 @@ def test_a_file_declares_levels_and_loads_back_from_its_dump() -> None:
             "declares levels",
         ),
         (
-            "levels: [{name: a, gbps: 1}]\ngroups:\n  - {count: 2, topology: hgx-h100, per_domain: {z: 1}}\n",
+            "levels: [{name: a, gbps: 1}]\ngroups:\n"
+            "  - {count: 2, topology: hgx-h100, per_domain: {z: 1}}\n",
             "f.yaml:3",
             "unknown level 'z'",
         ),
