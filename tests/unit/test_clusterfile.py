@@ -135,7 +135,11 @@ def test_shorthand_size_and_tiers() -> None:
         ("2*dgx1-v100/0", "must be positive integers"),
         ("two*dgx1-v100", "cannot read 'two*dgx1-v100'; expected N*PRESET[/R]"),
         ("2*dgx1-v100+", "cannot read ''; expected N*PRESET[/R]"),
-        ("2*dgx1-v100/4/2", "expected N*PRESET[/R] or 'N x PRESET [in racks of R]'"),
+        (
+            "2*dgx1-v100/4/2",
+            "expected N*PRESET[/R], N*PRESET/leaf=L[/spine=S], N*RACK_PRESET, or "
+            "'N x PRESET [in racks of R | in leaves of L]'",
+        ),
         ("2 x dgx1-v100 in racks of", "expected N*PRESET[/R]"),
         ("2 x nope in racks of 2", "unknown preset 'nope'"),
     ],

@@ -284,6 +284,24 @@ FIELDS: tuple[JobField, ...] = (
         drivers=BOTH,
     ),
     JobField(
+        "topology_level",
+        TEXT,
+        None,
+        "A network level of the cluster (e.g. clique, leaf, rack) one domain of which must hold "
+        "the whole gang: it waits until one does, and its reason says so.",
+        max_length=32,
+        metavar="LEVEL",
+    ),
+    JobField(
+        "topology_prefer",
+        TEXT,
+        None,
+        "A network level one domain of which should hold the whole gang: the fastest level "
+        "up to it that holds it, else placed as usual.",
+        max_length=32,
+        metavar="LEVEL",
+    ),
+    JobField(
         "elastic",
         ELASTIC,
         None,

@@ -55,6 +55,8 @@ def core_spec(name: str, owner: str, queue: str, spec: dict[str, Any]) -> JobSpe
         gpu_types=tuple(value("gpu_type") or ()),
         mixed_types=bool(value("mixed_types")),
         model=value("model"),
+        topology_level=value("topology_level"),
+        topology_prefer=value("topology_prefer"),
         topology=bool(value("gputopology")),
         idle=idle_rule(value("idle")),
         interactive=bool(value("interactive")),

@@ -210,13 +210,15 @@ class Needs:
     mixed_types: bool = False
     # (thousandths, MiB) of one GPU for a share of it: shares wait in lists of their own.
     share: tuple[int, int] = (0, 0)
+    # (required, preferred) network level: what one domain must or should hold.
+    levels: tuple[str | None, str | None] = (None, None)
 
     def __hash__(self) -> int:
         return self._hash
 
     @cached_property
     def _hash(self) -> int:
-        return hash((self.where, self.fit, self.mixed_types, self.share))
+        return hash((self.where, self.fit, self.mixed_types, self.share, self.levels))
 
 
 NO_NEEDS = Needs()
@@ -242,6 +244,10 @@ class JobSpec:
     selector: NodeSelector = EVERY_NODE  # the node labels it needs
     # The performance catalog's name for what it trains: placement by the model needs it.
     model: str | None = None
+    # A network level (clique, leaf, ...) one domain of which must hold the whole gang, or
+    # should (docs/placement.md, "Levels"); None: the fastest that holds it, as placed.
+    topology_level: str | None = None
+    topology_prefer: str | None = None
     # Per worker: millicores and bytes of memory; the least memory per GPU; the GPU types it
     # accepts (empty: any). A gang runs on one GPU type unless `mixed_types`.
     cpus: int = 0
@@ -385,9 +391,10 @@ class JobSpec:
         """All it asks of nodes besides GPUs, in one key."""
         share = (self.gpu_milli, self.gpu_share_mib)
         plain = self.where is ANYWHERE and self.fit is ANY_FIT and not self.mixed_types
-        if plain and not self.shared:
+        levels = (self.topology_level, self.topology_prefer)
+        if plain and not self.shared and levels == (None, None):
             return NO_NEEDS
-        return Needs(self.where, self.fit, self.mixed_types, share)
+        return Needs(self.where, self.fit, self.mixed_types, share, levels)
 
     @property
     def cpu_only(self) -> bool:

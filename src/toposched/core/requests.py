@@ -32,6 +32,8 @@ def gang_request(
         mixed_types=spec.mixed_types,
         topology=spec.topology,
         extra_nodes=extra_nodes,
+        level=spec.topology_level,
+        prefer=spec.topology_prefer,
     )
 
 

@@ -13,12 +13,15 @@ from contextlib import contextmanager
 
 from toposched.placement.tables import to_mask
 from toposched.topology.cluster import (
+    DEFAULT_NETWORK_GBPS,
     Eligibility,
     Node,
     NodeSelector,
     Taint,
+    legacy_levels,
     topology_aware,
 )
+from toposched.topology.levels import Level
 from toposched.topology.node import NodeTopology
 from toposched.topology.resources import WorkerFit, type_key
 
@@ -60,7 +63,9 @@ class Capacity:
     GPU types, GPU memory and tolerations rule out whole groups (`admits`); its labels are not
     (every node may have its own), and a selector rules nodes out one by one (`unlabelled`)."""
 
-    def __init__(self, nodes: Sequence[Node] = ()) -> None:
+    def __init__(self, nodes: Sequence[Node] = (), levels: tuple[Level, ...] = ()) -> None:
+        # The cluster's levels, narrowest first (Cluster.all_levels): where gangs go whole.
+        self.levels = levels or legacy_levels(DEFAULT_NETWORK_GBPS)
         self.nodes: list[Node] = []
         self.free: list[int] = []
         self.aware: list[bool] = []

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from toposched.placement.capacity import Capacity
+from toposched.placement.levels import Usable, domain_ranks, domains_at, level_index
 from toposched.placement.request import Mode
 from toposched.placement.split import in_order, split_workers
 from toposched.placement.tables import from_mask, subset_tables, to_mask
@@ -87,6 +88,10 @@ class GangRequest:
     model: str | None = None
     fit: WorkerFit = ANY_FIT
     mixed_types: bool = False
+    # A level (Cluster.all_levels) the gang must be whole inside one domain of, or would
+    # rather be (`prefer`): the fastest level that holds it is taken, up to that one.
+    level: str | None = None
+    prefer: str | None = None
     # False: placed as plain GPU counting does, whatever the scheduler's placement policy
     # (Arena's `--gputopology=false`; placement/switch.py).
     topology: bool = True
@@ -196,6 +201,10 @@ def place_gang(
         return single
     k = request.gpus
     one_node = request.widest == Tier.NODE or request.workers == 1
+    if not one_node:
+        leveled = _place_by_level(cap, request, network, exclude, admits)
+        if leveled is not None:
+            return leveled
     # A gang the split limit keeps to one node fails here, before the search across nodes.
     held_to_one = (
         not one_node and request.extra_nodes is not None and _loosest_limit(cap, request) == 1
@@ -421,6 +430,84 @@ def _place_on_many_nodes(
         if ring is not None:
             rings.append(ring)
     return Placement(tuple(slots), min(rings), tier)
+
+
+def _place_by_level(
+    cap: Capacity,
+    request: GangRequest,
+    network: Mapping[Tier, float],
+    exclude: Mapping[int, int],
+    admits: Admits,
+) -> Placement | Shortfall | None:
+    """A gang whole inside one domain of the fastest level that holds it: up to its required
+    level, else up to its preferred one, else across the NVLink levels (a scale-up fabric
+    spanning nodes, an order of magnitude faster than the network beyond it). None: no such
+    domain and nothing required, so the fewest-nodes rule across the network decides."""
+    levels = cap.levels
+    names = ", ".join(level.name for level in levels)
+    required = request.level
+    upto: int | None = None
+    for name in (required, request.prefer):
+        if name is not None and upto is None:
+            upto = level_index(levels, name)
+            if upto is None:
+                return Shortfall(f"no level named {name!r} in this cluster; the levels are {names}")
+    if upto is None:
+        nvlink = [i for i, level in enumerate(levels) if level.nvlink]
+        if not nvlink:
+            return None
+        upto = nvlink[-1]
+    # A level at index i is as wide as tier i + 1 to code that knows racks and pods.
+    if request.widest < Tier.CLUSTER:
+        upto = min(upto, int(request.widest) - 1)
+    g, workers = request.gpus_per_worker, request.workers
+    usable: Usable = []
+    for i in cap.present_indices():
+        if admits is not None and not admits(cap.kinds[i]):
+            continue
+        free = cap.free[i] & ~exclude.get(i, 0)
+        room = cap.room(i, request.fit)
+        holds = free.bit_count() // g if room is None else min(free.bit_count() // g, room)
+        if holds > 0:
+            usable.append((i, free, holds))
+    best_hold = 0
+    for at in range(upto + 1):
+        ranks = domain_ranks(cap, at)
+        best: tuple[tuple[object, ...], list[tuple[int, int, int]]] | None = None
+        for key, members in sorted(domains_at(cap, usable, at).items()):
+            capacities = [holds for _, _, holds in members]
+            best_hold = max(best_hold, sum(capacities))
+            m = _fewest_nodes(capacities, workers)
+            if m is None:
+                continue
+            pick = _best_nodes(cap, members, workers, g, m)
+            if pick is not None and (best is None or (m, ranks[key], pick[0]) < best[0]):
+                best = ((m, ranks[key], pick[0]), pick[1])
+        if best is not None:
+            return _leveled_placement(cap, request, best[1], at)
+    if required is None:
+        return None
+    return Shortfall(
+        f"needs {workers} workers x {g} GPUs{request.fit.asked()} within one {required} "
+        f"(topology_level); at most {best_hold} fit in one now"
+    )
+
+
+def _leveled_placement(
+    cap: Capacity, request: GangRequest, plan: list[tuple[int, int, int]], at: int
+) -> Placement:
+    g = request.gpus_per_worker
+    slots: list[WorkerSlot] = []
+    rings: list[float] = [cap.levels[at].gbps] if len(plan) > 1 else []
+    for i, free, w in plan:
+        node = cap.nodes[i]
+        gpus = node_gpus(node.topology, free, w * g, cap.aware[i], request.mode, g)
+        slots.extend(slots_of(node.name, gpus, g, node.topology if cap.aware[i] else None))
+        ring = ring_gbps(node.topology, gpus)
+        if ring is not None:
+            rings.append(ring)
+    tier = Tier(min(at + 1, Tier.CLUSTER)) if len(plan) > 1 else Tier.NODE
+    return Placement(tuple(slots), min(rings) if rings else None, tier)
 
 
 def room_when_empty(cap: Capacity, i: int, request: GangRequest) -> int:

@@ -1,13 +1,14 @@
-"""The cluster: nodes with their topology and labels, grouped in racks and pods, and the network."""
+"""The cluster: nodes with their topology and labels, grouped in network levels, and the network."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import IntEnum
 from functools import cached_property
 from types import MappingProxyType
 
+from toposched.topology.levels import Level, LevelError, check_levels, check_values
 from toposched.topology.node import NodeTopology
 from toposched.topology.resources import UNKNOWN_HARDWARE, Hardware, WorkerFit
 
@@ -23,6 +24,8 @@ class Tier(IntEnum):
     POD = 2
     CLUSTER = 3
 
+
+LEGACY_LEVEL_NAMES = ("rack", "pod")
 
 # One direction, GB/s: 100 Gb/s inside a rack (one InfiniBand EDR leaf), then halved per tier for
 # the oversubscribed uplinks that production clusters have. Cluster files override them.
@@ -58,12 +61,20 @@ class Node:
     labels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     hardware: Hardware = UNKNOWN_HARDWARE  # GPU type and memory, CPUs and memory
     taints: tuple[Taint, ...] = ()
+    # Its domain at each of the cluster's declared levels (empty: the cluster has `rack` and
+    # `pod` alone, read from the fields above).
+    levels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
     def __post_init__(self) -> None:
         if not self.name:
             raise ClusterError("a node needs a name")
         object.__setattr__(self, "labels", MappingProxyType(dict(self.labels)))
+        object.__setattr__(self, "levels", MappingProxyType(dict(self.levels)))
         check_labels(self.name, self.labels)
+
+    def level_values(self) -> Mapping[str, str]:
+        """Its domain per level: the declared ones, else its rack and pod."""
+        return self.levels or {"rack": self.rack, "pod": self.pod}
 
     @property
     def size(self) -> int:
@@ -302,11 +313,19 @@ def topology_aware(labels: Mapping[str, str]) -> bool:
 
 @dataclass(frozen=True)
 class Cluster:
-    """Immutable description; what is in use is kept apart, by whoever schedules on it."""
+    """Immutable description; what is in use is kept apart, by whoever schedules on it.
+
+    `levels` (narrowest first) are the network levels a cluster declares; each node then names
+    its domain at every one of them, and `network_gbps` gives the bandwidth beyond the widest
+    (CLUSTER). Without them the levels are `rack` and `pod`, at the bandwidths of
+    `network_gbps`. Code that knows only racks and pods (the performance model's tiers, a job's
+    `locality`) reads the two narrowest declared levels as rack and pod.
+    """
 
     nodes: tuple[Node, ...]
     network_gbps: Mapping[Tier, float] = field(default_factory=lambda: DEFAULT_NETWORK_GBPS)
     name: str = ""
+    levels: tuple[Level, ...] = ()
 
     def __post_init__(self) -> None:
         seen: set[str] = set()
@@ -314,6 +333,8 @@ class Cluster:
             if node.name in seen:
                 raise ClusterError(f"two nodes are named {node.name!r}")
             seen.add(node.name)
+        if self.levels:
+            self._declare_levels()
         missing = [t.name.lower() for t in (Tier.RACK, Tier.POD, Tier.CLUSTER)]
         missing = [m for m in missing if Tier[m.upper()] not in self.network_gbps]
         if missing:
@@ -322,6 +343,47 @@ class Cluster:
         if bad:
             raise ClusterError(f"network bandwidths must be positive, got {bad}")
         object.__setattr__(self, "network_gbps", MappingProxyType(dict(self.network_gbps)))
+
+    def _declare_levels(self) -> None:
+        """Check the levels and every node's values; the two narrowest become rack and pod."""
+        levels = tuple(self.levels)
+        try:
+            check_levels(levels)
+            for node in self.nodes:
+                check_values(node.name, levels, node.levels)
+        except LevelError as err:
+            raise ClusterError(str(err)) from None
+        if Tier.CLUSTER not in self.network_gbps:
+            raise ClusterError("network bandwidth missing for tier(s): cluster")
+        widest = self.network_gbps[Tier.CLUSTER]
+        network = {
+            Tier.RACK: levels[0].gbps,
+            Tier.POD: levels[1].gbps if len(levels) > 1 else widest,
+            Tier.CLUSTER: widest,
+        }
+        nodes = tuple(
+            replace(
+                node,
+                rack=node.levels[levels[0].name],
+                pod=node.levels[levels[1].name] if len(levels) > 1 else "pod-0",
+            )
+            for node in self.nodes
+        )
+        object.__setattr__(self, "levels", levels)
+        object.__setattr__(self, "network_gbps", network)
+        object.__setattr__(self, "nodes", nodes)
+
+    @property
+    def all_levels(self) -> tuple[Level, ...]:
+        """The declared levels, or `rack` and `pod` at the bandwidths of `network_gbps`."""
+        if self.levels:
+            return self.levels
+        return legacy_levels(self.network_gbps)
+
+    @property
+    def beyond_gbps(self) -> float:
+        """Between GPUs that share no level."""
+        return self.network_gbps[Tier.CLUSTER]
 
     def node(self, name: str) -> Node:
         for node in self.nodes:
@@ -336,6 +398,11 @@ class Cluster:
     def tier_gbps(self, tier: Tier) -> float | None:
         """Bandwidth between nodes joined at `tier`; None inside one node."""
         return None if tier == Tier.NODE else self.network_gbps[tier]
+
+
+def legacy_levels(network: Mapping[Tier, float]) -> tuple[Level, ...]:
+    """`rack` and `pod` as levels, at the bandwidths of a cluster without declared levels."""
+    return (Level("rack", network[Tier.RACK]), Level("pod", network[Tier.POD]))
 
 
 def tier_of(nodes: Iterable[Node]) -> Tier:

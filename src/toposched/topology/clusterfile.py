@@ -18,8 +18,10 @@ from toposched.topology.cluster import (
     check_labels,
 )
 from toposched.topology.errors import TopologyError
+from toposched.topology.levels import Level, LevelError, check_values
 from toposched.topology.node import NodeTopology
 from toposched.topology.presets import PRESETS, preset, preset_hardware
+from toposched.topology.racks import CORE_GBPS, LEAF, NIC_GBPS, RACK_PRESETS, SPINE
 from toposched.topology.resources import (
     UNKNOWN_HARDWARE,
     Hardware,
@@ -36,7 +38,8 @@ from toposched.yamlnodes import TooLarge, check_expansion
 # toposched.discovery.files reads files relative to the cluster file and caches them by path.
 Resolver = Callable[[str], NodeTopology]
 
-KEYS = ("name", "network_gbps", "groups", "nodes")
+KEYS = ("name", "network_gbps", "groups", "nodes", "levels")
+LEVEL_KEYS = ("name", "gbps", "latency_us", "nvlink")
 HARDWARE_KEYS = ("gpu_type", "gpu_memory", "cpus", "memory")
 GROUP_KEYS = (
     "count",
@@ -46,13 +49,23 @@ GROUP_KEYS = (
     "name_prefix",
     "labels",
     *HARDWARE_KEYS,
+    "per_domain",
 )
-NODE_KEYS = ("name", "topology", "rack", "pod", "labels", *HARDWARE_KEYS)
+NODE_KEYS = ("name", "topology", "rack", "pod", "labels", *HARDWARE_KEYS, "levels")
 TIERS = ("rack", "pod", "cluster")
 
-SHORTHAND_FORMS = "N*PRESET[/R] or 'N x PRESET [in racks of R]', groups joined by +"
-_COMPACT = re.compile(r"(\d+)\s*\*\s*([^\s/]+)(?:\s*/\s*(\d+))?")
-_READABLE = re.compile(r"(\d+)\s+x\s+(\S+)(?:\s+in\s+racks\s+of\s+(\d+))?")
+SHORTHAND_FORMS = (
+    "N*PRESET[/R], N*PRESET/leaf=L[/spine=S], N*RACK_PRESET, or "
+    "'N x PRESET [in racks of R | in leaves of L]', groups joined by +"
+)
+_COMPACT = re.compile(
+    r"(\d+)\s*\*\s*([^\s/]+)(?:\s*/\s*(\d+))?"
+    r"(?:\s*/\s*leaf\s*=\s*(\d+)(?:\s*/\s*spine\s*=\s*(\d+))?)?"
+)
+_READABLE = re.compile(
+    r"(\d+)\s+x\s+(\S+)(?:\s+in\s+racks\s+of\s+(\d+))?"
+    r"(?:\s+in\s+leaves\s+of\s+(\d+)(?:\s+under\s+spines\s+of\s+(\d+))?)?"
+)
 
 
 def looks_like_shorthand(spec: str) -> bool:
@@ -70,6 +83,7 @@ class _Builder:
         self.next_index: dict[str, int] = {}
         self.racks = 0
         self.pods = 0
+        self.domains: dict[str, int] = {}  # domains numbered so far, per level name
 
     def add(self, node: Node, line: int | None) -> None:
         if node.name in self.names:
@@ -113,20 +127,61 @@ class _Builder:
         else:
             self.pods += -(-racks // racks_per_pod)
 
-    def cluster(self, name: str, network: Mapping[Tier, float]) -> Cluster:
+    def leveled(
+        self,
+        count: int,
+        topology: NodeTopology,
+        prefix: str,
+        per_domain: Mapping[str, int],
+        levels: tuple[Level, ...],
+        *,
+        labels: Mapping[str, str] | None = None,
+        hardware: Hardware = UNKNOWN_HARDWARE,
+        line: int | None = None,
+    ) -> None:
+        """`count` nodes `<prefix>-<i>`, `per_domain[level]` nodes in each domain of a level
+        (the whole group where not given); a group starts new domains at every level."""
+        first = self.next_index.get(prefix, 0)
+        self.next_index[prefix] = first + count
+        start = {level.name: self.domains.get(level.name, 0) for level in levels}
+        for i in range(count):
+            values = {
+                level.name: f"{level.name}-{start[level.name] + i // per_domain.get(level.name, count)}"  # noqa: E501
+                for level in levels
+            }
+            node = Node(
+                f"{prefix}-{first + i}",
+                topology,
+                labels=labels or {},
+                hardware=hardware,
+                levels=values,
+            )
+            self.add(node, line)
+        for level in levels:
+            self.domains[level.name] = start[level.name] + -(
+                -count // per_domain.get(level.name, count)
+            )
+
+    def cluster(
+        self, name: str, network: Mapping[Tier, float], levels: tuple[Level, ...] = ()
+    ) -> Cluster:
         if not self.nodes:
             raise ClusterError(
                 "a cluster needs at least one node (give groups or nodes)", source=self.source
             )
         try:
-            return Cluster(tuple(self.nodes), network_gbps=network, name=name)
+            return Cluster(tuple(self.nodes), network_gbps=network, name=name, levels=levels)
         except ClusterError as err:
             raise ClusterError(err.reason, source=self.source) from None
 
 
 def parse_shorthand(spec: str) -> Cluster:
-    """`8*dgx1-v100/4+4*pcie-8gpu-2socket` or `64 x dgx1-v100 in racks of 8 + 2 x hgx-h100`."""
+    """`8*dgx1-v100/4+4*pcie-8gpu-2socket`, `64 x dgx1-v100 in racks of 8 + 2 x hgx-h100`,
+    `16*gb200-nvl72` (racks of 18 trays on one NVLink fabric) or `2048*hgx-h100/leaf=32`
+    (nodes under leaf switches of 32, the group under one spine). A shorthand with levels
+    (a rack preset or leaves) has the same levels in every group."""
     builder = _Builder(None)
+    kinds: set[tuple[Level, ...]] = set()
     for group in spec.split("+"):
         match = _COMPACT.fullmatch(group.strip()) or _READABLE.fullmatch(group.strip())
         if match is None:
@@ -134,19 +189,65 @@ def parse_shorthand(spec: str) -> Cluster:
                 f"cluster shorthand {spec!r}: cannot read {group.strip()!r}; "
                 f"expected {SHORTHAND_FORMS}, e.g. 64*dgx1-v100/8"
             )
-        count, name, per_rack = int(match[1]), match[2], match[3]
-        if count < 1 or (per_rack is not None and int(per_rack) < 1):
+        count, name = int(match[1]), match[2]
+        per_rack, leaf, spine = (None if m is None else int(m) for m in match.groups()[2:])
+        if count < 1 or any(n is not None and n < 1 for n in (per_rack, leaf, spine)):
             raise ClusterError(
-                f"cluster shorthand {spec!r}: node counts and rack sizes must be positive integers"
+                f"cluster shorthand {spec!r}: node counts and rack, leaf and spine sizes "
+                "must be positive integers"
             )
+        if per_rack is not None and leaf is not None:
+            raise ClusterError(
+                f"cluster shorthand {spec!r}: {group.strip()!r} gives both racks and leaves"
+            )
+        if name in RACK_PRESETS:
+            if per_rack is not None or leaf is not None:
+                raise ClusterError(
+                    f"cluster shorthand {spec!r}: {name} is a rack preset; "
+                    f"write N*{name} for N racks"
+                )
+            rack = RACK_PRESETS[name]
+            levels: tuple[Level, ...] = (rack.clique,)
+            builder.leveled(
+                count * rack.nodes,
+                preset(rack.node),
+                name,
+                {rack.clique.name: rack.nodes},
+                levels,
+                hardware=preset_hardware(rack.node),
+            )
+            kinds.add(levels)
+            continue
         if name not in PRESETS:
             raise ClusterError(
-                f"cluster shorthand {spec!r}: unknown preset {name!r}; "
-                f"known presets: {', '.join(PRESETS)}"
+                f"cluster shorthand {spec!r}: unknown preset {name!r}; known presets: "
+                f"{', '.join([*PRESETS, *RACK_PRESETS])}"
             )
-        racks_of = None if per_rack is None else int(per_rack)
-        builder.group(count, preset(name), name, racks_of=racks_of, hardware=preset_hardware(name))
-    return builder.cluster(spec.strip(), DEFAULT_NETWORK_GBPS)
+        if leaf is not None:
+            levels = (LEAF, SPINE)
+            sizes = {LEAF.name: leaf} | ({} if spine is None else {SPINE.name: spine})
+            if spine is not None and spine % leaf:
+                raise ClusterError(
+                    f"cluster shorthand {spec!r}: a spine of {spine} nodes is not a whole "
+                    f"number of leaves of {leaf}"
+                )
+            builder.leveled(
+                count, preset(name), name, sizes, levels, hardware=preset_hardware(name)
+            )
+            kinds.add(levels)
+            continue
+        builder.group(count, preset(name), name, racks_of=per_rack, hardware=preset_hardware(name))
+        kinds.add(())
+    if len(kinds) > 1:
+        raise ClusterError(
+            f"cluster shorthand {spec!r}: its groups have different levels (racks, NVLink "
+            "racks, leaves); write a cluster file to join them"
+        )
+    (levels,) = kinds
+    if not levels:
+        return builder.cluster(spec.strip(), DEFAULT_NETWORK_GBPS)
+    beyond = NIC_GBPS if levels[0].nvlink else CORE_GBPS
+    return builder.cluster(spec.strip(), {Tier.CLUSTER: beyond}, levels)
 
 
 class _Map:
@@ -271,6 +372,40 @@ class _Map:
         except QuantityError as err:
             raise self.error(str(err), key) from None
 
+    def refuse(self, keys: tuple[str, ...], why: str) -> None:
+        for key in keys:
+            if key in self.data:
+                raise self.error(f"{key}: {why}", key)
+
+    def per_domain(self, levels: tuple[Level, ...]) -> dict[str, int]:
+        """Nodes per domain of each level named (a level left out: the whole group)."""
+        value = self.data.get("per_domain", {})
+        names = [level.name for level in levels]
+        if not isinstance(value, dict):
+            raise self.error("per_domain must map level names to node counts", "per_domain")
+        for key, count in value.items():
+            if key not in names:
+                raise self.error(
+                    f"per_domain: unknown level {key!r}; the levels are {', '.join(names)}",
+                    "per_domain",
+                )
+            if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+                raise self.error(
+                    f"per_domain: {key} must be a positive integer, got {count!r}", "per_domain"
+                )
+        return dict(value)
+
+    def level_values(self, node: str, levels: tuple[Level, ...]) -> dict[str, str]:
+        """The node's domain at every level."""
+        value = self.require("levels", f"node {node!r} (the file declares levels)")
+        if not isinstance(value, dict):
+            raise self.error("levels must map level names to domain names", "levels")
+        try:
+            check_values(node, levels, value)
+        except LevelError as err:
+            raise self.error(str(err), "levels") from None
+        return value
+
     def items(self, key: str) -> list[tuple[Any, yaml.Node | None]]:
         """A list entry's items with their YAML nodes (None where the structure differs)."""
         value = self.data.get(key, [])
@@ -319,13 +454,14 @@ def parse_cluster_yaml(
     if not isinstance(name, str):
         raise top.error("name must be a string", "name")
 
+    levels = _levels(top, source)
     network = dict(DEFAULT_NETWORK_GBPS)
     if "network_gbps" in top.data:
         gbps = _Map(
             top.data["network_gbps"],
             top.value_nodes.get("network_gbps"),
             "network_gbps",
-            TIERS,
+            ("cluster",) if levels else TIERS,
             source,
             noun="tier",
         )
@@ -343,6 +479,22 @@ def parse_cluster_yaml(
         spec, topology = group.topology(f"groups[{i}]", resolve)
         prefix = group.text("name_prefix", spec if spec in PRESETS else PurePath(spec).stem)
         labels = group.labels(f"{prefix}-*")
+        hardware = group.hardware(_base_hardware(spec))
+        if levels:
+            group.refuse(("racks_of", "racks_per_pod"), "this file declares levels; use per_domain")
+            sizes = group.per_domain(levels)
+            builder.leveled(
+                count,
+                topology,
+                prefix,
+                sizes,
+                levels,
+                labels=labels,
+                hardware=hardware,
+                line=group.line_of("count"),
+            )
+            continue
+        group.refuse(("per_domain",), "per_domain needs the file's levels")
         builder.group(
             count,
             topology,
@@ -350,7 +502,7 @@ def parse_cluster_yaml(
             racks_of=group.positive("racks_of"),
             racks_per_pod=group.positive("racks_per_pod"),
             labels=labels,
-            hardware=group.hardware(_base_hardware(spec)),
+            hardware=hardware,
             line=group.line_of("count"),
         )
     for i, (item, node) in enumerate(top.items("nodes")):
@@ -359,10 +511,38 @@ def parse_cluster_yaml(
         node_name = entry.text("name", "")
         spec, topology = entry.topology(f"nodes[{i}]", resolve)
         labels = entry.labels(node_name)
-        rack, pod = entry.text("rack", "rack-0"), entry.text("pod", "pod-0")
         hardware = entry.hardware(_base_hardware(spec))
-        builder.add(Node(node_name, topology, rack, pod, labels, hardware), entry.line_of("name"))
-    return builder.cluster(name, network)
+        line = entry.line_of("name")
+        if levels:
+            entry.refuse(("rack", "pod"), "this file declares levels; give the node's levels")
+            values = entry.level_values(node_name, levels)
+            builder.add(
+                Node(node_name, topology, labels=labels, hardware=hardware, levels=values), line
+            )
+            continue
+        entry.refuse(("levels",), "a node's levels need the file's levels")
+        rack, pod = entry.text("rack", "rack-0"), entry.text("pod", "pod-0")
+        builder.add(Node(node_name, topology, rack, pod, labels, hardware), line)
+    return builder.cluster(name, network, levels)
+
+
+def _levels(top: _Map, source: str) -> tuple[Level, ...]:
+    """The file's `levels`, narrowest first (none: racks and pods)."""
+    found: list[Level] = []
+    for i, (item, node) in enumerate(top.items("levels")):
+        entry = _Map(item, node, f"levels[{i}]", LEVEL_KEYS, source)
+        name = entry.require("name", f"levels[{i}]")
+        gbps = entry.require("gbps", f"levels[{i}]")
+        nvlink = entry.data.get("nvlink", False)
+        if not isinstance(nvlink, bool):
+            raise entry.error(f"nvlink must be true or false, got {nvlink!r}", "nvlink")
+        try:
+            found.append(Level(name, gbps, entry.data.get("latency_us", 0.0), nvlink))
+        except LevelError as err:
+            raise entry.error(f"levels[{i}]: {err}", "gbps") from None
+    if "levels" in top.data and not found:
+        raise top.error("levels must list at least one level", "levels")
+    return tuple(found)
 
 
 def _base_hardware(spec: str) -> Hardware:
@@ -406,11 +586,25 @@ def dump_cluster_yaml(cluster: Cluster) -> str:
     data: dict[str, Any] = {}
     if cluster.name:
         data["name"] = cluster.name
-    data["network_gbps"] = {
-        t.name.lower(): cluster.network_gbps[t] for t in (Tier.RACK, Tier.POD, Tier.CLUSTER)
-    }
+    if cluster.levels:
+        data["levels"] = [
+            {"name": lv.name, "gbps": lv.gbps, "latency_us": lv.latency_us, "nvlink": lv.nvlink}
+            for lv in cluster.levels
+        ]
+        data["network_gbps"] = {"cluster": cluster.beyond_gbps}
+    else:
+        data["network_gbps"] = {
+            t.name.lower(): cluster.network_gbps[t] for t in (Tier.RACK, Tier.POD, Tier.CLUSTER)
+        }
+
+    def where(n: Node) -> dict[str, object]:
+        if cluster.levels:
+            return {"levels": dict(n.levels)}
+        return {"rack": n.rack, "pod": n.pod}
+
     data["nodes"] = [
-        {"name": n.name, "topology": n.topology.name, "rack": n.rack, "pod": n.pod}
+        {"name": n.name, "topology": n.topology.name}
+        | where(n)
         | ({"labels": dict(n.labels)} if n.labels else {})
         | hardware_entries(n.hardware, preset_hardware(n.topology.name))
         for n in cluster.nodes

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from functools import cache
 
 from toposched.topology.errors import TopologyError
+from toposched.topology.links import BandwidthTable
 from toposched.topology.node import NodeTopology
 from toposched.topology.resources import Hardware
 
@@ -91,6 +92,53 @@ def hgx_h100() -> NodeTopology:
     )
 
 
+def hgx_h200() -> NodeTopology:
+    # Wired as the HGX H100 (NVLink 4 through four NVSwitch chips: 18 links of 25 GB/s a
+    # direction per GPU, 900 GB/s both ways; https://www.nvidia.com/en-us/data-center/h200/),
+    # one ConnectX-7 400 Gb/s NIC per GPU (8 per node), a PCIe switch each.
+    return NodeTopology.from_codes(
+        _all_to_all(8, "NV18"),
+        numa=[i // 4 for i in range(8)],
+        switch=list(range(8)),
+        cpu_affinity=["0-47,96-143"] * 4 + ["48-95,144-191"] * 4,
+        name="hgx-h200",
+    )
+
+
+# NVLink 5 links carry 50 GB/s a direction each, twice NVLink 4's: 18 of them are 1.8 TB/s
+# both ways per GPU (https://www.nvidia.com/en-us/data-center/nvlink/).
+NVLINK5 = BandwidthTable(nvlink_per_link=50.0)
+
+
+def dgx_b200() -> NodeTopology:
+    # DGX B200: 8 B200 on two NVSwitch chips, 18 NVLink 5 links per GPU (1.8 TB/s per GPU, 14.4
+    # TB/s aggregate), 8 single-port ConnectX-7 400 Gb/s NICs for the compute fabric, two
+    # 56-core Xeon 8570 (https://www.nvidia.com/en-us/data-center/dgx-b200/).
+    return NodeTopology.from_codes(
+        _all_to_all(8, "NV18"),
+        numa=[i // 4 for i in range(8)],
+        switch=list(range(8)),
+        cpu_affinity=["0-55,112-167"] * 4 + ["56-111,168-223"] * 4,
+        bandwidth=NVLINK5,
+        name="dgx-b200",
+    )
+
+
+def gb200_tray() -> NodeTopology:
+    # One compute tray of a GB200 NVL72: two Grace CPUs, each with two B200 GPUs, every GPU with
+    # 18 NVLink 5 links into the rack's NVLink switch trays (so every pair of the 72 GPUs talks
+    # at 1.8 TB/s both ways), a ConnectX-7/8 400 Gb/s NIC per GPU
+    # (https://www.nvidia.com/en-us/data-center/gb200-nvl72/).
+    return NodeTopology.from_codes(
+        _all_to_all(4, "NV18"),
+        numa=[0, 0, 1, 1],
+        switch=[0, 1, 2, 3],
+        cpu_affinity=["0-71"] * 2 + ["72-143"] * 2,
+        bandwidth=NVLINK5,
+        name="gb200-tray",
+    )
+
+
 def pcie_8gpu_2socket() -> NodeTopology:
     # The paper's server: two CPUs, each with two PCIe switches hosting two GPUs.
     return NodeTopology.from_codes(
@@ -145,6 +193,9 @@ PRESETS: dict[str, Callable[[], NodeTopology]] = {
     "dgx2-v100": dgx2_v100,
     "dgx-a100": dgx_a100,
     "hgx-h100": hgx_h100,
+    "hgx-h200": hgx_h200,
+    "dgx-b200": dgx_b200,
+    "gb200-tray": gb200_tray,
     "pcie-8gpu-2socket": pcie_8gpu_2socket,
     "pcie-4gpu-2socket": pcie_4gpu_2socket,
     "pcie-16gpu-nvbridge": pcie_16gpu_nvbridge,
@@ -162,6 +213,13 @@ PRESET_HARDWARE: dict[str, Hardware] = {
     "dgx2-v100": Hardware("V100", 32 * GIB, 96_000, 1536 * GIB),
     "dgx-a100": Hardware("A100", 40 * GIB, 256_000, 1024 * GIB),
     "hgx-h100": Hardware("H100", 80 * GIB, 192_000, 2048 * GIB),
+    # 141 GB of HBM3e per GPU (the H200 page above); host as the HGX H100 preset's.
+    "hgx-h200": Hardware("H200", 141 * 10**9, 192_000, 2048 * GIB),
+    # 1,440 GB of GPU memory over 8 GPUs, 112 cores (224 threads), 2 TB (the DGX B200 page).
+    "dgx-b200": Hardware("B200", 180 * 10**9, 224_000, 2048 * GIB),
+    # 13.4 TB HBM3e over 72 GPUs (186 GB each), 2 Grace CPUs of 72 Arm cores and 480 GB LPDDR5X
+    # each per tray (the GB200 NVL72 page above).
+    "gb200-tray": Hardware("B200", 186 * 10**9, 144_000, 960 * 10**9),
     "pcie-8gpu-2socket": Hardware(cpus=40_000),
     "pcie-4gpu-2socket": Hardware("RTX6000Ada", 48 * GIB, 64_000),
     "pcie-16gpu-nvbridge": Hardware(cpus=64_000),
