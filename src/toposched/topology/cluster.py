@@ -64,6 +64,11 @@ class Node:
             raise ClusterError("a node needs a name")
         object.__setattr__(self, "labels", MappingProxyType(dict(self.labels)))
         check_labels(self.name, self.labels)
+        if self.hardware.mig and self.hardware.mig[-1] >= self.size:
+            raise ClusterError(
+                f"node {self.name!r}: GPU {self.hardware.mig[-1]} in MIG mode, but the node "
+                f"has GPUs 0..{self.size - 1}"
+            )
 
     @property
     def size(self) -> int:
