@@ -17,9 +17,11 @@ from toposched.core.job import JobSpec
 from toposched.core.records import JobRecord, QueueRecord, Reservation
 from toposched.placement.capacity import Capacity, full_mask
 from toposched.placement.gang import Placement
+from toposched.placement.mig import Instance, MigGpu
 from toposched.placement.sharing import MILLI, NodeRoom, Task
 from toposched.placement.tables import to_mask
 from toposched.topology.cluster import Cluster, Node
+from toposched.topology.mig import COMPUTE_SLICES, MigTable, mig_table
 from toposched.topology.resources import type_key
 
 MIB = 2**20
@@ -59,6 +61,10 @@ class Books:
         # here, not in `owner`, `node_jobs`, `job_nodes` or `holders`.
         self.shares: dict[tuple[int, int], dict[str, tuple[int, int]]] = {}
         self.sharers: dict[str, JobRecord] = {}
+        # GPUs in MIG mode (Hardware.mig): never free, so neither whole-GPU placers nor share
+        # policies see them. Each one's MIG instances, by job: (profile, memory-slice start).
+        self.mig: dict[tuple[int, int], dict[str, Instance]] = {}
+        self.mig_holders: dict[str, JobRecord] = {}
         # Each kind of worker submitted, counted: the target workload of FGD's measure.
         self.tasks: dict[Task, int] = {}
         self.deps = Dependencies()  # the waiting jobs that run after others
@@ -77,6 +83,8 @@ class Books:
         self.lowest_priority: dict[str, int] = {}
         self.highest_priority: dict[str, int] = {}
         self.notes: deque[tuple[float, str]] = deque(maxlen=NOTES)
+        for i in self.capacity.present_indices():
+            self._set_aside_mig(i)
 
     # ------------------------------------------------------------------ look-ups
 
@@ -93,9 +101,15 @@ class Books:
         return i
 
     def healthy_gpus(self) -> int:
+        """Healthy GPUs that whole-GPU work may have (not in MIG mode)."""
         # `unhealthy` holds only nodes with a failed GPU, and only present ones.
         bad = sum(mask.bit_count() for mask in self.unhealthy.values())
-        return self.capacity.total_gpus - bad
+        cap = self.capacity
+        for i in cap.present_indices():
+            mig = cap.nodes[i].hardware.mig_mask
+            if mig:
+                bad += (mig & ~self.unhealthy.get(i, 0)).bit_count()
+        return cap.total_gpus - bad
 
     def guarantees(self) -> bool:
         """Some queue has a guaranteed share (and so may reclaim what others borrow)."""
@@ -136,6 +150,8 @@ class Books:
         )
         if spec.elastic is not None:
             self.elastic[spec.name] = rec
+        if spec.mig:
+            return rec  # not work of FGD's measure: it never takes a share of a GPU
         task = Task(
             spec.gpus_per_worker, spec.share_milli if spec.gpus_per_worker else 0, spec.cpus
         )
@@ -184,6 +200,9 @@ class Books:
             return
         if rec.spec.shared:
             self._share(rec, placement)
+            return
+        if rec.spec.mig:
+            self._carve(rec, placement)
             return
         for node, gpus in placement.gpus_by_node().items():
             i = self.capacity.index[node]
@@ -302,6 +321,77 @@ class Books:
         self.epoch += 1
         self.freed += 1
 
+    def _carve(self, rec: JobRecord, placement: Placement) -> None:
+        """`rec` takes its MIG instance: the one GPU of `placement`, at its slot's start."""
+        spec = rec.spec
+        ((slot),) = placement.workers
+        ((gpu),) = slot.gpus
+        assert slot.instance is not None, "a MIG instance is placed with its start"
+        i = self.capacity.index[slot.node]
+        self.mig.setdefault((i, gpu), {})[rec.name] = (spec.mig, slot.instance)
+        if spec.cpus or spec.memory:
+            self.capacity.hold(i, spec.cpus, spec.memory)
+        self.mig_holders[rec.name] = rec
+        self.touch(i)
+        queue = self.queues[spec.queue]
+        queue.used_milli += self.mig_milli(i, spec.mig)
+        queue.version += 1
+        if self.starts_make_victims(rec):
+            self.epoch += 1
+
+    def _uncarve(self, rec: JobRecord) -> None:
+        """`rec` gives its MIG instance back; the GPU stays in MIG mode, never free."""
+        spec = rec.spec
+        for placement in rec.held():
+            ((node, gpu),) = placement.pairs()
+            i = self.capacity.index[node]
+            on_gpu = self.mig[(i, gpu)]
+            del on_gpu[rec.name]
+            if not on_gpu:
+                del self.mig[(i, gpu)]
+            if spec.cpus or spec.memory:
+                self.capacity.hold(i, -spec.cpus, -spec.memory)
+            self.touch(i)
+            queue = self.queues[spec.queue]
+            queue.used_milli -= self.mig_milli(i, spec.mig)
+            queue.version += 1
+        self.mig_holders.pop(rec.name, None)
+        self.epoch += 1
+        self.freed += 1
+
+    def mig_table(self, i: int) -> MigTable | None:
+        """The MIG table of node `i`'s GPUs, if any of them is in MIG mode."""
+        hw = self.capacity.nodes[i].hardware
+        return mig_table(hw.gpu_type, hw.gpu_memory) if hw.mig else None
+
+    def mig_milli(self, i: int, profile: str) -> int:
+        """What an instance of `profile` on node `i` counts in its queue's thousandths: its
+        compute slices' part of the GPU."""
+        table = self.mig_table(i)
+        found = table.profile(profile) if table is not None else None
+        return 0 if found is None else found.compute * MILLI // COMPUTE_SLICES
+
+    def mig_gpus(self, i: int) -> list[MigGpu]:
+        """Node `i`'s GPUs in MIG mode that may take an instance now (healthy, the node not
+        cordoned), with the instances on each."""
+        table = self.mig_table(i)
+        if table is None or i in self.cordoned:
+            return []
+        bad = self.unhealthy.get(i, 0)
+        return [
+            MigGpu(i, g, table, tuple(sorted(self.mig.get((i, g), {}).values())))
+            for g in self.capacity.nodes[i].hardware.mig
+            if not bad >> g & 1
+        ]
+
+    def _set_aside_mig(self, i: int) -> None:
+        """Node `i` (just added, all its GPUs free) keeps its GPUs in MIG mode out of the
+        free ones and counts them unusable for whole GPUs."""
+        mig = self.capacity.nodes[i].hardware.mig_mask
+        if mig:
+            self.capacity.take(i, mig & self.capacity.free[i])
+            self._mirror_unusable(i)
+
     def shared_mask(self, i: int) -> int:
         """Node `i`'s GPUs that jobs hold shares of."""
         mask = 0
@@ -316,7 +406,7 @@ class Books:
         cap = self.capacity
         node = cap.nodes[i]
         mib = node.hardware.gpu_memory // MIB
-        bad = self.unhealthy.get(i, 0)
+        bad = self.unhealthy.get(i, 0) | node.hardware.mig_mask  # MIG GPUs are never shared
         cordoned = i in self.cordoned
         left, memory_left, tenants = [], [], []
         for g in range(node.size):
@@ -347,6 +437,10 @@ class Books:
             self.reservation.awaiting.discard(rec.name)
         if rec.spec.shared:
             self._unshare(rec)
+            rec.placement = rec.target = rec.resume = None
+            return
+        if rec.spec.mig:
+            self._uncarve(rec)
             rec.placement = rec.target = rec.resume = None
             return
         if rec.spec.cpu_only:
@@ -383,6 +477,7 @@ class Books:
             held |= mask
         if held:
             self.capacity.take(i, held)
+        self._set_aside_mig(i)
 
     def remove_node(self, i: int) -> None:
         """Forget a node whose jobs have let go of it."""
@@ -403,15 +498,26 @@ class Books:
 
     def _mirror_unusable(self, i: int) -> None:
         """What the placers read of failed GPUs and cordons (Capacity.unusable)."""
-        every = full_mask(self.capacity.nodes[i].size)
-        self.capacity.set_unusable(i, every if i in self.cordoned else self.unhealthy.get(i, 0))
+        node = self.capacity.nodes[i]
+        every = full_mask(node.size)
+        out = self.unhealthy.get(i, 0) | node.hardware.mig_mask
+        self.capacity.set_unusable(i, every if i in self.cordoned else out)
 
     def change_node(self, node: Node) -> None:
         """New labels, hardware or taints for a present node of the same wiring."""
         i = self.node_index(node.name)
-        if node.topology != self.capacity.nodes[i].topology:
+        old = self.capacity.nodes[i]
+        if node.topology != old.topology:
             raise SchedulingError(
                 f"node {node.name!r}: its GPUs or their wiring changed; remove and add it again"
+            )
+        if node.hardware.mig != old.hardware.mig or (
+            node.hardware.mig
+            and self.mig_table(i) != mig_table(node.hardware.gpu_type, node.hardware.gpu_memory)
+        ):
+            raise SchedulingError(
+                f"node {node.name!r}: its GPUs in MIG mode or their MIG table changed; remove "
+                "and add it again"
             )
         self.capacity.replace_node(i, node)
         if dict(node.labels) != self.labels[node.name]:
@@ -428,7 +534,7 @@ class Books:
             self.capacity.take(i, self.capacity.free[i])
         elif not on and i in self.cordoned:
             self.cordoned.discard(i)
-            held = self.shared_mask(i)
+            held = self.shared_mask(i) | self.capacity.nodes[i].hardware.mig_mask
             for mask in self.node_jobs.get(i, {}).values():
                 held |= mask
             size = self.capacity.nodes[i].size
@@ -442,8 +548,9 @@ class Books:
         """The jobs holding GPUs or shares of GPUs of node `i`, or workers there without
         GPUs, by name."""
         sharing = {name for (n, _), on_gpu in self.shares.items() if n == i for name in on_gpu}
+        sharing |= {name for (n, _), on_gpu in self.mig.items() if n == i for name in on_gpu}
         return sorted({*self.node_jobs.get(i, {}), *self.cpu_only.get(i, {}), *sharing})
 
     def sharers_of(self, i: int, gpu: int) -> list[str]:
-        """The jobs holding shares of GPU `gpu` of node `i`, by name."""
-        return sorted(self.shares.get((i, gpu), {}))
+        """The jobs holding shares or MIG instances of GPU `gpu` of node `i`, by name."""
+        return sorted({*self.shares.get((i, gpu), {}), *self.mig.get((i, gpu), {})})
