@@ -501,7 +501,7 @@ class Runtime(Driver):
         core = core_spec(entry.name, entry.owner, entry.queue, entry.spec)
         never = self.core.never_fits(core)
         if never:
-            raise SubmitRefused(never)
+            raise SubmitRefused(never, "mig" if core.mig else "gpus")
         self._bound_elastic(core)
         if self.view.knows(entry.name) or entry.name in taken:
             raise Conflict(f"a job named {entry.name!r} already exists")
