@@ -13,7 +13,9 @@ from toposched.core.events import (
     GpuHealth,
     JobFinished,
     JobRestored,
+    NodeAdded,
     NodeCordoned,
+    NodeRemoved,
 )
 from toposched.core.job import JobError, JobState
 from toposched.placement.gang import Placement, WorkerSlot
@@ -148,3 +150,35 @@ def test_a_restored_instance_keeps_its_start_and_bad_ones_are_refused() -> None:
         with pytest.raises(SchedulingError, match=why):
             s.handle(JobRestored(0.0, spec, 0.0, Placement((slot,), None, Tier.NODE)))
     assert s.books.mig == {(0, 1): {"kept": ("3g.40gb", 4)}}
+
+
+def test_a_profile_that_does_not_fit_keeps_no_smaller_one_waiting() -> None:
+    s = core(h100(mig=(0,)))
+    started = starts_of(
+        s.handle(*submit(mig("a", "3g.40gb"), mig("big", "7g.80gb"), mig("small", "1g.10gb")))
+    )
+    assert set(started) == {"a", "small"}
+    assert s.job("big").state is JobState.PENDING
+
+
+def test_an_instance_is_restored_on_a_cordoned_node() -> None:
+    s = core(h100())
+    s.handle(NodeCordoned(0.0, "h"))
+    at = Placement((WorkerSlot("h", (0,), 0),), None, Tier.NODE)
+    s.handle(JobRestored(1.0, mig("kept", "4g.40gb"), 0.0, at))
+    assert s.job("kept").state is JobState.RUNNING
+
+
+def test_a_node_cannot_come_back_changed_under_its_instances() -> None:
+    s = core(h100())
+    s.handle(*submit(mig("a", "7g.80gb"), job("w")))
+    ((gpu,),) = [slot.gpus for slot in s.job("a").placement.workers]  # type: ignore[union-attr]
+    s.handle(NodeRemoved(1.0, "h"))
+    # Both still hold what they had there: the instance, and GPU 2 held whole.
+    assert s.job("a").state is s.job("w").state is JobState.STOPPING
+    with pytest.raises(SchedulingError, match=f"GPU {gpu} comes back not in MIG mode as it was"):
+        s.handle(NodeAdded(2.0, h100(mig=(1 - gpu,))))
+    with pytest.raises(SchedulingError, match="MIG mode that jobs still hold whole or share"):
+        s.handle(NodeAdded(2.0, h100(mig=tuple(range(8)))))
+    s.handle(NodeAdded(3.0, h100()))
+    assert s.books.mig[(0, gpu)] == {"a": ("7g.80gb", 0)}

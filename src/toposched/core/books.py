@@ -374,15 +374,38 @@ class Books:
     def mig_gpus(self, i: int) -> list[MigGpu]:
         """Node `i`'s GPUs in MIG mode that may take an instance now (healthy, the node not
         cordoned), with the instances on each."""
-        table = self.mig_table(i)
-        if table is None or i in self.cordoned:
+        if i in self.cordoned:
             return []
         bad = self.unhealthy.get(i, 0)
-        return [
-            MigGpu(i, g, table, tuple(sorted(self.mig.get((i, g), {}).values())))
-            for g in self.capacity.nodes[i].hardware.mig
-            if not bad >> g & 1
-        ]
+        gpus = (self.mig_gpu(i, g) for g in self.capacity.nodes[i].hardware.mig)
+        return [g for g in gpus if g is not None and not bad >> g.gpu & 1]
+
+    def mig_gpu(self, i: int, gpu: int) -> MigGpu | None:
+        """GPU `gpu` of node `i` with its instances, if it is in MIG mode."""
+        table = self.mig_table(i)
+        if table is None or gpu not in self.capacity.nodes[i].hardware.mig:
+            return None
+        return MigGpu(i, gpu, table, tuple(sorted(self.mig.get((i, gpu), {}).values())))
+
+    def _check_mig_comeback(self, i: int, node: Node) -> None:
+        """A node that comes back while jobs still hold its GPUs keeps what they hold: the
+        GPUs with instances in MIG mode of the same table, the others not in MIG mode."""
+        hw = node.hardware
+        table = mig_table(hw.gpu_type, hw.gpu_memory) if hw.mig else None
+        for (n, g), on_gpu in self.mig.items():
+            if n == i and on_gpu and (g not in hw.mig or table != self.mig_table(i)):
+                raise SchedulingError(
+                    f"node {node.name!r}: GPU {g} comes back not in MIG mode as it was, while "
+                    f"{', '.join(sorted(on_gpu))} still hold(s) MIG instances there"
+                )
+        held = self.shared_mask(i)
+        for mask in self.node_jobs.get(i, {}).values():
+            held |= mask
+        if held & hw.mig_mask:
+            raise SchedulingError(
+                f"node {node.name!r}: comes back with GPUs in MIG mode that jobs still hold "
+                "whole or share"
+            )
 
     def _set_aside_mig(self, i: int) -> None:
         """Node `i` (just added, all its GPUs free) keeps its GPUs in MIG mode out of the
@@ -467,6 +490,8 @@ class Books:
         i = self.capacity.index.get(node.name)
         if i is not None and self.capacity.present[i]:
             raise SchedulingError(f"node {node.name!r} is already in the cluster")
+        if i is not None:
+            self._check_mig_comeback(i, node)
         i = self.capacity.add_node(node)
         self.touch(i)
         self.cordoned.discard(i)

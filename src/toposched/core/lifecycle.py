@@ -177,8 +177,8 @@ class Lifecycle:
             raise SchedulingError(
                 f"job {spec.name!r}: mig {spec.mig}: GPU {gpu} of {node.name!r} is not in MIG mode"
             )
-        gpus = [g for g in self.books.mig_gpus(i) if g.gpu == gpu]
-        if start is None or not gpus or start not in mig_starts(gpus[0], spec.mig):
+        here = self.books.mig_gpu(i, gpu)
+        if start is None or here is None or start not in mig_starts(here, spec.mig):
             raise SchedulingError(
                 f"job {spec.name!r}: mig {spec.mig}: no room for its instance at memory slice "
                 f"{start} of GPU {gpu} of {node.name!r}"
