@@ -65,6 +65,7 @@ class Books:
         # policies see them. Each one's MIG instances, by job: (profile, memory-slice start).
         self.mig: dict[tuple[int, int], dict[str, Instance]] = {}
         self.mig_holders: dict[str, JobRecord] = {}
+        self.mig_nodes: dict[int, int] = {}  # present nodes with GPUs in MIG mode: their masks
         # Each kind of worker submitted, counted: the target workload of FGD's measure.
         self.tasks: dict[Task, int] = {}
         self.deps = Dependencies()  # the waiting jobs that run after others
@@ -104,12 +105,9 @@ class Books:
         """Healthy GPUs that whole-GPU work may have (not in MIG mode)."""
         # `unhealthy` holds only nodes with a failed GPU, and only present ones.
         bad = sum(mask.bit_count() for mask in self.unhealthy.values())
-        cap = self.capacity
-        for i in cap.present_indices():
-            mig = cap.nodes[i].hardware.mig_mask
-            if mig:
-                bad += (mig & ~self.unhealthy.get(i, 0)).bit_count()
-        return cap.total_gpus - bad
+        for i, mig in self.mig_nodes.items():
+            bad += (mig & ~self.unhealthy.get(i, 0)).bit_count()
+        return self.capacity.total_gpus - bad
 
     def guarantees(self) -> bool:
         """Some queue has a guaranteed share (and so may reclaim what others borrow)."""
@@ -414,6 +412,7 @@ class Books:
         if mig:
             self.capacity.take(i, mig & self.capacity.free[i])
             self._mirror_unusable(i)
+            self.mig_nodes[i] = mig
 
     def shared_mask(self, i: int) -> int:
         """Node `i`'s GPUs that jobs hold shares of."""
@@ -507,6 +506,7 @@ class Books:
     def remove_node(self, i: int) -> None:
         """Forget a node whose jobs have let go of it."""
         self.capacity.remove_node(i)
+        self.mig_nodes.pop(i, None)
         self.touch(i)
         self.cordoned.discard(i)
         self.set_unhealthy(i, 0)

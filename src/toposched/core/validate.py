@@ -294,6 +294,13 @@ def _check_free(s: Books, owner: dict[tuple[int, int], str]) -> None:
         total += expected.bit_count()
     if total != s.capacity.total_free:
         raise InvariantViolation("the free-GPU total disagrees with the nodes")
+    mig_nodes = {
+        i: s.capacity.nodes[i].hardware.mig_mask
+        for i in s.capacity.present_indices()
+        if s.capacity.nodes[i].hardware.mig
+    }
+    if mig_nodes != s.mig_nodes:
+        raise InvariantViolation("the nodes with GPUs in MIG mode disagree with the nodes")
     by_type: dict[str, int] = {}
     for i in s.capacity.present_indices():
         key = s.capacity.type_key(i)
