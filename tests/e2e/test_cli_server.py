@@ -215,6 +215,19 @@ def test_example_vgg16_job_file(server: ServerProcess, cli: Callable[..., Result
     assert "RANK=3" in logs.out and "WORLD_SIZE=4" in logs.out and "MASTER_PORT=" in logs.out
 
 
+def test_a_mig_profile_is_refused_by_its_flag(server: ServerProcess) -> None:
+    """No GPU of the server's node is in MIG mode yet: `--mig` is refused, naming the flag."""
+    asked, two = run_all(
+        user_env(server),
+        ("submit", "--mig", "3g.40gb", "--", "true"),
+        ("submit", "--mig", "1g.10gb", "--gpus", "2", "--", "true"),
+    )
+    assert asked.code == 2
+    assert asked.err == "error: --mig: rejected: mig 3g.40gb: no GPU it may use is in MIG mode\n"
+    assert two.code == 2
+    assert "--gpus: mig 1g.10gb is one MIG instance: gpus must be 1, got 2" in two.err
+
+
 def test_refusals_and_bad_input(server: ServerProcess, tmp_path: Path) -> None:
     bad_type = tmp_path / "bad.yaml"
     bad_type.write_text("name: typo\ngpus: two\ncommand: [true]\n")

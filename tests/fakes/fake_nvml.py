@@ -7,12 +7,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from toposched.topology.links import Path
+from toposched.topology.mig import MigTable
 from toposched.topology.node import NodeTopology
 
 # Values as in nvml.h / pynvml.
 NVML_ERROR_UNINITIALIZED = 1
 NVML_ERROR_INVALID_ARGUMENT = 2
 NVML_ERROR_NOT_SUPPORTED = 3
+NVML_ERROR_NOT_FOUND = 6
 NVML_ERROR_DRIVER_NOT_LOADED = 9
 NVML_ERROR_LIBRARY_NOT_FOUND = 12
 NVML_NVLINK_DEVICE_TYPE_GPU = 0x00
@@ -24,6 +26,7 @@ _ERROR_TEXT = {
     NVML_ERROR_UNINITIALIZED: "Uninitialized",
     NVML_ERROR_INVALID_ARGUMENT: "Invalid Argument",
     NVML_ERROR_NOT_SUPPORTED: "Not Supported",
+    NVML_ERROR_NOT_FOUND: "Not Found",
     NVML_ERROR_DRIVER_NOT_LOADED: "Driver Not Loaded",
     NVML_ERROR_LIBRARY_NOT_FOUND: "NVML Shared Library Not Found",
 }
@@ -49,6 +52,41 @@ class FakeLink:
     up: bool = True
 
 
+@dataclass(frozen=True)
+class FakeMigInstance:
+    """One MIG device: its GPU instance's id, profile ID (nvidia-smi's) and placement in
+    memory slices, and the MIG device's UUID."""
+
+    gi_id: int
+    profile_id: int
+    start: int
+    size: int
+    uuid: str
+
+
+@dataclass
+class FakeMig:
+    """A MIG-capable GPU's mode (current and pending, as nvmlDeviceGetMigMode gives them)
+    and its MIG devices."""
+
+    enabled: bool = True
+    pending: bool | None = None  # None: as `enabled`
+    instances: list[FakeMigInstance] = field(default_factory=list)
+
+    @classmethod
+    def carved(cls, table: MigTable, instances: Sequence[tuple[str, int]], gpu: int = 0) -> FakeMig:
+        """A GPU in MIG mode with instances (profile name, start) of `table`, UUIDs made up
+        from the GPU's index and the instance's."""
+        out = []
+        for k, (name, start) in enumerate(instances):
+            profile = table.profile(name)
+            if profile is None:
+                raise ValueError(f"{table.model} has no profile {name!r}")
+            uuid = f"MIG-{gpu:08x}-{k:04x}-4000-8000-{start:012x}"
+            out.append(FakeMigInstance(k + 1, profile.profile_id, start, profile.slices, uuid))
+        return cls(True, None, out)
+
+
 @dataclass
 class FakeGpu:
     """One GPU; link slots past the end of `nvlinks` answer NOT_SUPPORTED, as on real GPUs."""
@@ -63,6 +101,7 @@ class FakeGpu:
     busy: float = 0.0
     memory_used: int = 0
     pids: list[int] = field(default_factory=list)
+    mig: FakeMig | None = None  # None: not MIG-capable (nvmlDeviceGetMigMode: NOT_SUPPORTED)
 
 
 @dataclass(frozen=True)
@@ -84,6 +123,37 @@ class FakeProcess:
 @dataclass(frozen=True)
 class FakeHandle:
     index: int
+
+
+@dataclass(frozen=True)
+class FakeMigHandle:
+    """A MIG device's handle: its GPU and its place among the GPU's MIG devices."""
+
+    gpu: int
+    index: int
+
+
+@dataclass(frozen=True)
+class FakeGpuInstance:
+    gpu: int
+    gi_id: int
+
+
+@dataclass(frozen=True)
+class FakePlacement:
+    """pynvml's c_nvmlGpuInstancePlacement_t: memory slices."""
+
+    start: int
+    size: int
+
+
+@dataclass(frozen=True)
+class FakeGpuInstanceInfo:
+    """pynvml's c_nvmlGpuInstanceInfo_t (the fields read)."""
+
+    id: int
+    profileId: int  # pynvml's field name
+    placement: FakePlacement
 
 
 @dataclass(frozen=True)
@@ -116,6 +186,10 @@ class FakeNvml:
     NVML_ERROR_UNINITIALIZED = NVML_ERROR_UNINITIALIZED
     NVML_ERROR_INVALID_ARGUMENT = NVML_ERROR_INVALID_ARGUMENT
     NVML_ERROR_NOT_SUPPORTED = NVML_ERROR_NOT_SUPPORTED
+    NVML_ERROR_NOT_FOUND = NVML_ERROR_NOT_FOUND
+    NVML_DEVICE_MIG_DISABLE = 0
+    NVML_DEVICE_MIG_ENABLE = 1
+    NVML_MAX_MIG_DEVICES = 7  # what nvmlDeviceGetMaxMigDeviceCount says of A100s and H100s
     NVML_ERROR_DRIVER_NOT_LOADED = NVML_ERROR_DRIVER_NOT_LOADED
     NVML_ERROR_LIBRARY_NOT_FOUND = NVML_ERROR_LIBRARY_NOT_FOUND
     NVML_TOPOLOGY_INTERNAL = 0
@@ -252,8 +326,47 @@ class FakeNvml:
     def nvmlDeviceGetName(self, handle: FakeHandle) -> str | bytes:
         return self._str(self._gpu(handle).name)
 
-    def nvmlDeviceGetUUID(self, handle: FakeHandle) -> str | bytes:
+    def nvmlDeviceGetUUID(self, handle: FakeHandle | FakeMigHandle) -> str | bytes:
+        if isinstance(handle, FakeMigHandle):
+            return self._str(self._mig_device(handle).uuid)
         return self._str(f"GPU-{self._gpu(handle).bus_id.replace(':', '').replace('.', '')}")
+
+    # --- MIG ---------------------------------------------------------------------------------
+
+    def nvmlDeviceGetMigMode(self, handle: FakeHandle) -> list[int]:
+        mig = self._gpu(handle).mig
+        if mig is None:
+            raise FakeNvmlError(NVML_ERROR_NOT_SUPPORTED)
+        pending = mig.enabled if mig.pending is None else mig.pending
+        return [int(mig.enabled), int(pending)]
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, handle: FakeHandle) -> int:
+        return self.NVML_MAX_MIG_DEVICES if self._gpu(handle).mig is not None else 0
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: FakeHandle, index: int) -> FakeMigHandle:
+        mig = self._gpu(handle).mig
+        if mig is None or not mig.enabled:
+            raise FakeNvmlError(NVML_ERROR_NOT_SUPPORTED)
+        if not 0 <= index < len(mig.instances):
+            raise FakeNvmlError(NVML_ERROR_NOT_FOUND)  # as NVML says of an empty slot
+        return FakeMigHandle(handle.index, index)
+
+    def nvmlDeviceGetGpuInstanceId(self, handle: FakeMigHandle) -> int:
+        return self._mig_device(handle).gi_id
+
+    def nvmlDeviceGetGpuInstanceById(self, handle: FakeHandle, gi_id: int) -> FakeGpuInstance:
+        mig = self._gpu(handle).mig
+        if mig is None or all(inst.gi_id != gi_id for inst in mig.instances):
+            raise FakeNvmlError(NVML_ERROR_NOT_FOUND)
+        return FakeGpuInstance(handle.index, gi_id)
+
+    def nvmlGpuInstanceGetInfo(self, gi: FakeGpuInstance) -> FakeGpuInstanceInfo:
+        mig = self._gpu(FakeHandle(gi.gpu)).mig
+        assert mig is not None
+        inst = next(i for i in mig.instances if i.gi_id == gi.gi_id)
+        return FakeGpuInstanceInfo(
+            inst.gi_id, inst.profile_id, FakePlacement(inst.start, inst.size)
+        )
 
     def nvmlDeviceGetUtilizationRates(self, handle: FakeHandle) -> FakeUtilization:
         gpu = self._gpu(handle)
@@ -313,6 +426,12 @@ class FakeNvml:
     def _gpu(self, handle: FakeHandle) -> FakeGpu:
         self._check()
         return self.gpus[handle.index]
+
+    def _mig_device(self, handle: FakeMigHandle) -> FakeMigInstance:
+        mig = self._gpu(FakeHandle(handle.gpu)).mig
+        if mig is None or not 0 <= handle.index < len(mig.instances):
+            raise FakeNvmlError(NVML_ERROR_INVALID_ARGUMENT)
+        return mig.instances[handle.index]
 
     def _slot(self, handle: FakeHandle, link: int) -> FakeLink:
         slots = self._gpu(handle).nvlinks

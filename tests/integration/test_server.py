@@ -488,3 +488,20 @@ def test_a_delete_asked_live_survives_a_crash_and_removes_the_job_once_it_has_st
         assert (gone["state"], gone["deleted"]) == ("cancelled", True)
         assert api.http.get("/api/v1/jobs/waits").status_code == 404
         api.drain()
+
+
+def test_a_mig_profile_is_refused_naming_mig_where_no_gpu_is_in_mig_mode(api: Api) -> None:
+    """The server's node puts no GPU in MIG mode yet: a MIG profile is refused by the field
+    that asked it, as a MIG job of more than one worker or GPU is; nothing is stored."""
+    before = api.get("/api/v1/jobs")
+    reply = api.http.post("/api/v1/jobs", json={"mig": "3g.40gb", "command": ["true"]})
+    assert reply.status_code == 422
+    (detail,) = reply.json()["detail"]
+    assert detail["loc"][-1] == "mig"
+    assert "mig 3g.40gb: no GPU it may use is in MIG mode" in detail["msg"]
+    reply = api.http.post(
+        "/api/v1/jobs", json={"mig": "1g.10gb", "workers": 2, "command": ["true"]}
+    )
+    assert reply.status_code == 422
+    assert "mig 1g.10gb is one MIG instance: workers must be 1, got 2" in reply.text
+    assert api.get("/api/v1/jobs") == before

@@ -577,3 +577,39 @@ def test_the_mixed_example_has_512_gpus_of_three_types() -> None:
     assert gpus == {"V100": 256, "P100": 128, "T4": 128}
     assert cluster.node("p100-0").hardware == Hardware("P100", 16 * GIB, 40_000, 256 * GIB)
     assert len({n.rack for n in cluster.nodes}) == 10
+
+
+def test_gpus_in_mig_mode_are_named_by_index_or_all_and_dumped_back() -> None:
+    text = """\
+groups:
+  - count: 2
+    topology: hgx-h100
+    mig: all
+nodes:
+  - name: half
+    topology: dgx-a100
+    mig: [5, 4, 4]
+"""
+    cluster = parse_cluster_yaml(text, source="mig.yaml")
+    nodes = {n.name: n.hardware for n in cluster.nodes}
+    assert nodes["hgx-h100-0"].mig == tuple(range(8))
+    assert nodes["half"].mig == (4, 5)
+    assert "mig: [4, 5]" in dump_cluster_yaml(cluster)
+    again = parse_cluster_yaml(dump_cluster_yaml(cluster), source="again.yaml")
+    assert [n.hardware for n in again.nodes] == [n.hardware for n in cluster.nodes]
+
+
+@pytest.mark.parametrize(
+    ("topology", "entry", "message"),
+    [
+        ("hgx-h100", "mig: [8]", "mig [8]: expected the GPUs in MIG mode, a list of GPUs 0..7"),
+        ("hgx-h100", "mig: some", "mig 'some': expected the GPUs in MIG mode"),
+        ("dgx1-v100", "mig: [0]", "GPUs in MIG mode need a GPU type with a MIG table"),
+    ],
+)
+def test_bad_mig_names_the_file_line_and_what_is_allowed(
+    topology: str, entry: str, message: str
+) -> None:
+    text = f"nodes:\n  - name: a\n    topology: {topology}\n    {entry}\n"
+    with pytest.raises(ClusterError, match="^mig.yaml:4: " + re.escape(message)):
+        parse_cluster_yaml(text, source="mig.yaml")

@@ -45,6 +45,7 @@ ps: 2
 selector: {gpu: v100, zone: "7"}
 gpu_type: [V100, A100]
 mixed_types: false
+mig: 3g.40gb
 gpu_memory: 32Gi
 cpus: 2.5
 memory: 64Gi
@@ -80,6 +81,7 @@ def test_every_field_is_read_with_its_type() -> None:
         "selector": {"gpu": "v100", "zone": "7"},
         "gpu_type": ["V100", "A100"],
         "mixed_types": False,
+        "mig": "3g.40gb",
         "gpu_memory": "32Gi",
         "cpus": 2.5,
         "memory": "64Gi",

@@ -256,6 +256,16 @@ FIELDS: tuple[JobField, ...] = (
     ),
     JobField("mixed_types", BOOLEAN, False, "One gang may span GPU types."),
     JobField(
+        "mig",
+        TEXT,
+        None,
+        "A MIG instance of this profile (e.g. 3g.40gb) on a GPU in MIG mode, for one worker of "
+        "one GPU; the profiles are NVIDIA's for the GPU's model (docs/placement.md, MIG).",
+        min_length=1,
+        max_length=32,
+        metavar="PROFILE",
+    ),
+    JobField(
         "gputopology",
         TRUTH,
         True,

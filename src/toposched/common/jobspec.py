@@ -61,6 +61,7 @@ def core_spec(name: str, owner: str, queue: str, spec: dict[str, Any]) -> JobSpe
         idle=idle_rule(value("idle")),
         interactive=bool(value("interactive")),
         after=tuple(After.parse(text) for text in value("after")),
+        mig=value("mig") or "",
     )
 
 
@@ -84,19 +85,23 @@ def local_processes(spec: Mapping[str, Any], workers: int) -> list[Member]:
 
 
 def placement_json(placement: Placement) -> list[dict[str, Any]]:
-    """One entry per worker, in rank order, plus the ring and tier the core chose."""
-    return [
-        {
+    """One entry per worker, in rank order, plus the ring and tier the core chose (and the
+    start of a MIG instance: `mig_start`)."""
+    rows: list[dict[str, Any]] = []
+    for slot in placement.workers:
+        row = {
             "node": slot.node,
             "gpus": list(slot.gpus),
             "ring_gbps": placement.bandwidth_gbps,
             "tier": placement.tier.name.lower(),
         }
-        for slot in placement.workers
-    ]
+        if slot.instance is not None:
+            row["mig_start"] = slot.instance
+        rows.append(row)
+    return rows
 
 
 def placement_from_json(rows: list[dict[str, Any]]) -> Placement:
-    slots = tuple(WorkerSlot(row["node"], tuple(row["gpus"])) for row in rows)
+    slots = tuple(WorkerSlot(row["node"], tuple(row["gpus"]), row.get("mig_start")) for row in rows)
     first = rows[0] if rows else {}
     return Placement(slots, first.get("ring_gbps"), Tier[str(first.get("tier", "node")).upper()])

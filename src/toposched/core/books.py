@@ -17,9 +17,11 @@ from toposched.core.job import JobSpec
 from toposched.core.records import JobRecord, QueueRecord, Reservation
 from toposched.placement.capacity import Capacity, full_mask
 from toposched.placement.gang import Placement
+from toposched.placement.mig import Instance, MigGpu
 from toposched.placement.sharing import MILLI, NodeRoom, Task
 from toposched.placement.tables import to_mask
 from toposched.topology.cluster import Cluster, Node
+from toposched.topology.mig import COMPUTE_SLICES, MigTable, mig_table
 from toposched.topology.resources import type_key
 
 MIB = 2**20
@@ -59,6 +61,11 @@ class Books:
         # here, not in `owner`, `node_jobs`, `job_nodes` or `holders`.
         self.shares: dict[tuple[int, int], dict[str, tuple[int, int]]] = {}
         self.sharers: dict[str, JobRecord] = {}
+        # GPUs in MIG mode (Hardware.mig): never free, so neither whole-GPU placers nor share
+        # policies see them. Each one's MIG instances, by job: (profile, memory-slice start).
+        self.mig: dict[tuple[int, int], dict[str, Instance]] = {}
+        self.mig_holders: dict[str, JobRecord] = {}
+        self.mig_nodes: dict[int, int] = {}  # present nodes with GPUs in MIG mode: their masks
         # Each kind of worker submitted, counted: the target workload of FGD's measure.
         self.tasks: dict[Task, int] = {}
         self.deps = Dependencies()  # the waiting jobs that run after others
@@ -77,6 +84,8 @@ class Books:
         self.lowest_priority: dict[str, int] = {}
         self.highest_priority: dict[str, int] = {}
         self.notes: deque[tuple[float, str]] = deque(maxlen=NOTES)
+        for i in self.capacity.present_indices():
+            self._set_aside_mig(i)
 
     # ------------------------------------------------------------------ look-ups
 
@@ -93,8 +102,11 @@ class Books:
         return i
 
     def healthy_gpus(self) -> int:
+        """Healthy GPUs that whole-GPU work may have (not in MIG mode)."""
         # `unhealthy` holds only nodes with a failed GPU, and only present ones.
         bad = sum(mask.bit_count() for mask in self.unhealthy.values())
+        for i, mig in self.mig_nodes.items():
+            bad += (mig & ~self.unhealthy.get(i, 0)).bit_count()
         return self.capacity.total_gpus - bad
 
     def guarantees(self) -> bool:
@@ -136,6 +148,8 @@ class Books:
         )
         if spec.elastic is not None:
             self.elastic[spec.name] = rec
+        if spec.mig:
+            return rec  # not work of FGD's measure: it never takes a share of a GPU
         task = Task(
             spec.gpus_per_worker, spec.share_milli if spec.gpus_per_worker else 0, spec.cpus
         )
@@ -184,6 +198,9 @@ class Books:
             return
         if rec.spec.shared:
             self._share(rec, placement)
+            return
+        if rec.spec.mig:
+            self._carve(rec, placement)
             return
         for node, gpus in placement.gpus_by_node().items():
             i = self.capacity.index[node]
@@ -302,6 +319,101 @@ class Books:
         self.epoch += 1
         self.freed += 1
 
+    def _carve(self, rec: JobRecord, placement: Placement) -> None:
+        """`rec` takes its MIG instance: the one GPU of `placement`, at its slot's start."""
+        spec = rec.spec
+        ((slot),) = placement.workers
+        ((gpu),) = slot.gpus
+        assert slot.instance is not None, "a MIG instance is placed with its start"
+        i = self.capacity.index[slot.node]
+        self.mig.setdefault((i, gpu), {})[rec.name] = (spec.mig, slot.instance)
+        if spec.cpus or spec.memory:
+            self.capacity.hold(i, spec.cpus, spec.memory)
+        self.mig_holders[rec.name] = rec
+        self.touch(i)
+        queue = self.queues[spec.queue]
+        queue.used_milli += self.mig_milli(i, spec.mig)
+        queue.version += 1
+        if self.starts_make_victims(rec):
+            self.epoch += 1
+
+    def _uncarve(self, rec: JobRecord) -> None:
+        """`rec` gives its MIG instance back; the GPU stays in MIG mode, never free."""
+        spec = rec.spec
+        for placement in rec.held():
+            ((node, gpu),) = placement.pairs()
+            i = self.capacity.index[node]
+            on_gpu = self.mig[(i, gpu)]
+            del on_gpu[rec.name]
+            if not on_gpu:
+                del self.mig[(i, gpu)]
+            if spec.cpus or spec.memory:
+                self.capacity.hold(i, -spec.cpus, -spec.memory)
+            self.touch(i)
+            queue = self.queues[spec.queue]
+            queue.used_milli -= self.mig_milli(i, spec.mig)
+            queue.version += 1
+        self.mig_holders.pop(rec.name, None)
+        self.epoch += 1
+        self.freed += 1
+
+    def mig_table(self, i: int) -> MigTable | None:
+        """The MIG table of node `i`'s GPUs, if any of them is in MIG mode."""
+        hw = self.capacity.nodes[i].hardware
+        return mig_table(hw.gpu_type, hw.gpu_memory) if hw.mig else None
+
+    def mig_milli(self, i: int, profile: str) -> int:
+        """What an instance of `profile` on node `i` counts in its queue's thousandths: its
+        compute slices' part of the GPU."""
+        table = self.mig_table(i)
+        found = table.profile(profile) if table is not None else None
+        return 0 if found is None else found.compute * MILLI // COMPUTE_SLICES
+
+    def mig_gpus(self, i: int) -> list[MigGpu]:
+        """Node `i`'s GPUs in MIG mode that may take an instance now (healthy, the node not
+        cordoned), with the instances on each."""
+        if i in self.cordoned:
+            return []
+        bad = self.unhealthy.get(i, 0)
+        gpus = (self.mig_gpu(i, g) for g in self.capacity.nodes[i].hardware.mig)
+        return [g for g in gpus if g is not None and not bad >> g.gpu & 1]
+
+    def mig_gpu(self, i: int, gpu: int) -> MigGpu | None:
+        """GPU `gpu` of node `i` with its instances, if it is in MIG mode."""
+        table = self.mig_table(i)
+        if table is None or gpu not in self.capacity.nodes[i].hardware.mig:
+            return None
+        return MigGpu(i, gpu, table, tuple(sorted(self.mig.get((i, gpu), {}).values())))
+
+    def _check_mig_comeback(self, i: int, node: Node) -> None:
+        """A node that comes back while jobs still hold its GPUs keeps what they hold: the
+        GPUs with instances in MIG mode of the same table, the others not in MIG mode."""
+        hw = node.hardware
+        table = mig_table(hw.gpu_type, hw.gpu_memory) if hw.mig else None
+        for (n, g), on_gpu in self.mig.items():
+            if n == i and on_gpu and (g not in hw.mig or table != self.mig_table(i)):
+                raise SchedulingError(
+                    f"node {node.name!r}: GPU {g} comes back not in MIG mode as it was, while "
+                    f"{', '.join(sorted(on_gpu))} still hold(s) MIG instances there"
+                )
+        held = self.shared_mask(i)
+        for mask in self.node_jobs.get(i, {}).values():
+            held |= mask
+        if held & hw.mig_mask:
+            raise SchedulingError(
+                f"node {node.name!r}: comes back with GPUs in MIG mode that jobs still hold "
+                "whole or share"
+            )
+
+    def _set_aside_mig(self, i: int) -> None:
+        """Node `i` (just added, all its GPUs free) keeps its GPUs in MIG mode out of the
+        free ones and counts them unusable for whole GPUs."""
+        mig = self.capacity.nodes[i].hardware.mig_mask
+        if mig:
+            self.capacity.take(i, mig & self.capacity.free[i])
+            self._mirror_unusable(i)
+            self.mig_nodes[i] = mig
+
     def shared_mask(self, i: int) -> int:
         """Node `i`'s GPUs that jobs hold shares of."""
         mask = 0
@@ -316,7 +428,7 @@ class Books:
         cap = self.capacity
         node = cap.nodes[i]
         mib = node.hardware.gpu_memory // MIB
-        bad = self.unhealthy.get(i, 0)
+        bad = self.unhealthy.get(i, 0) | node.hardware.mig_mask  # MIG GPUs are never shared
         cordoned = i in self.cordoned
         left, memory_left, tenants = [], [], []
         for g in range(node.size):
@@ -349,6 +461,10 @@ class Books:
             self._unshare(rec)
             rec.placement = rec.target = rec.resume = None
             return
+        if rec.spec.mig:
+            self._uncarve(rec)
+            rec.placement = rec.target = rec.resume = None
+            return
         if rec.spec.cpu_only:
             for placement in rec.held():
                 self._hold_cpu_only(rec, placement, -1)
@@ -373,6 +489,8 @@ class Books:
         i = self.capacity.index.get(node.name)
         if i is not None and self.capacity.present[i]:
             raise SchedulingError(f"node {node.name!r} is already in the cluster")
+        if i is not None:
+            self._check_mig_comeback(i, node)
         i = self.capacity.add_node(node)
         self.touch(i)
         self.cordoned.discard(i)
@@ -383,10 +501,12 @@ class Books:
             held |= mask
         if held:
             self.capacity.take(i, held)
+        self._set_aside_mig(i)
 
     def remove_node(self, i: int) -> None:
         """Forget a node whose jobs have let go of it."""
         self.capacity.remove_node(i)
+        self.mig_nodes.pop(i, None)
         self.touch(i)
         self.cordoned.discard(i)
         self.set_unhealthy(i, 0)
@@ -403,15 +523,26 @@ class Books:
 
     def _mirror_unusable(self, i: int) -> None:
         """What the placers read of failed GPUs and cordons (Capacity.unusable)."""
-        every = full_mask(self.capacity.nodes[i].size)
-        self.capacity.set_unusable(i, every if i in self.cordoned else self.unhealthy.get(i, 0))
+        node = self.capacity.nodes[i]
+        every = full_mask(node.size)
+        out = self.unhealthy.get(i, 0) | node.hardware.mig_mask
+        self.capacity.set_unusable(i, every if i in self.cordoned else out)
 
     def change_node(self, node: Node) -> None:
         """New labels, hardware or taints for a present node of the same wiring."""
         i = self.node_index(node.name)
-        if node.topology != self.capacity.nodes[i].topology:
+        old = self.capacity.nodes[i]
+        if node.topology != old.topology:
             raise SchedulingError(
                 f"node {node.name!r}: its GPUs or their wiring changed; remove and add it again"
+            )
+        if node.hardware.mig != old.hardware.mig or (
+            node.hardware.mig
+            and self.mig_table(i) != mig_table(node.hardware.gpu_type, node.hardware.gpu_memory)
+        ):
+            raise SchedulingError(
+                f"node {node.name!r}: its GPUs in MIG mode or their MIG table changed; remove "
+                "and add it again"
             )
         self.capacity.replace_node(i, node)
         if dict(node.labels) != self.labels[node.name]:
@@ -428,7 +559,7 @@ class Books:
             self.capacity.take(i, self.capacity.free[i])
         elif not on and i in self.cordoned:
             self.cordoned.discard(i)
-            held = self.shared_mask(i)
+            held = self.shared_mask(i) | self.capacity.nodes[i].hardware.mig_mask
             for mask in self.node_jobs.get(i, {}).values():
                 held |= mask
             size = self.capacity.nodes[i].size
@@ -442,8 +573,9 @@ class Books:
         """The jobs holding GPUs or shares of GPUs of node `i`, or workers there without
         GPUs, by name."""
         sharing = {name for (n, _), on_gpu in self.shares.items() if n == i for name in on_gpu}
+        sharing |= {name for (n, _), on_gpu in self.mig.items() if n == i for name in on_gpu}
         return sorted({*self.node_jobs.get(i, {}), *self.cpu_only.get(i, {}), *sharing})
 
     def sharers_of(self, i: int, gpu: int) -> list[str]:
-        """The jobs holding shares of GPU `gpu` of node `i`, by name."""
-        return sorted(self.shares.get((i, gpu), {}))
+        """The jobs holding shares or MIG instances of GPU `gpu` of node `i`, by name."""
+        return sorted({*self.shares.get((i, gpu), {}), *self.mig.get((i, gpu), {})})

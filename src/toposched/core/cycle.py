@@ -27,6 +27,7 @@ from toposched.core.actions import Action, StopKind
 from toposched.core.books import Books
 from toposched.core.changes import Changes
 from toposched.core.job import JobSpec, JobState, Needs
+from toposched.core.mig import MigPlacer
 from toposched.core.moves import plan_growth
 from toposched.core.ordering import Cut, Key, Shape, Waiting
 from toposched.core.policy import SchedulerPolicy, SingleGpu
@@ -60,6 +61,7 @@ class GangCycle:
         reclaim: Reclaim,
         reserver: Reserver,
         shares: SharePlacer,
+        instances: MigPlacer,
     ) -> None:
         self.books = books
         self.waiting = waiting
@@ -69,6 +71,7 @@ class GangCycle:
         self.reclaim = reclaim
         self.reserver = reserver
         self.shares = shares
+        self.instances = instances
         self.mode = Mode.PACK if policy.single_gpu is SingleGpu.PACK else Mode.SPREAD
         self.cycles = 0
         # Requests no migration plan opened a node for, as of `books.freed`: nothing but GPUs
@@ -97,8 +100,8 @@ class GangCycle:
                 if not (lists.cpu_only or lists.shared):
                     cut = Cut(self.cycles, None)
                     break
-                # Jobs without GPUs, or with a share of one, behind it may still start.
-                if rec.spec.gpus_per_worker and not rec.spec.shared:
+                # Jobs without GPUs, or with part of one, behind it may still start.
+                if rec.spec.gpus_per_worker and not rec.spec.part_of_gpu:
                     turn.no_gpu_free(rec)
                     continue
             actions, more = turn.admit(rec)  # 3, and 4-5 for the first blocked job
@@ -345,6 +348,8 @@ class Turn:
             return self.admit_cpu_only(rec, whole)
         if rec.spec.shared:
             return self.admit_shared(rec, whole)
+        if rec.spec.mig:
+            return self.admit_mig(rec, whole)
         exclude = self.exclusion(rec)
         failed: Failed = (*whole, exclude is not None)
         known = self.failed.get(failed)
@@ -415,6 +420,32 @@ class Turn:
             result = cycle.on_selected(result, rec.spec.where)
         if isinstance(result, Placement):
             why = f"a share of a GPU, placed by the {cycle.policy.share_placement} share policy"
+            return cycle.changes.start(rec, result, why), True
+        rec.note(books.now, result.reason)
+        rec.said = None
+        self.hopeless_shape(failed, result.reason, None)
+        return [], True
+
+    def admit_mig(self, rec: JobRecord, whole: Shape) -> tuple[list[Action], bool]:
+        """Phase 3 for a job that asks a MIG instance: placed on a GPU in MIG mode, or noted
+        why not; as a share, it neither makes room nor reserves, nor blocks the jobs after
+        it (GPUs in MIG mode are never free, nor reserved)."""
+        books, cycle = self.books, self.cycle
+        failed: Failed = (*whole, False)
+        known = self.failed.get(failed)
+        if known is not None:
+            rec.note(books.now, known)
+            rec.said = None
+            return [], True
+        result = cycle.instances.place(rec.spec)
+        if isinstance(result, Shortfall):
+            result = cycle.on_selected(result, rec.spec.where)
+        if isinstance(result, Placement):
+            slot = result.workers[0]
+            why = (
+                f"a MIG {rec.spec.mig} instance at memory slice {slot.instance} of GPU "
+                f"{slot.gpus[0]}, where the largest profiles stay placeable"
+            )
             return cycle.changes.start(rec, result, why), True
         rec.note(books.now, result.reason)
         rec.said = None

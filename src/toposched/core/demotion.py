@@ -50,9 +50,9 @@ class Demotions:
         self.stopped(rec)
         if self.threshold is None or rec.placement is None or not rec.spec.checkpointable:
             return
-        if not rec.placement.gpus or rec.spec.shared:
-            # A job without GPUs has no GPU service, and a share is never preempted (it
-            # frees no whole GPU): neither is demoted.
+        if not rec.placement.gpus or rec.spec.part_of_gpu:
+            # A job without GPUs has no GPU service, and a share or a MIG instance is never
+            # preempted (it frees no whole GPU): none is demoted.
             return
         left = self.threshold - (rec.service(now) - rec.forgiven)
         demote_at = now + max(0.0, left) / rec.placement.gpus

@@ -208,17 +208,19 @@ class Needs:
     where: Eligibility = ANYWHERE
     fit: WorkerFit = ANY_FIT
     mixed_types: bool = False
-    # (thousandths, MiB) of one GPU for a share of it: shares wait in lists of their own.
+    # (thousandths, MiB) of one GPU for a share of it: shares wait in lists of their own,
+    # and so do MIG instances, by profile.
     share: tuple[int, int] = (0, 0)
     # (required, preferred) network level: what one domain must or should hold.
     levels: tuple[str | None, str | None] = (None, None)
+    mig: str = ""
 
     def __hash__(self) -> int:
         return self._hash
 
     @cached_property
     def _hash(self) -> int:
-        return hash((self.where, self.fit, self.mixed_types, self.share, self.levels))
+        return hash((self.where, self.fit, self.mixed_types, self.share, self.levels, self.mig))
 
 
 NO_NEEDS = Needs()
@@ -271,6 +273,9 @@ class JobSpec:
     # is one worker on part of one GPU, placed by the scheduler's share policy.
     gpu_milli: int = 0
     gpu_share_mib: int = 0
+    # A MIG instance of this profile (`3g.40gb`; docs/placement.md, "MIG"): one worker on an
+    # instance carved from a GPU in MIG mode ("": none).
+    mig: str = ""
 
     def __post_init__(self) -> None:
         if not self.name or not isinstance(self.name, str):
@@ -305,6 +310,8 @@ class JobSpec:
             self._check_cpu_only()
         if self.shared:
             self._check_shared()
+        if self.mig:
+            self._check_mig()
         self._check_after()
 
     def _check_cpu_only(self) -> None:
@@ -338,6 +345,26 @@ class JobSpec:
                 f"job {self.name!r}: a share of a GPU (gpu_milli or gpu_share_mib) is for one "
                 f"worker of one GPU; this one asks {self.workers} worker(s) x "
                 f"{self.gpus_per_worker} GPU(s){' and is elastic' if self.elastic else ''}"
+            )
+
+    def _check_mig(self) -> None:
+        """A MIG instance is for one worker, and is all the GPU it gets."""
+        if not isinstance(self.mig, str) or not self.mig.strip():
+            raise JobError(f"job {self.name!r}: mig must name a MIG profile, got {self.mig!r}")
+        others = [
+            what
+            for what, asked in (
+                (f"{self.workers} workers", self.workers != 1),
+                (f"{self.gpus_per_worker} GPUs per worker", self.gpus_per_worker != 1),
+                ("a share of a GPU", self.shared),
+                ("elastic workers", self.elastic is not None),
+            )
+            if asked
+        ]
+        if others:
+            raise JobError(
+                f"job {self.name!r}: mig {self.mig} is one MIG instance for one worker; "
+                f"it cannot also ask {', '.join(others)}"
             )
 
     def _check_after(self) -> None:
@@ -392,9 +419,9 @@ class JobSpec:
         share = (self.gpu_milli, self.gpu_share_mib)
         plain = self.where is ANYWHERE and self.fit is ANY_FIT and not self.mixed_types
         levels = (self.topology_level, self.topology_prefer)
-        if plain and not self.shared and levels == (None, None):
+        if plain and not self.part_of_gpu and levels == (None, None):
             return NO_NEEDS
-        return Needs(self.where, self.fit, self.mixed_types, share, levels)
+        return Needs(self.where, self.fit, self.mixed_types, share, levels, self.mig)
 
     @property
     def cpu_only(self) -> bool:
@@ -405,6 +432,11 @@ class JobSpec:
     def shared(self) -> bool:
         """It asks part of one GPU (compute or memory), not whole GPUs."""
         return bool(self.gpu_milli or self.gpu_share_mib)
+
+    @property
+    def part_of_gpu(self) -> bool:
+        """It asks part of one GPU: a share of it, or a MIG instance."""
+        return self.shared or bool(self.mig)
 
     @property
     def share_milli(self) -> int:

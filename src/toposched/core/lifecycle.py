@@ -20,6 +20,7 @@ from toposched.core.ordering import Waiting
 from toposched.core.policy import SchedulerPolicy
 from toposched.core.records import JobRecord
 from toposched.placement.gang import Placement, node_domain
+from toposched.placement.mig import starts as mig_starts
 from toposched.topology.cluster import Node, Tier, check_labels
 from toposched.topology.resources import type_key
 
@@ -150,6 +151,7 @@ class Lifecycle:
             for gpu in slot.gpus:
                 if not 0 <= gpu < self.books.capacity.nodes[i].size:
                     raise SchedulingError(f"job {name!r}: node {slot.node!r} has no GPU {gpu}")
+                self._check_mig_restorable(spec, i, gpu, slot.instance)
                 if (slot.node, gpu) in seen or (i, gpu) in self.books.owner:
                     raise SchedulingError(
                         f"job {name!r}: GPU {gpu} of {slot.node!r} is held by another job"
@@ -158,6 +160,29 @@ class Lifecycle:
                 if self.books.unhealthy.get(i, 0) >> gpu & 1:
                     raise SchedulingError(f"job {name!r}: GPU {gpu} of {slot.node!r} is unhealthy")
                 seen.add((slot.node, gpu))
+
+    def _check_mig_restorable(self, spec: JobSpec, i: int, gpu: int, start: int | None) -> None:
+        """A MIG instance goes back only onto a GPU in MIG mode, where its profile may start
+        and nothing else holds its slices; nothing else goes onto a GPU in MIG mode."""
+        node = self.books.capacity.nodes[i]
+        in_mig = gpu in node.hardware.mig
+        if not spec.mig:
+            if in_mig:
+                raise SchedulingError(
+                    f"job {spec.name!r}: GPU {gpu} of {node.name!r} is in MIG mode; only a "
+                    "job that asks a MIG profile (mig) can hold part of it"
+                )
+            return
+        if not in_mig:
+            raise SchedulingError(
+                f"job {spec.name!r}: mig {spec.mig}: GPU {gpu} of {node.name!r} is not in MIG mode"
+            )
+        here = self.books.mig_gpu(i, gpu)
+        if start is None or here is None or start not in mig_starts(here, spec.mig):
+            raise SchedulingError(
+                f"job {spec.name!r}: mig {spec.mig}: no room for its instance at memory slice "
+                f"{start} of GPU {gpu} of {node.name!r}"
+            )
 
     def _check_share_restorable(self, spec: JobSpec, i: int, gpu: int) -> None:
         """A share goes back only where the GPU's shares leave it room; whole GPUs never
@@ -184,6 +209,8 @@ class Lifecycle:
         drivers refuse such a submission up front instead of keeping a job that can never
         start."""
         g = spec.gpus_per_worker
+        if spec.mig:
+            return self._mig_never_fits(spec)
         if spec.shared and not self.policy.gang:
             return (
                 "rejected: a share of a GPU needs gang admission; this policy binds workers "
@@ -211,6 +238,29 @@ class Lifecycle:
             )
         return None
 
+    def _mig_never_fits(self, spec: JobSpec) -> str | None:
+        """Why no GPU of the cluster could ever take `spec`'s MIG instance, or None."""
+        if not self.policy.gang:
+            return (
+                "rejected: a MIG instance (mig) needs gang admission; this policy binds workers "
+                "to whole GPUs one at a time"
+            )
+        cap = self.books.capacity
+        offered: dict[str, None] = {}
+        for i in cap.present_indices():
+            table = self.books.mig_table(i)
+            if table is None or not spec.where.admits(cap.nodes[i], cap.labels[i]):
+                continue
+            if table.profile(spec.mig) is not None:
+                return None
+            offered.update(dict.fromkeys(table.names))
+        if not offered:
+            return f"rejected: mig {spec.mig}: no GPU it may use is in MIG mode"
+        return (
+            f"rejected: mig {spec.mig}: no GPU it may use in MIG mode has that profile; "
+            f"mig may be {', '.join(offered)}"
+        )
+
     def _room_when_empty(self, g: int, tier: Tier, one_type: bool) -> tuple[int, int]:
         """(largest node, most workers of `g` GPUs one `tier` domain holds, of one GPU type
         if `one_type`) on the empty cluster; cached until a node comes or goes."""
@@ -222,8 +272,9 @@ class Lifecycle:
                 domain = node_domain(node, tier)
                 if one_type:
                     domain = (type_key(node.hardware.gpu_type), *domain)
-                domains[domain] = domains.get(domain, 0) + node.size // g
-            largest = max((n.size for n in nodes), default=0)
+                # GPUs in MIG mode are never given whole.
+                domains[domain] = domains.get(domain, 0) + (node.size - len(node.hardware.mig)) // g
+            largest = max((n.size - len(n.hardware.mig) for n in nodes), default=0)
             self._room[key] = (largest, max(domains.values(), default=0))
         return self._room[key]
 
@@ -364,6 +415,7 @@ class Lifecycle:
         bad = self.books.unhealthy.get(i, 0)
         holder = self.books.owner.get((i, gpu))
         sharers = self.books.sharers_of(i, gpu)
+        mig = self.books.capacity.nodes[i].hardware.mig_mask
         if not healthy:
             if bad & bit:
                 return []
@@ -378,7 +430,8 @@ class Lifecycle:
                     )
                 return out
             if holder is None:
-                if i not in self.books.cordoned:  # a cordoned node has no free GPU
+                # A cordoned node has no free GPU, nor is a GPU in MIG mode ever free.
+                if i not in self.books.cordoned and not mig & bit:
                     self.books.capacity.take(i, bit)
                 return []
             return self._lost(
@@ -386,6 +439,6 @@ class Lifecycle:
             )
         if bad & bit:
             self.books.set_unhealthy(i, bad & ~bit)
-            if holder is None and not sharers and i not in self.books.cordoned:
+            if holder is None and not sharers and i not in self.books.cordoned and not mig & bit:
                 self.books.capacity.give(i, bit)
         return []

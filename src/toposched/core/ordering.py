@@ -116,7 +116,9 @@ class PendingJobs:
         # (when its tier widens or it is promoted, seq, name): then it may need filing again.
         self._due: list[tuple[float, int, str]] = []
         self.cpu_only = 0  # waiting jobs without GPUs: a cycle goes on for them with none free
-        self.shared = 0  # waiting jobs asking part of a GPU: shared GPUs may still have room
+        # Waiting jobs asking part of a GPU (a share or a MIG instance): shared GPUs and GPUs
+        # in MIG mode, never free, may still have room.
+        self.shared = 0
         # Each list's entry in a merge's heap, its head's rank kept until the head changes
         # (`_stale`) or its queue's stamp does: a cycle starts from these rather than ranking
         # every list again, which on a long queue was most of its cost.
@@ -148,7 +150,7 @@ class PendingJobs:
             heapq.heappush(self._due, (promote_at, rec.seq, rec.name))
         self.shapes[key[1]] = self.shapes.get(key[1], 0) + 1
         self.cpu_only += spec.cpu_only
-        self.shared += spec.shared
+        self.shared += spec.part_of_gpu
         if spec.limit_s is not None:
             self.declared[key] = self.declared.get(key, 0) + 1
         locality = spec.locality
@@ -175,7 +177,7 @@ class PendingJobs:
                 del self._by_queue[key[0]]
                 self._stamps.pop(key[0], None)
         self.cpu_only -= rec.spec.cpu_only
-        self.shared -= rec.spec.shared
+        self.shared -= rec.spec.part_of_gpu
         if rec.spec.limit_s is not None:
             self.declared[key] -= 1
             if not self.declared[key]:

@@ -47,6 +47,7 @@ from toposched.core.events import (
 )
 from toposched.core.job import JobSpec, JobState
 from toposched.core.lifecycle import Lifecycle
+from toposched.core.mig import MigPlacer
 from toposched.core.nongang import WorkerBinding
 from toposched.core.ordering import Waiting
 from toposched.core.policy import SchedulerPolicy, TypeChoice
@@ -128,7 +129,15 @@ class Scheduler:
             reserver = Reserver(books, policy.default_runtime_s, validate)
             shares = SharePlacer(books, policy.share_placement, rng or random.Random(0))
             self.gang = GangCycle(
-                books, waiting, changes, policy, place, self.reclaim, reserver, shares
+                books,
+                waiting,
+                changes,
+                policy,
+                place,
+                self.reclaim,
+                reserver,
+                shares,
+                MigPlacer(books),
             )
         if not policy.gang:
             assert placing.worker is not None  # SchedulerPolicy refuses it otherwise

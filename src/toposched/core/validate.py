@@ -9,7 +9,9 @@ from toposched.core.job import JobState
 from toposched.core.ordering import Waiting
 from toposched.core.records import JobRecord
 from toposched.placement.capacity import full_mask
+from toposched.placement.mig import Instance
 from toposched.topology.cluster import tier_of
+from toposched.topology.mig import COMPUTE_SLICES
 
 __all__ = ["InvariantViolation", "check"]
 
@@ -52,6 +54,7 @@ def check(s: Books, waiting: Waiting, demotions: Demotions, gang: bool) -> None:
     owner = _check_jobs(s, gang)
     _check_indexes(s, owner, demotions)
     _check_shares(s, owner)
+    _check_mig(s, owner)
     _check_free(s, owner)
     _check_resources(s)
     _check_waiting(s, waiting)
@@ -75,8 +78,8 @@ def _check_jobs(s: Books, gang: bool) -> dict[tuple[int, int], str]:
             continue
         else:
             check_gang(s, rec)
-        if spec.shared:
-            continue  # its GPU is shared, not owned (_check_shares)
+        if spec.part_of_gpu:
+            continue  # its GPU is shared or carved, not owned (_check_shares, _check_mig)
         for placement in held:
             for node, gpu in placement.pairs():
                 slot = (s.capacity.index[node], gpu)
@@ -139,7 +142,7 @@ def _check_resources(s: Books) -> None:
             workers = mask.bit_count() // spec.gpus_per_worker
             cpus[i] += workers * spec.cpus
             memory[i] += workers * spec.memory
-    for rec in s.sharers.values():
+    for rec in (*s.sharers.values(), *s.mig_holders.values()):
         for placement in rec.held():
             for slot in placement.workers:
                 i = cap.index[slot.node]
@@ -202,6 +205,11 @@ def _check_shares(s: Books, owner: dict[tuple[int, int], str]) -> None:
             raise InvariantViolation(f"GPU {gpu} of {held_on.name}: {used} thousandths shared")
         if mib and mib * MIB > held_on.hardware.gpu_memory:
             raise InvariantViolation(f"GPU {gpu} of {held_on.name}: {mib} MiB shared, too many")
+    for rec in s.mig_holders.values():
+        for placement in rec.held():
+            for node, _ in placement.pairs():
+                i = s.capacity.index[node]
+                milli[rec.spec.queue] = milli.get(rec.spec.queue, 0) + s.mig_milli(i, rec.spec.mig)
     for q, queue in s.queues.items():
         if queue.used_milli != milli.get(q, 0):
             raise InvariantViolation(
@@ -209,22 +217,76 @@ def _check_shares(s: Books, owner: dict[tuple[int, int], str]) -> None:
             )
 
 
+def _check_mig(s: Books, owner: dict[tuple[int, int], str]) -> None:
+    """The MIG instances of each GPU are those the running jobs that ask a profile hold, each
+    on a GPU in MIG mode that is neither held whole nor shared, at a start its profile may
+    take; no two hold one memory slice, and no GPU has more of a profile than it allows or
+    more compute slices than it has."""
+    carved: dict[tuple[int, int], dict[str, Instance]] = {}
+    holders: dict[str, JobRecord] = {}
+    for rec in s.jobs.values():
+        if not rec.spec.mig or not rec.held():
+            continue
+        holders[rec.name] = rec
+        for placement in rec.held():
+            for slot in placement.workers:
+                for gpu in slot.gpus:
+                    at = (s.capacity.index[slot.node], gpu)
+                    if slot.instance is None:
+                        raise InvariantViolation(f"{rec.name}: a MIG instance without its start")
+                    carved.setdefault(at, {})[rec.name] = (rec.spec.mig, slot.instance)
+    if carved != s.mig:
+        raise InvariantViolation("the MIG instances disagree with the jobs that hold them")
+    if set(holders) != set(s.mig_holders) or any(
+        s.mig_holders[n] is not r for n, r in holders.items()
+    ):
+        raise InvariantViolation("the jobs holding MIG instances disagree with their placements")
+    for (i, gpu), on_gpu in carved.items():
+        node = s.capacity.nodes[i]
+        table = s.mig_table(i)
+        if table is None or gpu not in node.hardware.mig:
+            raise InvariantViolation(f"GPU {gpu} of {node.name} has MIG instances, not in MIG mode")
+        if (i, gpu) in owner or (i, gpu) in s.shares:
+            raise InvariantViolation(f"GPU {gpu} of {node.name} is in MIG mode and held otherwise")
+        held = compute = 0
+        counts: dict[str, int] = {}
+        for name, (profile_name, start) in on_gpu.items():
+            profile = table.profile(profile_name)
+            if profile is None or start not in profile.starts:
+                raise InvariantViolation(
+                    f"{name}: {profile_name} at slice {start} is no placement of {table.model}"
+                )
+            span = ((1 << profile.slices) - 1) << start
+            if held & span:
+                raise InvariantViolation(f"GPU {gpu} of {node.name}: MIG instances overlap")
+            held |= span
+            compute += profile.compute
+            counts[profile_name] = counts.get(profile_name, 0) + 1
+            if counts[profile_name] > profile.most:
+                raise InvariantViolation(f"GPU {gpu} of {node.name}: too many {profile_name}")
+        if compute > COMPUTE_SLICES:
+            raise InvariantViolation(f"GPU {gpu} of {node.name}: {compute} compute slices held")
+
+
 def _check_free(s: Books, owner: dict[tuple[int, int], str]) -> None:
-    """Each node's free GPUs are those neither held nor failed; the GPUs the placers count
-    out are the failed ones, or all of a cordoned node's."""
+    """Each node's free GPUs are those neither held, failed nor in MIG mode; the GPUs the
+    placers count out are the failed ones and those in MIG mode, or all of a cordoned
+    node's."""
     total = 0
     for i in s.capacity.present_indices():
         size = s.capacity.nodes[i].size
-        out = full_mask(size) if i in s.cordoned else s.unhealthy.get(i, 0)
+        mig = s.capacity.nodes[i].hardware.mig_mask
+        out = full_mask(size) if i in s.cordoned else s.unhealthy.get(i, 0) | mig
         if s.capacity.unusable[i] != out:
             raise InvariantViolation(
-                f"node {s.capacity.nodes[i].name}: unusable GPUs disagree with failures and cordon"
+                f"node {s.capacity.nodes[i].name}: unusable GPUs disagree with failures,"
+                " cordon and MIG mode"
             )
         held_mask = 0
         for gpu in range(size):
             if (i, gpu) in owner or (i, gpu) in s.shares:
                 held_mask |= 1 << gpu
-        expected = full_mask(size) & ~held_mask & ~s.unhealthy.get(i, 0)
+        expected = full_mask(size) & ~held_mask & ~s.unhealthy.get(i, 0) & ~mig
         if i in s.cordoned:
             expected = 0
         if s.capacity.free[i] != expected:
@@ -232,6 +294,13 @@ def _check_free(s: Books, owner: dict[tuple[int, int], str]) -> None:
         total += expected.bit_count()
     if total != s.capacity.total_free:
         raise InvariantViolation("the free-GPU total disagrees with the nodes")
+    mig_nodes = {
+        i: s.capacity.nodes[i].hardware.mig_mask
+        for i in s.capacity.present_indices()
+        if s.capacity.nodes[i].hardware.mig
+    }
+    if mig_nodes != s.mig_nodes:
+        raise InvariantViolation("the nodes with GPUs in MIG mode disagree with the nodes")
     by_type: dict[str, int] = {}
     for i in s.capacity.present_indices():
         key = s.capacity.type_key(i)

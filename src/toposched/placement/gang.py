@@ -31,10 +31,12 @@ from toposched.topology.resources import ANY_FIT, WorkerFit
 
 @dataclass(frozen=True)
 class WorkerSlot:
-    """Where one worker runs: a node and its GPU indices there."""
+    """Where one worker runs: a node and its GPU indices there; on a GPU in MIG mode, the
+    memory-slice start of its MIG instance (`instance`; None elsewhere)."""
 
     node: str
     gpus: tuple[int, ...]
+    instance: int | None = None
 
 
 @dataclass(frozen=True)

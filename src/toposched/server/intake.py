@@ -191,7 +191,7 @@ class Intake:
         core = core_spec(entry.name, entry.owner, entry.queue, entry.spec)
         never = self.driver.core.never_fits(core)
         if never:
-            raise SubmitRefused(never)
+            raise SubmitRefused(never, "mig" if core.mig else "gpus")
         self._bound_elastic(core)
         if self.driver.view.knows(entry.name) or entry.name in taken:
             raise Conflict(f"a job named {entry.name!r} already exists")

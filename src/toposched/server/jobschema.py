@@ -255,6 +255,8 @@ class JobChecks(Strict):
             self._one_session()
         if self.gpus == 0:
             self._cpus_alone()
+        if self.mig is not None:
+            self._one_instance()
         return self
 
     def _one_session(self) -> None:
@@ -269,6 +271,17 @@ class JobChecks(Strict):
         for field, bad, why in wrong:
             if bad:
                 raise _field_error(field, f"an interactive session runs one worker once: {why}")
+
+    def _one_instance(self) -> None:
+        """A MIG instance is for one worker of one GPU: refused by the field at fault."""
+        wrong = [
+            ("workers", self.workers != 1, f"workers must be 1, got {self.workers}"),
+            ("gpus", self.gpus != 1, f"gpus must be 1, got {self.gpus}"),
+            ("elastic", self.elastic is not None, "it cannot be elastic"),
+        ]
+        for field, bad, why in wrong:
+            if bad:
+                raise _field_error(field, f"mig {self.mig} is one MIG instance: {why}")
 
     def _cpus_alone(self) -> None:
         """A job of CPUs alone (gpus 0) is placed by its CPUs: it must ask for some, and

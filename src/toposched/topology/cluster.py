@@ -71,6 +71,11 @@ class Node:
         object.__setattr__(self, "labels", MappingProxyType(dict(self.labels)))
         object.__setattr__(self, "levels", MappingProxyType(dict(self.levels)))
         check_labels(self.name, self.labels)
+        if self.hardware.mig and self.hardware.mig[-1] >= self.size:
+            raise ClusterError(
+                f"node {self.name!r}: GPU {self.hardware.mig[-1]} in MIG mode, but the node "
+                f"has GPUs 0..{self.size - 1}"
+            )
 
     def level_values(self) -> Mapping[str, str]:
         """Its domain per level: the declared ones, else its rack and pod."""

@@ -40,7 +40,7 @@ Resolver = Callable[[str], NodeTopology]
 
 KEYS = ("name", "network_gbps", "groups", "nodes", "levels")
 LEVEL_KEYS = ("name", "gbps", "latency_us", "nvlink")
-HARDWARE_KEYS = ("gpu_type", "gpu_memory", "cpus", "memory")
+HARDWARE_KEYS = ("gpu_type", "gpu_memory", "cpus", "memory", "mig")
 GROUP_KEYS = (
     "count",
     "topology",
@@ -336,16 +336,40 @@ class _Map:
         except TopologyError as err:
             raise self.error(f"topology {spec!r}: {err}", "topology") from None
 
-    def hardware(self, base: Hardware) -> Hardware:
+    def hardware(self, base: Hardware, size: int) -> Hardware:
         """`base` (the preset's hardware, or unknown) with the keys given here in its place;
-        null makes a value unknown (GPU type and memory) or not counted (CPUs and memory)."""
+        null makes a value unknown (GPU type and memory) or not counted (CPUs and memory), or
+        puts no GPU of the node's `size` in MIG mode."""
         gpu_memory = self._quantity("gpu_memory", parse_memory, base.gpu_memory)
-        return Hardware(
-            self._gpu_type(base.gpu_type),
-            0 if gpu_memory is None else gpu_memory,
-            self._quantity("cpus", parse_cpus, base.cpus),
-            self._quantity("memory", parse_memory, base.memory),
-        )
+        try:
+            return Hardware(
+                self._gpu_type(base.gpu_type),
+                0 if gpu_memory is None else gpu_memory,
+                self._quantity("cpus", parse_cpus, base.cpus),
+                self._quantity("memory", parse_memory, base.memory),
+                self._mig(base.mig, size),
+            )
+        except TopologyError as err:
+            raise self.error(str(err), "mig" if "mig" in self.data else None) from None
+
+    def _mig(self, default: tuple[int, ...], size: int) -> tuple[int, ...]:
+        """The GPUs in MIG mode: a list of indices, `all`, or null (none)."""
+        if "mig" not in self.data:
+            return default
+        value = self.data["mig"]
+        if value is None:
+            return ()
+        if value == "all":
+            return tuple(range(size))
+        if not isinstance(value, list) or not all(
+            isinstance(g, int) and not isinstance(g, bool) and 0 <= g < size for g in value
+        ):
+            raise self.error(
+                f"mig {value!r}: expected the GPUs in MIG mode, a list of GPUs 0..{size - 1} "
+                "such as [0, 1], or all",
+                "mig",
+            )
+        return tuple(sorted(set(value)))
 
     def _gpu_type(self, default: str) -> str:
         if "gpu_type" not in self.data:
@@ -479,7 +503,7 @@ def parse_cluster_yaml(
         spec, topology = group.topology(f"groups[{i}]", resolve)
         prefix = group.text("name_prefix", spec if spec in PRESETS else PurePath(spec).stem)
         labels = group.labels(f"{prefix}-*")
-        hardware = group.hardware(_base_hardware(spec))
+        hardware = group.hardware(_base_hardware(spec), topology.size)
         if levels:
             group.refuse(("racks_of", "racks_per_pod"), "this file declares levels; use per_domain")
             sizes = group.per_domain(levels)
@@ -511,7 +535,7 @@ def parse_cluster_yaml(
         node_name = entry.text("name", "")
         spec, topology = entry.topology(f"nodes[{i}]", resolve)
         labels = entry.labels(node_name)
-        hardware = entry.hardware(_base_hardware(spec))
+        hardware = entry.hardware(_base_hardware(spec), topology.size)
         line = entry.line_of("name")
         if levels:
             entry.refuse(("rack", "pod"), "this file declares levels; give the node's levels")
@@ -561,6 +585,8 @@ def hardware_entries(hardware: Hardware, base: Hardware) -> dict[str, object]:
         entries["cpus"] = None if hardware.cpus is None else _cpus_value(hardware.cpus)
     if hardware.memory != base.memory:
         entries["memory"] = None if hardware.memory is None else memory_text(hardware.memory)
+    if hardware.mig != base.mig:
+        entries["mig"] = list(hardware.mig) or None
     return entries
 
 

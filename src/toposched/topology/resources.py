@@ -156,12 +156,14 @@ def gpu_type_from_product(product: str, known: Iterable[str]) -> str:
 class Hardware:
     """A node's GPU type and memory per GPU, and its CPUs (millicores) and memory (bytes) for
     workers. Empty type and zero GPU memory mean unknown; None CPUs or memory mean not counted:
-    a job's CPU or memory request is then not held against that node."""
+    a job's CPU or memory request is then not held against that node. `mig`: the GPUs in MIG
+    mode (their type and memory name their MIG table, topology/mig.py)."""
 
     gpu_type: str = ""
     gpu_memory: int = 0
     cpus: int | None = None
     memory: int | None = None
+    mig: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.gpu_type, str):
@@ -172,11 +174,35 @@ class Hardware:
                 isinstance(value, bool) or not isinstance(value, int) or value < 0
             ):
                 raise TopologyError(f"{name} must be a whole number >= 0, got {value!r}")
+        if self.mig:
+            self._check_mig()
+
+    def _check_mig(self) -> None:
+        from toposched.topology.mig import table_for  # the tables only where MIG is used
+
+        gpus = self.mig
+        if (
+            not isinstance(gpus, tuple)
+            or any(isinstance(g, bool) or not isinstance(g, int) or g < 0 for g in gpus)
+            or list(gpus) != sorted(set(gpus))
+        ):
+            raise TopologyError(f"mig must list GPU indices in order, each once, got {gpus!r}")
+        table_for(self.gpu_type, self.gpu_memory)
+
+    @property
+    def mig_mask(self) -> int:
+        """The GPUs in MIG mode, as a bitmask."""
+        mask = 0
+        for g in self.mig:
+            mask |= 1 << g
+        return mask
 
     def describe(self) -> str:
         parts = [self.gpu_type or "GPU type unknown"]
         if self.gpu_memory:
             parts[0] += f" {gib_text(self.gpu_memory)}"
+        if self.mig:
+            parts[0] += f" (GPU {','.join(map(str, self.mig))} in MIG mode)"
         if self.cpus is not None:
             parts.append(f"{cpus_text(self.cpus)} CPUs")
         if self.memory is not None:
