@@ -13,6 +13,7 @@ from toposched.placement.sharing import (
     MILLI,
     SHARE_POLICIES,
     Ask,
+    Board,
     Measure,
     NodeRoom,
     Task,
@@ -130,6 +131,32 @@ def test_every_policy_gives_a_feasible_choice_or_none(
         if not ask.shared:
             assert room.left[g] == MILLI  # whole GPUs never on a shared one
     assert min(after(room, ask, choice.gpus).left, default=0) >= 0
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    rooms(),
+    workloads(),
+    st.lists(st.tuples(asks(), st.booleans()), min_size=1, max_size=30),
+    st.sampled_from(SHARE_POLICIES),
+)
+def test_a_board_chooses_as_the_policy_does_over_all_rooms(
+    nodes: list[NodeRoom], workload: Workload, arrivals: list[tuple[Ask, bool]], name: str
+) -> None:
+    """Asks placed one after another, each on every node or on the odd ones: the Board, which
+    scores again only the node that changed, chooses what the policy chooses looking at every
+    room afresh (the same draws for `random`)."""
+    board = Board(nodes, share_policy(name, workload, random.Random(5)))
+    fresh = share_policy(name, workload, random.Random(5))
+    rooms_now = list(nodes)
+    for ask, odd in arrivals:
+        allowed = [r.index for r in rooms_now if not odd or r.index % 2]
+        want = fresh.place([rooms_now[i] for i in allowed], ask)
+        assert board.choose(ask, allowed) == want
+        if want is not None:
+            board.land(want.node, ask, want.gpus)
+            rooms_now[want.node] = after(rooms_now[want.node], ask, want.gpus)
+    assert board.rooms == rooms_now
 
 
 @settings(max_examples=60, deadline=None)

@@ -18,6 +18,7 @@ breaking its ties (docs/placement.md says why).
 from __future__ import annotations
 
 import bisect
+import heapq
 import random
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -293,11 +294,19 @@ class SharePolicy:
         # so one placement among many nodes asks the score again of one node alone.
         self._best: dict[tuple[NodeRoom, Ask], tuple[tuple[float, ...], tuple[int, ...]] | None]
         self._best = {}
+        self._scorer: Score | None = None
+
+    def best_on(self, room: NodeRoom, ask: Ask) -> tuple[tuple[float, ...], tuple[int, ...]] | None:
+        """`ask`'s best option on `room` with its score (lower is better), or None."""
+        if self._scorer is None:
+            self._scorer = self._score()
+        score = self._scorer
+        scored = [(score(room, ask, gpus), gpus) for gpus in options(room, ask)]
+        return min(scored) if scored else None
 
     def place(self, rooms: Sequence[NodeRoom], ask: Ask) -> Choice | None:
         if self.name == "random":
             return self._random(rooms, ask)
-        score = self._score()
         memo = self._best
         if len(memo) > 1_000_000:
             memo.clear()
@@ -307,8 +316,7 @@ class SharePolicy:
             if key in memo:
                 mine = memo[key]
             else:
-                scored = [(score(room, ask, gpus), gpus) for gpus in options(room, ask)]
-                mine = memo[key] = min(scored) if scored else None
+                mine = memo[key] = self.best_on(room, ask)
             if mine is not None and (best is None or (mine[0], room.index) < best[:2]):
                 best = (mine[0], room.index, mine[1])
         return None if best is None else Choice(best[1], best[2])
@@ -329,6 +337,91 @@ class SharePolicy:
             return None
         room, opts = feasible[self.rng.randrange(len(feasible))]
         return Choice(room.index, opts[self.rng.randrange(len(opts))])
+
+
+# One node's entry in a view of a Board: its best option's score, the node, the GPUs.
+_Entry = tuple[tuple[float, ...], int, tuple[int, ...]]
+
+
+@dataclass
+class _View:
+    """What a Board knows of one (ask, nodes) pair: each node's best option, a heap of them
+    (stale entries are dropped when they surface) and, for `random`, the feasible nodes in
+    order; `seen` is how far into the Board's log of changed nodes it is up to date."""
+
+    nodes: frozenset[int]
+    seen: int
+    best: dict[int, _Entry] = field(default_factory=dict)
+    heap: list[_Entry] = field(default_factory=list)
+    feasible: list[int] = field(default_factory=list)
+
+
+class Board:
+    """A cluster's rooms kept as work lands on them, placing asks one after another by a share
+    policy with the same choices as `SharePolicy.place` over all the rooms: each (ask, nodes)
+    pair keeps each node's best option, and after a placement only the node that changed is
+    scored again (a node's best option depends on that node alone)."""
+
+    def __init__(self, rooms: Sequence[NodeRoom], policy: SharePolicy) -> None:
+        if [r.index for r in rooms] != list(range(len(rooms))):
+            raise ValueError("a Board's rooms are indexed 0, 1, ... in order")
+        self.rooms = list(rooms)
+        self.policy = policy
+        self._log: list[int] = []  # the nodes changed, in order
+        self._views: dict[tuple[Ask, frozenset[int]], _View] = {}
+
+    def choose(self, ask: Ask, nodes: Iterable[int]) -> Choice | None:
+        """Where `ask` goes among `nodes` (indices), or None."""
+        allowed = frozenset(nodes)
+        view = self._views.get((ask, allowed))
+        if view is None:
+            view = self._views[(ask, allowed)] = _View(allowed, len(self._log))
+            self._rescore(view, ask, sorted(allowed))
+        elif view.seen < len(self._log):
+            changed = {i for i in self._log[view.seen :] if i in allowed}
+            view.seen = len(self._log)
+            self._rescore(view, ask, sorted(changed))
+        if self.policy.name == "random":
+            return self._random(view, ask)
+        heap = view.heap
+        while heap and view.best.get(heap[0][1]) is not heap[0]:
+            heapq.heappop(heap)
+        return Choice(heap[0][1], heap[0][2]) if heap else None
+
+    def land(self, node: int, ask: Ask, gpus: tuple[int, ...]) -> None:
+        """`ask` now holds `gpus` on `node`."""
+        self.rooms[node] = after(self.rooms[node], ask, gpus)
+        self._log.append(node)
+
+    def _rescore(self, view: _View, ask: Ask, nodes: Iterable[int]) -> None:
+        randomly = self.policy.name == "random"
+        for i in nodes:
+            room = self.rooms[i]
+            if randomly:
+                k = bisect.bisect_left(view.feasible, i)
+                present = k < len(view.feasible) and view.feasible[k] == i
+                if options(room, ask) and not present:
+                    view.feasible.insert(k, i)
+                elif present and not options(room, ask):
+                    del view.feasible[k]
+                continue
+            mine = self.policy.best_on(room, ask)
+            if mine is None:
+                view.best.pop(i, None)
+                continue
+            entry = (mine[0], i, mine[1])
+            view.best[i] = entry
+            heapq.heappush(view.heap, entry)
+
+    def _random(self, view: _View, ask: Ask) -> Choice | None:
+        """As SharePolicy._random: a feasible node drawn uniformly, then one of its options."""
+        rng = self.policy.rng
+        assert rng is not None
+        if not view.feasible:
+            return None
+        i = view.feasible[rng.randrange(len(view.feasible))]
+        opts = options(self.rooms[i], ask)
+        return Choice(i, opts[rng.randrange(len(opts))])
 
 
 SHARE_POLICIES = ("toposched", "fgd", "best-fit", "gpu-packing", "random")

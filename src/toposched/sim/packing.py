@@ -20,11 +20,11 @@ from os import PathLike
 from toposched.placement.sharing import (
     MILLI,
     Ask,
+    Board,
     Measure,
     NodeRoom,
     Task,
     Workload,
-    after,
     share_policy,
 )
 from toposched.topology.cluster import Cluster
@@ -154,7 +154,8 @@ def pack(
     for pod in arrivals:
         counts[pod.task()] = counts.get(pod.task(), 0) + 1
     workload = Workload.typical(counts)
-    chooser = share_policy(policy, workload, random.Random(seed))
+    rooms_all = [r.index for r in rooms]
+    board = Board(rooms_of(cluster), share_policy(policy, workload, random.Random(seed)))
     by_type: dict[frozenset[str], list[int]] = {}
     asked = allocated = failed = 0
     curve: list[tuple[int, float]] = []
@@ -162,19 +163,20 @@ def pack(
         eligible = by_type.get(pod.types)
         if eligible is None:
             eligible = by_type[pod.types] = [
-                r.index for r in rooms if pod.gpus == 0 or not pod.types or r.gpu_type in pod.types
+                r.index for r in rooms if not pod.types or r.gpu_type in pod.types
             ]
         ask = pod.ask()
-        choice = chooser.place([rooms[i] for i in eligible], ask)
+        choice = board.choose(ask, rooms_all if pod.gpus == 0 else eligible)
         asked += pod.asked
         if choice is None:
             failed += 1
         else:
-            rooms[choice.node] = after(rooms[choice.node], ask, choice.gpus)
+            board.land(choice.node, ask, choice.gpus)
             allocated += ask.total_milli if ask.gpus else 0
         percent = int(100 * asked / (total * MILLI))
         while len(curve) <= percent:
             curve.append((len(curve), 100 * allocated / (total * MILLI)))
+    rooms = board.rooms
     measure = Measure(workload)
     frag = sum(measure.of(r) for r in rooms) / MILLI
     return PackingResult(policy, total, len(arrivals), failed, tuple(curve), allocated, frag)
