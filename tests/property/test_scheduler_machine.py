@@ -371,14 +371,19 @@ class Driver:
             self.expect(node in self.present, f"{where}: node {node} is not in the cluster")
             self.expect(0 <= gpu < self.nodes[node].size, f"{where}: no GPU {gpu} on {node}")
             self.expect(gpu not in self.unhealthy.get(node, ()), f"{where}: GPU {gpu} is unhealthy")
-        busy = {
-            pair: other
-            for other, k in self.jobs.items()
-            if k.placement is not None
-            for pair in k.placement.pairs()
-        }
+        busy: dict[tuple[str, int], list[str]] = {}
+        for other, k in self.jobs.items():
+            for pair in k.placement.pairs() if k.placement is not None else ():
+                busy.setdefault(pair, []).append(other)
         clash = {pair: busy[pair] for pair in pairs if pair in busy}
-        self.expect(not clash, f"{where}: GPUs still held by {clash}")
+        if spec.shared:
+            for pair, others in clash.items():
+                self.expect(
+                    self.sharing_fits(pair, [*others, name]),
+                    f"{where}: GPU {pair} shared past its room with {others}",
+                )
+        else:
+            self.expect(not clash, f"{where}: GPUs still held by {clash}")
         for slot in workers:
             labels = self.nodes[slot.node].labels
             self.expect(
@@ -467,8 +472,19 @@ class Driver:
 
     # ------------------------------------------------------------ checks after each event
 
+    def sharing_fits(self, pair: tuple[str, int], names: list[str]) -> bool:
+        """Jobs may be on one GPU together only if each asks a share of it, their thousandths
+        add up to no more than a GPU and their MiB to no more than its memory."""
+        specs = [self.jobs[n].spec for n in names]
+        if not all(spec.shared for spec in specs):
+            return False
+        mib = self.nodes[pair[0]].hardware.gpu_memory // 2**20
+        return sum(spec.gpu_milli for spec in specs) <= 1000 and (
+            sum(spec.gpu_share_mib for spec in specs) <= mib
+        )
+
     def _check_views(self) -> None:
-        held: dict[tuple[str, int], str] = {}
+        held: dict[tuple[str, int], list[str]] = {}
         for name, known in self.jobs.items():
             view = self.sched.job(name)
             self.expect(view.state == known.state, f"{name}: scheduler {view.state}, {known}")
@@ -487,8 +503,12 @@ class Driver:
                     f"{name}: runs on {known.placement}, scheduler says {view.placement}",
                 )
             for pair in known.placement.pairs() if known.placement else ():
-                self.expect(pair not in held, f"GPU {pair} held by {held.get(pair)} and {name}")
-                held[pair] = name
+                on_gpu = [*held.get(pair, []), name]
+                self.expect(
+                    len(on_gpu) == 1 or self.sharing_fits(pair, on_gpu),
+                    f"GPU {pair} held by {on_gpu}",
+                )
+                held[pair] = on_gpu
         if not held and self.policy.backfill:
             self._check_idle()
         self._check_reasons()
@@ -662,15 +682,24 @@ def job_specs(
     elastic: bool = True,
     selector: bool = True,
 ) -> JobSpec:
-    workers = draw(st.integers(1, max_workers))
+    # A quarter of the jobs ask part of one GPU (thousandths and/or MiB of its memory), so
+    # node loss, GPU health, cordons, cancels and restores meet shares beside whole GPUs.
+    milli, share_mib = draw(
+        st.sampled_from([(0, 0)] * 3 + [(250, 0), (500, 0), (999, 0), (0, 4096), (500, 4096)])
+    )
+    shared = bool(milli or share_mib)
+    workers = 1 if shared else draw(st.integers(1, max_workers))
     stretch = None
-    if elastic and draw(st.integers(0, 3)) == 0:
+    if not shared and elastic and draw(st.integers(0, 3)) == 0:
         lo = draw(st.integers(1, workers))
         stretch = Elastic(lo, draw(st.integers(workers, workers + 2)))
+    per_worker = [g for g in (1, 1, 2, 2, 3, 4) if g <= max_gpus]
     return JobSpec(
         name,
         workers=workers,
-        gpus_per_worker=draw(st.sampled_from([g for g in (1, 1, 2, 2, 3, 4) if g <= max_gpus])),
+        gpus_per_worker=1 if shared else draw(st.sampled_from(per_worker)),
+        gpu_milli=milli,
+        gpu_share_mib=share_mib,
         queue=draw(st.sampled_from(queues)),
         priority=draw(st.integers(0, 2)),
         locality=draw(st.sampled_from(LOCALITIES)),

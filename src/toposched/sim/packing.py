@@ -20,11 +20,11 @@ from os import PathLike
 from toposched.placement.sharing import (
     MILLI,
     Ask,
+    Board,
     Measure,
     NodeRoom,
     Task,
     Workload,
-    after,
     share_policy,
 )
 from toposched.topology.cluster import Cluster
@@ -83,17 +83,22 @@ def read_pods(path: str | PathLike[str]) -> list[Pod]:
 
 
 def tuned(pods: Sequence[Pod], total_milli: int, rng: random.Random, tune: float) -> list[Pod]:
-    """The paper simulator's tuning: pods drawn at random from `pods` are appended (or, over
-    the target, removed at random) until the GPUs asked are `tune` x the cluster's."""
+    """The paper simulator's tuning (pkg/simulator/simulator.go, TunePodsByNodeTotalResource):
+    pods removed from `pods` at random while the GPUs asked exceed `tune` x the cluster's, or
+    copies of pods drawn at random from `pods` appended until the next one drawn would pass it
+    (that check adds the drawn pod's thousandths per GPU, as the simulator's does)."""
     out = list(pods)
     asked = sum(p.asked for p in out)
     target = tune * total_milli
-    while asked > target and out:
-        asked -= out.pop(rng.randrange(len(out))).asked
+    if asked >= target:
+        while asked > target and out:
+            asked -= out.pop(rng.randrange(len(out))).asked
+        return out
+    source = sorted(pods, key=lambda p: p.name)
     i = 0
     while True:
-        pod = pods[rng.randrange(len(pods))]
-        if asked + pod.asked > target:
+        pod = source[rng.randrange(len(source))]
+        if asked + pod.milli > target:
             break
         out.append(replace(pod, name=f"{pod.name}-tuned-{i}"))
         asked += pod.asked
@@ -139,6 +144,16 @@ class PackingResult:
     def unallocated_gpus(self) -> float:
         return self.total_gpus - self.allocated_milli / MILLI
 
+    def alloc_ratio_at(self, percent: int) -> float:
+        """The share of the cluster's GPUs allocated once the GPUs asked first reached
+        `percent` of its (at the end, where demand stopped short of it)."""
+        return dict(self.curve).get(percent, self.curve[-1][1]) / 100
+
+    def unallocated_gpus_at(self, percent: int) -> float:
+        """The GPUs unallocated then: where the paper's bar charts (and FGD's own simulator's
+        figures in benchmarks/fgd_peer.py) read it, at 100%."""
+        return self.total_gpus * (1 - self.alloc_ratio_at(percent))
+
 
 def pack(
     pods: Sequence[Pod], cluster: Cluster, policy: str, seed: int = SEED, tune: float = TUNE
@@ -147,14 +162,19 @@ def pack(
     rng = random.Random(seed)
     rooms = rooms_of(cluster)
     total = sum(len(r.left) for r in rooms)
-    arrivals = tuned(pods, total * MILLI, rng, tune)
+    # The simulator's order (pkg/simulator/core.go, Simulate): the list by name, shuffled,
+    # then tuned, so that copies arrive after every pod of the list.
+    arrivals = sorted(pods, key=lambda p: p.name)
     rng.shuffle(arrivals)
-    # FGD's target workload: the kinds of the whole (tuned) list, as the simulator counts it.
+    arrivals = tuned(arrivals, total * MILLI, rng, tune)
+    # FGD's target workload: the kinds of the list as read, before tuning (SetTypicalPods runs
+    # on the workload pods before TunePodsByNodeTotalResource).
     counts: dict[Task, int] = {}
-    for pod in arrivals:
+    for pod in pods:
         counts[pod.task()] = counts.get(pod.task(), 0) + 1
     workload = Workload.typical(counts)
-    chooser = share_policy(policy, workload, random.Random(seed))
+    rooms_all = [r.index for r in rooms]
+    board = Board(rooms_of(cluster), share_policy(policy, workload, random.Random(seed)))
     by_type: dict[frozenset[str], list[int]] = {}
     asked = allocated = failed = 0
     curve: list[tuple[int, float]] = []
@@ -162,19 +182,20 @@ def pack(
         eligible = by_type.get(pod.types)
         if eligible is None:
             eligible = by_type[pod.types] = [
-                r.index for r in rooms if pod.gpus == 0 or not pod.types or r.gpu_type in pod.types
+                r.index for r in rooms if not pod.types or r.gpu_type in pod.types
             ]
         ask = pod.ask()
-        choice = chooser.place([rooms[i] for i in eligible], ask)
+        choice = board.choose(ask, rooms_all if pod.gpus == 0 else eligible)
         asked += pod.asked
         if choice is None:
             failed += 1
         else:
-            rooms[choice.node] = after(rooms[choice.node], ask, choice.gpus)
+            board.land(choice.node, ask, choice.gpus)
             allocated += ask.total_milli if ask.gpus else 0
         percent = int(100 * asked / (total * MILLI))
         while len(curve) <= percent:
             curve.append((len(curve), 100 * allocated / (total * MILLI)))
+    rooms = board.rooms
     measure = Measure(workload)
     frag = sum(measure.of(r) for r in rooms) / MILLI
     return PackingResult(policy, total, len(arrivals), failed, tuple(curve), allocated, frag)
