@@ -14,6 +14,14 @@ paper's bar charts read it) and at the end, and FGD's fragmentation measure then
 line a JSON object with `trace`, `toposched_unallocated_gpus` and `toposched_alloc_ratio` (at
 100% asked), the same at the end (`..._end`), and the same for every policy run.
 
+Side by side with FGD's own simulator (benchmarks/fgd_peer.py, issue 42 item 6): `--peer` runs
+its FGD and best-fit on the same node and pod lists (its binary built or found as fgd_peer.py
+says), `--peer-logs LOG...` reads the logs of runs kept before (`fgd_peer.py --keep`); either
+way toposched's side then replays the very arrivals the peer logged (its shuffle and its
+tuning's copies, not this protocol's own), and the JSON line adds `fgd_sim_unallocated_gpus`,
+`bestfit_sim_unallocated_gpus`, `fgd_sim_alloc_ratio`, `bestfit_sim_alloc_ratio` and
+`arrivals` ("peer" or "own"). Without either, the peer's fields are null and say why.
+
 --smoke (CI, seconds): the 14-pod fixture on the 15-node fixture, every policy.
 """
 
@@ -28,6 +36,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import fgd_peer  # noqa: E402
 from toposched.placement.sharing import SHARE_POLICIES  # noqa: E402
 from toposched.sim.clusters import read_machine_list  # noqa: E402
 from toposched.sim.packing import SEED, TUNE, PackingResult, pack, read_pods  # noqa: E402
@@ -38,11 +49,61 @@ SMOKE_NODES = ROOT / "tests" / "fixtures" / "traces" / "openb" / "nodes.csv"
 POINTS = (50, 80, 90, 100, 110, 120, 130)
 
 
-def external_columns(trace: Path, nodes: Path) -> dict[str, float]:
-    """The seam for FGD's own simulator (hkust-adsl/kubernetes-scheduler-simulator, issue 42
-    item 6): `fgd_sim_unallocated_gpus`, `bestfit_sim_unallocated_gpus` and
-    `fgd_sim_alloc_ratio` measured on the same node and pod lists. Not built yet: none."""
-    return {}
+PEER_FIELDS = (
+    "fgd_sim_unallocated_gpus",
+    "bestfit_sim_unallocated_gpus",
+    "fgd_sim_alloc_ratio",
+    "bestfit_sim_alloc_ratio",
+)
+
+
+def peer_figures(
+    args: argparse.Namespace,
+) -> tuple[dict[str, object], tuple[str, ...] | None]:
+    """FGD's own simulator's columns and the arrivals it logged (None where it did not run)."""
+    if args.peer_logs:
+        logs = [fgd_peer.parse_log(path.read_text(errors="replace")) for path in args.peer_logs]
+        policy_of = {score: name for name, (score, _) in fgd_peer.POLICIES.items()}
+        fields: dict[str, object] = {}
+        arrivals: tuple[str, ...] | None = None
+        for path, log in zip(args.peer_logs, logs, strict=True):
+            policy = policy_of.get(log.score_plugin or "")
+            if policy is None:
+                raise SystemExit(f"--peer-logs {path}: not a log of the peer's fgd or best-fit")
+            if log.scheduler_errors:
+                raise SystemExit(
+                    f"--peer-logs {path}: {log.scheduler_errors} placements failed in the "
+                    "simulator's own scheduler (see docs/simulator.md): not its policy's figure"
+                )
+            prefix = {"fgd": "fgd_sim", "best-fit": "bestfit_sim"}[policy]
+            try:
+                fields[f"{prefix}_unallocated_gpus"] = log.unallocated_gpus()
+                fields[f"{prefix}_alloc_ratio"] = round(log.alloc_ratio() / 100, 5)
+            except fgd_peer.PeerError as err:
+                raise SystemExit(f"--peer-logs {path}: {err}") from None
+            arrivals = arrivals or tuple(fgd_peer.original_name(n) for n in log.arrivals)
+        return {k: fields.get(k) for k in PEER_FIELDS}, arrivals
+    if not args.peer:
+        why = "not run: --peer runs FGD's own simulator, --peer-logs reads kept logs"
+        return {**dict.fromkeys(PEER_FIELDS), "peer": why}, None
+    try:
+        binary = fgd_peer.build(lambda line: print(line, file=sys.stderr, flush=True))
+    except fgd_peer.BuildError as err:
+        return {**dict.fromkeys(PEER_FIELDS), "peer": f"not run: {err}"}, None
+    figures = []
+    for policy in ("fgd", "best-fit"):
+        print(f"running FGD's own simulator, {policy} ...", file=sys.stderr, flush=True)
+        run = fgd_peer.run(binary, args.trace, args.nodes, policy, args.seed, until=102)
+        if run.scheduler_errors:
+            raise SystemExit(
+                f"FGD's simulator, {policy}: {run.scheduler_errors} placements failed in its "
+                "own scheduler (see docs/simulator.md): not its policy's figure"
+            )
+        figures.append(run)
+    got = fgd_peer.json_fields(figures)
+    for key in ("fgd_sim_alloc_ratio", "bestfit_sim_alloc_ratio"):
+        got[key] = round(got[key] / 100, 5)  # a share, as toposched's; the peer logs a %
+    return {k: got.get(k) for k in PEER_FIELDS}, figures[0].arrivals
 
 
 def main() -> int:
@@ -55,6 +116,12 @@ def main() -> int:
     parser.add_argument(
         "--smoke", action="store_true", help="the 14-pod fixture on 15 nodes (CI, seconds)"
     )
+    parser.add_argument(
+        "--peer", action="store_true", help="run FGD's own simulator beside (fgd_peer.py)"
+    )
+    parser.add_argument(
+        "--peer-logs", type=Path, nargs="+", metavar="LOG", help="read the peer's kept logs"
+    )
     args = parser.parse_args()
     if args.smoke:
         args.trace, args.nodes = SMOKE_PODS, SMOKE_NODES
@@ -66,13 +133,16 @@ def main() -> int:
         parser.error(f"--policy: unknown {', '.join(unknown)}; known: {', '.join(SHARE_POLICIES)}")
     pods = read_pods(args.trace)
     cluster = read_machine_list(args.nodes)
+    peer, order = peer_figures(args)
     results: list[tuple[PackingResult, float]] = []
     for name in policies:
         began = time.monotonic()
-        results.append((pack(pods, cluster, name, args.seed, args.tune), time.monotonic() - began))
+        packed = pack(pods, cluster, name, args.seed, args.tune, order)
+        results.append((packed, time.monotonic() - began))
     total = results[0][0].total_gpus
     print(
         f"{args.trace.name} on {args.nodes.name} ({total} GPUs), tune {args.tune}, seed {args.seed}"
+        + ("" if order is None else f", the {len(order):,} arrivals FGD's own simulator logged")
     )
     points = [p for p in POINTS if p <= int(args.tune * 100)]
     head = "policy".ljust(12) + "".join(f"{p:>7}%" for p in points)
@@ -85,6 +155,15 @@ def main() -> int:
             f" {r.unallocated_gpus:>12.1f}"
             f" {r.fragmentation:>10.1f} {seconds:>8.1f}"
         )
+    for prefix, name in (
+        ("fgd_sim", "fgd (FGD's own simulator)"),
+        ("bestfit_sim", "best-fit (its)"),
+    ):
+        unallocated = peer.get(f"{prefix}_unallocated_gpus")
+        if unallocated is not None:
+            print(f"{name:<28} unallocated at 100% asked: {unallocated:.1f} GPUs")
+    if "peer" in peer:
+        print(f"FGD's own simulator: {peer['peer']}")
     summary: dict[str, object] = {"trace": args.trace.name, "nodes": args.nodes.name}
     summary["total_gpus"] = total
     for r, _ in results:
@@ -94,7 +173,8 @@ def main() -> int:
         summary[f"{key}_unallocated_gpus_end"] = round(r.unallocated_gpus, 2)
         summary[f"{key}_alloc_ratio_end"] = round(r.alloc_ratio, 5)
         summary[f"{key}_failed_pods"] = r.failed
-    summary.update(external_columns(args.trace, args.nodes))
+    summary["arrivals"] = "own" if order is None else "peer"
+    summary.update(peer)
     print(json.dumps(summary))
     return 0
 

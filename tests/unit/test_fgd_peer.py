@@ -339,3 +339,42 @@ def test_read_says_a_run_short_of_the_point_is_not_there_yet(
     out = capsys.readouterr().out
     assert "30.0% arrived, not at the point of measurement yet" in out
     assert json.loads(out.splitlines()[-1])["logs"][0]["alloc_ratio"] is None
+
+
+def test_gpu_share_replays_the_arrivals_the_peer_logged_and_reports_its_figures(
+    tmp_path: Path,
+) -> None:
+    """benchmarks/gpu_share.py --peer-logs: toposched's side takes the very arrivals FGD's own
+    simulator logged (its shuffle, its tuning's copies) on the same node cut, and the JSON line
+    carries the peer's figure beside toposched's."""
+    nodes_csv = ROOT / "data" / "clusters" / "openb" / "openb_node_list_gpu_node.csv"
+    rows = nodes_csv.read_text().splitlines()
+    keep = set(peer.smoke_cut(nodes_csv))
+    cut = tmp_path / "nodes.csv"
+    cut.write_text("\n".join([rows[0], *(r for i, r in enumerate(rows[1:]) if i in keep)]) + "\n")
+    ran = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "gpu_share.py"),
+            "--trace",
+            str(ROOT / "data" / "traces" / "openb" / "openb_pod_list_default.csv"),
+            "--nodes",
+            str(cut),
+            "--policy",
+            "toposched",
+            "--peer-logs",
+            str(FIXTURE),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert ran.returncode == 0, ran.stderr
+    last = json.loads(ran.stdout.strip().splitlines()[-1])
+    assert last["arrivals"] == "peer"
+    assert last["fgd_sim_unallocated_gpus"] == pytest.approx(2.2)
+    assert last["fgd_sim_alloc_ratio"] == pytest.approx(0.9813)
+    assert last["bestfit_sim_unallocated_gpus"] is None  # no best-fit log given
+    assert last["total_gpus"] == 116
+    assert "the 201 arrivals FGD's own simulator logged" in ran.stdout
+    assert 0 <= last["toposched_unallocated_gpus"] <= 116

@@ -106,6 +106,18 @@ def tuned(pods: Sequence[Pod], total_milli: int, rng: random.Random, tune: float
     return out
 
 
+def arrivals_in(pods: Sequence[Pod], order: Sequence[str]) -> list[Pod]:
+    """`pods` as `order` names them, each name once per arrival (a copy named after its pod)."""
+    by_name = {p.name: p for p in pods}
+    out = []
+    for i, name in enumerate(order):
+        pod = by_name.get(name)
+        if pod is None:
+            raise ValueError(f"arrival {i} names pod {name!r}, which the pod list lacks")
+        out.append(pod)
+    return out
+
+
 def rooms_of(cluster: Cluster) -> list[NodeRoom]:
     out = []
     for i, node in enumerate(cluster.nodes):
@@ -156,17 +168,30 @@ class PackingResult:
 
 
 def pack(
-    pods: Sequence[Pod], cluster: Cluster, policy: str, seed: int = SEED, tune: float = TUNE
+    pods: Sequence[Pod],
+    cluster: Cluster,
+    policy: str,
+    seed: int = SEED,
+    tune: float = TUNE,
+    order: Sequence[str] | None = None,
 ) -> PackingResult:
-    """Place `pods` (read_pods) on `cluster` by share policy `policy` under the protocol."""
+    """Place `pods` (read_pods) on `cluster` by share policy `policy` under the protocol.
+
+    `order`: the pods' names in the order they arrive, a name once per copy (as FGD's own
+    simulator logged its run: benchmarks/fgd_peer.py), in place of this protocol's own shuffle
+    and tuning, so that a side-by-side replays the very same arrivals; a name not in `pods` is
+    a ValueError."""
     rng = random.Random(seed)
     rooms = rooms_of(cluster)
     total = sum(len(r.left) for r in rooms)
-    # The simulator's order (pkg/simulator/core.go, Simulate): the list by name, shuffled,
-    # then tuned, so that copies arrive after every pod of the list.
-    arrivals = sorted(pods, key=lambda p: p.name)
-    rng.shuffle(arrivals)
-    arrivals = tuned(arrivals, total * MILLI, rng, tune)
+    if order is not None:
+        arrivals = arrivals_in(pods, order)
+    else:
+        # The simulator's order (pkg/simulator/core.go, Simulate): the list by name,
+        # shuffled, then tuned, so that copies arrive after every pod of the list.
+        arrivals = sorted(pods, key=lambda p: p.name)
+        rng.shuffle(arrivals)
+        arrivals = tuned(arrivals, total * MILLI, rng, tune)
     # FGD's target workload: the kinds of the list as read, before tuning (SetTypicalPods runs
     # on the workload pods before TunePodsByNodeTotalResource).
     counts: dict[Task, int] = {}
