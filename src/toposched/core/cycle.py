@@ -21,6 +21,7 @@ first one: within one cycle nothing frees up, so a shape that failed fails again
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import replace
 
 from toposched.core.actions import Action, StopKind
@@ -385,68 +386,65 @@ class Turn:
         return outcome
 
     def admit_cpu_only(self, rec: JobRecord, whole: Shape) -> tuple[list[Action], bool]:
-        """Phase 3 for a job without GPUs: placed by CPUs and memory alone, or noted why not.
-        It takes no GPU, so it neither makes room nor reserves, nor blocks the jobs after it,
-        and the reservation does not keep it off the reserved GPUs' nodes."""
-        books, cycle = self.books, self.cycle
-        failed: Failed = (*whole, False)
-        known = self.failed.get(failed)
-        if known is not None:
-            rec.note(books.now, known)
-            rec.said = None
-            return [], True
-        request = cycle.request(rec, whole[2])
-        result = place_cpu_only(books.capacity, request, books.cordoned)
-        if isinstance(result, Placement):
-            return cycle.changes.start(rec, result, "placed by its CPUs and memory"), True
-        rec.note(books.now, result.reason)
-        rec.said = None
-        self.hopeless_shape(failed, result.reason, None)
-        return [], True  # once every shape is hopeless, the lists all drop out
+        """Phase 3 for a job without GPUs: placed by CPUs and memory alone. The reservation
+        does not keep it off the reserved GPUs' nodes: it takes no GPU."""
+        books = self.books
+        return self.admit_alone(
+            rec,
+            whole,
+            lambda: place_cpu_only(
+                books.capacity, self.cycle.request(rec, whole[2]), books.cordoned
+            ),
+            lambda _: "placed by its CPUs and memory",
+        )
 
     def admit_shared(self, rec: JobRecord, whole: Shape) -> tuple[list[Action], bool]:
-        """Phase 3 for a job that asks part of one GPU: placed by the share policy, or noted
-        why not. Like a job without GPUs it neither makes room nor reserves, nor blocks the
-        jobs after it; the reservation's GPUs are not free, so it never takes them."""
-        books, cycle = self.books, self.cycle
-        failed: Failed = (*whole, False)
-        known = self.failed.get(failed)
-        if known is not None:
-            rec.note(books.now, known)
-            rec.said = None
-            return [], True
-        result = cycle.shares.place(rec.spec)
-        if isinstance(result, Shortfall):
-            result = cycle.on_selected(result, rec.spec.where)
-        if isinstance(result, Placement):
-            why = f"a share of a GPU, placed by the {cycle.policy.share_placement} share policy"
-            return cycle.changes.start(rec, result, why), True
-        rec.note(books.now, result.reason)
-        rec.said = None
-        self.hopeless_shape(failed, result.reason, None)
-        return [], True
+        """Phase 3 for a job that asks part of one GPU: placed by the share policy (the
+        reservation's GPUs are not free, so it never takes them)."""
+        cycle = self.cycle
+        share_policy = cycle.policy.share_placement
+        return self.admit_alone(
+            rec,
+            whole,
+            lambda: cycle.shares.place(rec.spec),
+            lambda _: f"a share of a GPU, placed by the {share_policy} share policy",
+        )
 
     def admit_mig(self, rec: JobRecord, whole: Shape) -> tuple[list[Action], bool]:
-        """Phase 3 for a job that asks a MIG instance: placed on a GPU in MIG mode, or noted
-        why not; as a share, it neither makes room nor reserves, nor blocks the jobs after
-        it (GPUs in MIG mode are never free, nor reserved)."""
-        books, cycle = self.books, self.cycle
-        failed: Failed = (*whole, False)
-        known = self.failed.get(failed)
-        if known is not None:
-            rec.note(books.now, known)
-            rec.said = None
-            return [], True
-        result = cycle.instances.place(rec.spec)
-        if isinstance(result, Shortfall):
-            result = cycle.on_selected(result, rec.spec.where)
-        if isinstance(result, Placement):
-            slot = result.workers[0]
-            why = (
+        """Phase 3 for a job that asks a MIG instance: placed on a GPU in MIG mode (such
+        GPUs are never free, nor reserved)."""
+
+        def why(placed: Placement) -> str:
+            slot = placed.workers[0]
+            return (
                 f"a MIG {rec.spec.mig} instance at memory slice {slot.instance} of GPU "
                 f"{slot.gpus[0]}, where the largest profiles stay placeable"
             )
-            return cycle.changes.start(rec, result, why), True
+
+        return self.admit_alone(rec, whole, lambda: self.cycle.instances.place(rec.spec), why)
+
+    def admit_alone(
+        self,
+        rec: JobRecord,
+        whole: Shape,
+        place: Callable[[], Placement | Shortfall],
+        why: Callable[[Placement], str],
+    ) -> tuple[list[Action], bool]:
+        """Phase 3 for a job that takes no whole GPU (none, a share, a MIG instance): `place`d,
+        started saying `why`, or noted why not. It neither makes room nor reserves, nor blocks
+        the jobs after it; once every shape is hopeless, the lists all drop out."""
+        books, cycle = self.books, self.cycle
+        failed: Failed = (*whole, False)
+        known = self.failed.get(failed)
+        if known is not None:
+            rec.note(books.now, known)
+            rec.said = None
+            return [], True
+        result = place()
+        if isinstance(result, Shortfall) and not rec.spec.cpu_only:
+            result = cycle.on_selected(result, rec.spec.where)
+        if isinstance(result, Placement):
+            return cycle.changes.start(rec, result, why(result)), True
         rec.note(books.now, result.reason)
         rec.said = None
         self.hopeless_shape(failed, result.reason, None)
