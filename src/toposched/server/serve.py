@@ -43,6 +43,7 @@ from toposched.server.metrics import Metrics
 from toposched.server.runtime import Runtime
 from toposched.server.shared import Unavailable
 from toposched.store import BUSY_TIMEOUT_S, Store, StoreError, sqlite_url, write_fault
+from toposched.store.fsck import unreadable
 
 
 class ServeError(RuntimeError):
@@ -257,6 +258,7 @@ def serve(options: ServeOptions, say: Callable[[str], None] = print) -> None:
         raise ServeError(f"cannot recover the state from the database: {err}") from None
     for line in notes:
         say(f"recovered: {line}")
+    _say_unreadable(store, say)
     # Emulated GPUs are not this machine's: NVML's figures would be about other GPUs.
     usage = open_usage() if local.source == "nvml" else None
     activity = ActivityMonitor(runtime, executor, store, usage, period_s=options.sample_s)
@@ -323,6 +325,24 @@ def serve(options: ServeOptions, say: Callable[[str], None] = print) -> None:
     logging.shutdown()
     if runtime.broken is not None:
         raise ServeError(runtime.broken)
+
+
+SHOWN_UNREADABLE = 5
+
+
+def _say_unreadable(store: Store, say: Callable[[str], None]) -> None:
+    """Rows the server cannot read as stored are read mended (U+FFFD) or listed as `corrupt`
+    jobs: started with, but said, so that an operator learns of them before a user does."""
+    found = list(unreadable(store))
+    if not found:
+        return
+    shown = "; ".join(row.describe() for row in found[:SHOWN_UNREADABLE])
+    more = f"; and {len(found) - SHOWN_UNREADABLE} more" if len(found) > SHOWN_UNREADABLE else ""
+    say(
+        f"warning: {len(found)} stored row(s) cannot be read as stored ({shown}{more}): read "
+        "with U+FFFD for bad text, a job with no usable spec listed as corrupt; `toposched "
+        "admin fsck` lists them, and with --repair (the server stopped) mends or ends them"
+    )
 
 
 def _terminated(signum: int, frame: object) -> None:
