@@ -352,3 +352,74 @@ def test_a_row_that_is_not_json_is_listed_as_corrupt_and_stops_nothing(tmp_path:
         found = run_cli("admin", "fsck", "--data-dir", str(server.data_dir), "--json")
         (entry,) = json.loads(found.out)["unreadable"]
         assert (entry["job"], entry["column"], entry["repairable"]) == ("broken", "spec", False)
+
+
+# What an older version, a hand edit or a bad disk leaves in a row: each stopped a start,
+# a list or `admin fsck` (issue 47). A job with no usable spec is listed as corrupt; text
+# that is not UTF-8 is read with U+FFFD.
+CORRUPTED = {
+    "list-spec": "UPDATE jobs SET spec = '[]' WHERE name = ?",
+}
+BAD_REASON = "UPDATE jobs SET reason = CAST(X'6f6bff' AS TEXT) WHERE name = 'bad-reason'"
+BAD_LABEL = "UPDATE node_labels SET value = CAST(X'7231ff' AS TEXT)"
+
+
+def test_every_unreadable_row_is_quarantined_found_and_repaired(tmp_path: Path) -> None:
+    with running_server(tmp_path) as server:
+        api = Api(server)
+        for name in [*CORRUPTED, "bad-reason", "fine"]:
+            api.submit(name=name, command=["true"])
+            api.until(name, "succeeded")
+        labelled = api.http.put("/api/v1/nodes/node-a/labels", json={"key": "rack", "value": "r1"})
+        assert labelled.status_code == 200, labelled.text
+        api.http.close()
+        server.stop()
+        with sqlite3.connect(server.data_dir / "toposched.db") as conn:
+            for name, statement in CORRUPTED.items():
+                conn.execute(statement, (name,))
+            conn.execute(BAD_REASON)
+            conn.execute(BAD_LABEL)
+        server.start()  # the server starts, lists, and says so
+        api = Api(server)
+        rows = {j["name"]: j for j in api.get("/api/v1/jobs?all=true")["jobs"]}
+        assert rows["fine"]["state"] == "succeeded"
+        for name in CORRUPTED:
+            assert rows[name]["state"] == "corrupt", rows[name]
+            assert "its stored spec cannot be read" in rows[name]["reason"]
+        assert (rows["bad-reason"]["state"], rows["bad-reason"]["reason"]) == (
+            "succeeded",
+            "ok\ufffd",
+        )
+        assert api.get("/api/v1/nodes")["nodes"][0]["labels"]["rack"] == "r1\ufffd"
+        assert "warning: 3 stored row(s) cannot be read as stored" in server.log()
+        api.submit(name="after", command=["true"])  # the server goes on
+        api.until("after", "succeeded")
+        api.http.close()
+        server.stop()
+        data = str(server.data_dir)
+        found = run_cli("admin", "fsck", "--data-dir", data, "--json")
+        assert found.code == 1 and "Traceback" not in found.err, found.err
+        listed = {
+            (row.get("job") or f"label {row['label']}", row["column"])
+            for row in json.loads(found.out)["unreadable"]
+        }
+        assert listed == {
+            ("list-spec", "spec"),
+            ("bad-reason", "reason"),
+            ("label node-a/rack", "value"),
+        }
+        mended = run_cli("admin", "fsck", "--data-dir", data, "--repair")
+        assert mended.code == 0, mended.err
+        assert "3 unreadable, 3 repaired, 0 left" in mended.out
+        clean = run_cli("admin", "fsck", "--data-dir", data)
+        assert (clean.code, clean.out.strip()) == (0, "0 unreadable, 0 repaired, 0 left")
+        server.start()
+        api = Api(server)
+        rows = {j["name"]: j for j in api.get("/api/v1/jobs?all=true")["jobs"]}
+        # A job with no usable spec is deleted (its name free); text is mended in place.
+        assert set(rows) == {"fine", "after", "bad-reason"}
+        assert rows["bad-reason"]["reason"] == "ok\ufffd"
+        assert api.get("/api/v1/nodes")["nodes"][0]["labels"]["rack"] == "r1\ufffd"
+        api.submit(name="list-spec", command=["true"])
+        api.http.close()
+        assert "cannot be read as stored" not in server.log().split("toposched stopped")[-1]

@@ -25,18 +25,20 @@ def fsck(
     repair: bool = typer.Option(
         False,
         "--repair",
-        help="Write each repairable row back with its unreadable characters made U+FFFD "
-        "(the server must be stopped).",
+        help="Write each row back with its unreadable characters made U+FFFD, and delete each "
+        "ended job whose spec says nothing usable (the server must be stopped).",
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the rows found as JSON."),
 ) -> None:
-    """List the jobs whose stored text the server cannot read back (stored by an older
-    version: a lone UTF-16 surrogate), and with --repair mend them."""
+    """List the stored jobs and labels the server cannot read back as stored (text that is not
+    UTF-8, a spec that is not one), and with --repair mend them, or delete an ended job
+    whose record says nothing usable."""
     from toposched.common.paths import DB_FILE, default_data_dir
     from toposched.server.serve import ServeError, lock_data_dir
+    from toposched.server.shared import ENDED
     from toposched.store import Store, StoreError, sqlite_url
+    from toposched.store.fsck import NotRepaired, unreadable
     from toposched.store.fsck import repair as mend
-    from toposched.store.fsck import unreadable
 
     where = data_dir or default_data_dir()
     if db is None and not (where / DB_FILE).is_file():
@@ -55,10 +57,14 @@ def fsck(
                 fail(f"{err}: stop it before --repair")
         found = list(unreadable(store))
         repaired = []
+        why: dict[int, str] = {}
         if repair:
-            for row in found:
-                if row.repairable:
-                    mend(store, row)
+            for index, row in enumerate(found):
+                try:
+                    mend(store, row, ENDED)
+                except NotRepaired as err:
+                    why[index] = str(err)
+                else:
                     repaired.append(row)
         left = [row for row in found if row not in repaired]
         if as_json:
@@ -69,9 +75,10 @@ def fsck(
                 }
             )
         else:
-            for row in found:
+            for index, row in enumerate(found):
                 done = " (repaired)" if row in repaired else ""
-                console.print(f"job {row.name} (seq {row.seq}): {row.column}: {row.problem}{done}")
+                left_why = f" (left: {why[index]})" if index in why else ""
+                console.print(f"{row.describe()}{done}{left_why}", highlight=False, markup=False)
             hint = " (--repair mends them)" if left and not repair else ""
             console.print(
                 f"{len(found)} unreadable, {len(repaired)} repaired, {len(left)} left{hint}",

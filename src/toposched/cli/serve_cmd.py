@@ -95,6 +95,26 @@ def serve_cmd(
         help="How often each GPU's utilization is sampled (NVML; without it, each job's CPU "
         "time as a stand-in), for `top`, `get`, /metrics and the idle rules.",
     ),
+    header_timeout: float = typer.Option(
+        10.0,
+        "--header-timeout",
+        metavar="SECONDS",
+        help="How long a request's headers may take to come before its connection is closed (408).",
+    ),
+    body_timeout: float = typer.Option(
+        60.0,
+        "--body-timeout",
+        metavar="SECONDS",
+        help="How long a request's body may take to come, once its headers have.",
+    ),
+    max_connections: int = typer.Option(
+        None,
+        "--max-connections",
+        metavar="N",
+        help="Connections open at once (default: half the open-file limit, which the server "
+        "raises to its hard limit, at most 4096); over it, the one that has waited longest "
+        "for a whole request is closed.",
+    ),
 ) -> None:
     """Run the scheduler server: jobs run as local processes on this machine's GPUs."""
     # The web stack loads only here, so the other commands start fast.
@@ -109,6 +129,11 @@ def serve_cmd(
         fail(f"--db-busy-timeout must be 0..3600 seconds, got {db_busy_timeout:g}")
     if not 0.1 <= sample_every <= 3600:
         fail(f"--sample-every must be 0.1..3600 seconds, got {sample_every:g}")
+    for flag, seconds in (("--header-timeout", header_timeout), ("--body-timeout", body_timeout)):
+        if not 0.1 <= seconds <= 3600:
+            fail(f"{flag} must be 0.1..3600 seconds, got {seconds:g}")
+    if max_connections is not None and max_connections < 1:
+        fail(f"--max-connections must be at least 1, got {max_connections}")
     if log_level.lower() not in LOG_LEVELS:
         fail(f"--log-level must be one of {', '.join(LOG_LEVELS)}, got {log_level!r}")
     try:
@@ -143,6 +168,9 @@ def serve_cmd(
         container_runtime=container_runtime,
         container_args=tuple(container_arg),
         sample_s=sample_every,
+        header_timeout_s=header_timeout,
+        body_timeout_s=body_timeout,
+        max_connections=max_connections,
     )
     try:
         serve(options, say=lambda line: typer.echo(line, err=True))

@@ -29,11 +29,21 @@ from toposched.executors.local import LocalExecutor
 from toposched.server.activity import SAMPLE_S, SOURCE_TEXT, ActivityMonitor
 from toposched.server.app import create_app
 from toposched.server.auth import ensure_admin_token
+from toposched.server.connections import (
+    BODY_S,
+    HEADER_S,
+    ConnectionLimits,
+    bounded_protocol,
+    connection_bound,
+    listen_backlog,
+    raise_fd_limit,
+)
 from toposched.server.localnode import local_node, topology_name
 from toposched.server.metrics import Metrics
 from toposched.server.runtime import Runtime
 from toposched.server.shared import Unavailable
 from toposched.store import BUSY_TIMEOUT_S, Store, StoreError, sqlite_url, write_fault
+from toposched.store.fsck import unreadable
 
 
 class ServeError(RuntimeError):
@@ -63,6 +73,11 @@ class ServeOptions:
     container_args: tuple[str, ...] = ()
     # How often each GPU's (or, without NVML, each job's CPU) activity is sampled.
     sample_s: float = SAMPLE_S
+    # How long a request's headers, then its body, may take to come; how many connections
+    # may be open (None: half the open-file limit, at most connections.MAX_CONNECTIONS).
+    header_timeout_s: float = HEADER_S
+    body_timeout_s: float = BODY_S
+    max_connections: int | None = None
 
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -209,6 +224,13 @@ def serve(options: ServeOptions, say: Callable[[str], None] = print) -> None:
         )
     _check_port(options.host, options.port)
     _configure_logging(options.log_level)
+    # Before anything is opened: clients, the store and the workers' files share this limit.
+    fd_limit = raise_fd_limit()
+    limits = ConnectionLimits(
+        header_s=options.header_timeout_s,
+        body_s=options.body_timeout_s,
+        connections=connection_bound(fd_limit, options.max_connections),
+    )
     policy = make_scheduler_policy(options.policy, options.policy_params)
     local = local_node(options.emulate, options.node_name)
     data_dir = options.data_dir
@@ -236,6 +258,7 @@ def serve(options: ServeOptions, say: Callable[[str], None] = print) -> None:
         raise ServeError(f"cannot recover the state from the database: {err}") from None
     for line in notes:
         say(f"recovered: {line}")
+    _say_unreadable(store, say)
     # Emulated GPUs are not this machine's: NVML's figures would be about other GPUs.
     usage = open_usage() if local.source == "nvml" else None
     activity = ActivityMonitor(runtime, executor, store, usage, period_s=options.sample_s)
@@ -254,10 +277,21 @@ def serve(options: ServeOptions, say: Callable[[str], None] = print) -> None:
     else:
         say("auth is off: every caller on this machine acts as admin")
     say(f"GPU activity: {SOURCE_TEXT[activity.source]}, sampled every {options.sample_s:g} s")
+    say(
+        f"connections: at most {limits.connections} open (open-file limit {fd_limit}), "
+        f"headers within {limits.header_s:g} s, bodies within {limits.body_s:g} s"
+    )
     say(f"listening on http://{options.host}:{options.port} (API docs at /docs)")
     app = create_app(runtime, metrics, auth=options.auth)
     server = uvicorn.Server(
-        uvicorn.Config(app, host=options.host, port=options.port, log_level="warning")
+        uvicorn.Config(
+            app,
+            host=options.host,
+            port=options.port,
+            log_level="warning",
+            http=bounded_protocol(limits),
+            backlog=listen_backlog(fd_limit),
+        )
     )
     thresholds = gc.get_threshold()
     gc.set_threshold(*GC_THRESHOLDS)
@@ -291,6 +325,24 @@ def serve(options: ServeOptions, say: Callable[[str], None] = print) -> None:
     logging.shutdown()
     if runtime.broken is not None:
         raise ServeError(runtime.broken)
+
+
+SHOWN_UNREADABLE = 5
+
+
+def _say_unreadable(store: Store, say: Callable[[str], None]) -> None:
+    """Rows the server cannot read as stored are read mended (U+FFFD) or listed as `corrupt`
+    jobs: started with, but said, so that an operator learns of them before a user does."""
+    found = list(unreadable(store))
+    if not found:
+        return
+    shown = "; ".join(row.describe() for row in found[:SHOWN_UNREADABLE])
+    more = f"; and {len(found) - SHOWN_UNREADABLE} more" if len(found) > SHOWN_UNREADABLE else ""
+    say(
+        f"warning: {len(found)} stored row(s) cannot be read as stored ({shown}{more}): read "
+        "with U+FFFD for bad text, a job with no usable spec listed as corrupt; `toposched "
+        "admin fsck` lists them, and with --repair (the server stopped) mends or ends them"
+    )
 
 
 def _terminated(signum: int, frame: object) -> None:

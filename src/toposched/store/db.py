@@ -172,15 +172,32 @@ _TOKEN = select(schema.tokens.c.user, schema.tokens.c.team, schema.tokens.c.role
 def _job(row: Row[Any]) -> JobRow:
     job = JobRow(*row)  # type: ignore[call-arg]  # columns in field order (_JOB_COLUMNS)
     for column in ("spec", "placement"):
-        value = getattr(job, column)
-        if isinstance(value, Unreadable):
+        problem = column_problem(column, getattr(job, column))
+        if problem is not None:
             # Listed by its name, in a state of its own; nothing else is read from it.
             why = (
-                f"its stored {column} cannot be read ({value.problem}); `toposched admin fsck` "
+                f"its stored {column} cannot be read ({problem}); `toposched admin fsck` "
                 "lists such rows"
             )
             return replace(job, spec={}, placement=None, state=CORRUPT, reason=why)
     return job
+
+
+def column_problem(column: str, value: Any) -> str | None:
+    """Why a job's JSON column, as read, is no spec or placement (None: it is one). A spec is
+    an object, a placement a list of objects or nothing. (The store holds any object as a
+    spec, `{}` in its own tests: what the server needs of one, its command above all, is the
+    server's to check.)"""
+    if isinstance(value, Unreadable):
+        return value.problem
+    if column == "spec":
+        if not isinstance(value, dict):
+            return f"a JSON {type(value).__name__}, not an object"
+    elif value is not None and not (
+        isinstance(value, list) and all(isinstance(item, dict) for item in value)
+    ):
+        return "not a list of workers"
+    return None
 
 
 class Unreadable(dict[str, Any]):
@@ -202,6 +219,7 @@ def _sqlite_pragmas(busy_timeout_s: float) -> Callable[[Any, Any], None]:
         # which keeps a power cut from corrupting the file; TRUNCATE empties the journal rather
         # than deleting it (no directory change per commit). Measured: about 10% fewer
         # submissions per second than WAL (benchmarks/api_load.py; docs/server.md).
+        dbapi_conn.text_factory = read_text
         cur = dbapi_conn.cursor()
         cur.execute("PRAGMA journal_mode=TRUNCATE")
         cur.execute("PRAGMA synchronous=FULL")
@@ -279,6 +297,17 @@ def read_json(text: str | bytes) -> Any:
             text,
         )
         return scrubbed(value)
+
+
+def read_text(raw: bytes) -> str:
+    """A SQLite text value: one that is not UTF-8 (SQLite stores whatever bytes it is given,
+    from another program or a bad disk) is read with U+FFFD for its bad bytes, so that one
+    bad row stops no list, get or start; `toposched admin fsck` finds and mends it."""
+    try:
+        return raw.decode()
+    except UnicodeDecodeError:
+        _log.warning("a stored text is not UTF-8; read with U+FFFD in its place: %.200r", raw)
+        return raw.decode(errors="replace")
 
 
 class Store:
