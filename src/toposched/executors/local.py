@@ -41,6 +41,7 @@ from toposched.common.frameworks import (
 from toposched.executors.accounts import Account, AccountError, Accounts, may_work_in
 from toposched.executors.containers import Containers, NoContainerRuntime
 from toposched.executors.cores import CoreChoice, cores_path, cpu_list, plan, read_cores
+from toposched.executors.mps import GpuShare, share_environment
 from toposched.executors.supervisor import (
     ExitRecord,
     PidRecord,
@@ -90,6 +91,7 @@ class RunSpec:
     cpus: int = 0  # millicores each worker (and parameter server) asked for; 0: none asked
     owner: str = ""  # the user who submitted it: whose account runs it, where accounts are by user
     image: str | None = None  # each process runs in this container image (executors/containers.py)
+    share: GpuShare | None = None  # a share of its worker's one GPU (None: whole GPUs)
 
 
 @dataclass(frozen=True)
@@ -583,6 +585,8 @@ class LocalExecutor:
                 hostfile_path=str(hostfile_path),
             )
             visible = {"CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in gpus)}
+            if run.share is not None and member.role == "worker":
+                visible |= share_environment(run.share, base)
             envs.append(base | visible | kind_env | ours)
         return envs
 

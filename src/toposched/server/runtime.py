@@ -99,7 +99,7 @@ class Runtime(Driver):
         lock = self.lock
         self.guard = WriteGuard(store, lock, self.drop_posted)
         self.reads = Reads(self, lock, self.guard, store, self.node.name)
-        self.launcher = Launcher(self, lock, store, executor, clock)
+        self.launcher = Launcher(self, lock, store, executor, clock, local.node.hardware.gpu_memory)
         self.deletes = Deletes(
             self, lock, self.guard, store, self.reads, executor, self.launcher, clock
         )
