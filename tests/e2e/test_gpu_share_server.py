@@ -155,3 +155,18 @@ def test_bad_shares_are_refused_naming_the_flag(
     refused = cli(server, "submit", *flags, "--", "sleep", "1")
     assert refused.code == 2, refused
     assert said in refused.err, refused.err
+
+
+def test_the_example_job_file_runs_as_a_quarter_of_a_gpu(
+    nvml: tuple[ServerProcess, Path],
+) -> None:
+    server, _ = nvml
+    api = Api(server)
+    for i in (1, 2):
+        said = cli(server, "submit", "-f", "examples/jobs/shared-quarter.yaml", "--name", f"q{i}")
+        assert said.code == 0, said
+    gpu = gpus_of(api.until("q1", "running"))[0]
+    assert gpus_of(api.until("q2", "running")) == [gpu]
+    top = cli(server, "top", "node").out
+    assert re.search(rf"GPU{gpu} +│ q1 0\.25 4096Mi, q2 0\.25 4096Mi \(shared, 0\.5 left\)", top)
+    api.drain()
