@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import re
+import socket
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -169,4 +171,39 @@ def test_the_example_job_file_runs_as_a_quarter_of_a_gpu(
     assert gpus_of(api.until("q2", "running")) == [gpu]
     top = cli(server, "top", "node").out
     assert re.search(rf"GPU{gpu} +│ q1 0\.25 4096Mi, q2 0\.25 4096Mi \(shared, 0\.5 left\)", top)
+    api.drain()
+
+
+DUMP_ENV = "import json, os, sys; open(sys.argv[1], 'w').write(json.dumps(dict(os.environ)))"
+
+
+def test_a_shared_worker_gets_its_gpu_and_the_mps_limits_where_a_daemon_answers(
+    nvml: tuple[ServerProcess, Path], tmp_path: Path
+) -> None:
+    server, _ = nvml
+    api = Api(server)
+    pipes = tmp_path / "mps"
+    pipes.mkdir()
+    told: dict[str, tuple[list[int], dict[str, str]]] = {}
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as daemon:
+        daemon.bind(str(pipes / "control"))
+        daemon.listen(4)
+        for name, pipe_dir in (("mps", pipes), ("slices", tmp_path)):
+            out = tmp_path / f"{name}.json"
+            api.submit(
+                name=name,
+                gpu_fraction=0.25,
+                env={"CUDA_MPS_PIPE_DIRECTORY": str(pipe_dir)},
+                command=[sys.executable, "-c", DUMP_ENV, str(out)],
+            )
+            ended = api.until(name, "succeeded")
+            told[name] = (gpus_of(ended), json.loads(out.read_text()))
+    (gpu,), env = told["mps"]
+    assert env["CUDA_VISIBLE_DEVICES"] == str(gpu)
+    assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"
+    # No memory share asked: a quarter of the GPU's 81559 MiB.
+    assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=20389M"
+    (gpu,), env = told["slices"]  # no daemon in that directory: time-sliced
+    assert env["CUDA_VISIBLE_DEVICES"] == str(gpu)
+    assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE" not in env
     api.drain()
