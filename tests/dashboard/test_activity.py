@@ -50,3 +50,21 @@ def test_the_gpu_map_and_job_page_show_utilization_and_idleness(
             assert t.page.locator("#running tr[data-job=nap] .state.idle").count() == 1
             assert t.page.locator("#running tr[data-job=train] .state.idle").count() == 0
             assert t.unexpected_errors() == []
+
+
+def test_the_gpu_map_shows_a_shared_gpu_with_its_holders_and_their_shares(
+    browser: Any, server: Any
+) -> None:
+    api = Api(server)
+    api.submit(name="qa", gpu_fraction=0.25, command=["sleep", "600"])
+    api.submit(name="qb", gpu_fraction=0.25, command=["sleep", "600"])
+    (gpu,) = [g for w in api.until("qa", "running")["placement"] for g in w["gpus"]]
+    assert [g for w in api.until("qb", "running")["placement"] for g in w["gpus"]] == [gpu]
+    with tab(browser, server.url, server.token) as t:
+        t.open("#/cluster")
+        cell = t.page.locator(f"#nodes button.gpu.shared[data-gpu='{gpu}']")
+        cell.wait_for()
+        assert "shared: qa 0.25, qb 0.25 (0.5 left)" in (cell.get_attribute("title") or "")
+        assert cell.inner_text().endswith("2 shares")
+        assert t.page.locator("#nodes button.gpu.shared").count() == 1
+        assert t.unexpected_errors() == []

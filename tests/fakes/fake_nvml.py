@@ -102,6 +102,8 @@ class FakeGpu:
     memory_used: int = 0
     pids: list[int] = field(default_factory=list)
     mig: FakeMig | None = None  # None: not MIG-capable (nvmlDeviceGetMigMode: NOT_SUPPORTED)
+    # Bytes each pid uses, as NVML's per-process reading; pids not here split the rest evenly.
+    process_memory: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -374,8 +376,10 @@ class FakeNvml:
 
     def nvmlDeviceGetComputeRunningProcesses(self, handle: FakeHandle) -> list[FakeProcess]:
         gpu = self._gpu(handle)
-        share = gpu.memory_used // max(1, len(gpu.pids))
-        return [FakeProcess(pid, share) for pid in gpu.pids]
+        own = gpu.process_memory
+        rest = [pid for pid in gpu.pids if pid not in own]
+        share = max(0, gpu.memory_used - sum(own.values())) // max(1, len(rest))
+        return [FakeProcess(pid, own.get(pid, share)) for pid in gpu.pids]
 
     def nvmlDeviceGetMemoryInfo(self, handle: FakeHandle) -> FakeMemory:
         memory = self._gpu(handle).memory

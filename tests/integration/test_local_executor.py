@@ -7,10 +7,12 @@ import math
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,7 @@ from tests.server import kill_leftover_workers
 from toposched.common.frameworks import Kind
 from toposched.executors import local
 from toposched.executors.local import ExecutorError, LocalExecutor, RunSpec, WorkerExit
+from toposched.executors.mps import PIPE_DIRECTORY, GpuShare
 from toposched.executors.supervisor import proc_stat, read_exit, read_pids
 
 WORKERS = Path(__file__).parent / "workers"
@@ -691,3 +694,38 @@ def test_parameter_servers_are_for_tensorflow_only(executor: LocalExecutor, out:
         with pytest.raises(ExecutorError, match="parameter servers"):
             executor.start(kind_spec(out, kind, ONE_GPU_EACH, servers=1))
     assert not (executor.run_dir("job", 0)).exists()
+
+
+def test_a_shared_worker_sees_its_gpu_and_the_mps_share_where_a_daemon_answers(
+    executor: LocalExecutor, out: Path, tmp_path: Path
+) -> None:
+    pipes = tmp_path / "mps"
+    pipes.mkdir()
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as daemon:
+        daemon.bind(str(pipes / "control"))
+        daemon.listen(4)
+        run = replace(
+            spec(out, "exit:0", workers=(("node-a", (5,)),), env={PIPE_DIRECTORY: str(pipes)}),
+            share=GpuShare(250, 4096),
+        )
+        executor.start(run)
+        collect(executor, 1)
+    env = info(out, 0)["env"]
+    assert env["CUDA_VISIBLE_DEVICES"] == "5"
+    assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"
+    assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=4096M"
+
+
+def test_a_shared_worker_without_mps_is_time_sliced_on_its_gpu(
+    executor: LocalExecutor, out: Path, tmp_path: Path
+) -> None:
+    run = replace(
+        spec(out, "exit:0", workers=(("node-a", (2,)),), env={PIPE_DIRECTORY: str(tmp_path)}),
+        share=GpuShare(500, 8192),
+    )
+    executor.start(run)
+    collect(executor, 1)
+    env = info(out, 0)["env"]
+    assert env["CUDA_VISIBLE_DEVICES"] == "2"
+    assert not any(name.startswith("CUDA_MPS_ACTIVE") for name in env)
+    assert "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT" not in env

@@ -28,12 +28,27 @@ def test_nvml_usage_reads_each_gpu_and_keeps_one_session() -> None:
     nvml = fake()
     usage = NvmlUsage(nvml)
     first = usage.sample()
-    assert first[1] == GpuUsage(1, 87.0, 2**30, 16 * 2**30, (3, 7))
+    # The fake splits the GPU's memory in use evenly over its pids unless told each one's.
+    assert first[1] == GpuUsage(1, 87.0, 2**30, 16 * 2**30, (3, 7), ((3, 2**29), (7, 2**29)))
     assert first[0] == GpuUsage(0, 0.0, 0, 16 * 2**30, ())
     usage.sample()
     assert nvml.initialised == 1  # opened once for both samples
     usage.close()
     assert nvml.initialised == 0
+
+
+def test_nvml_usage_reads_each_processs_memory_and_leaves_out_what_nvml_cannot_say() -> None:
+    nvml = fake()
+    nvml.gpus[1].process_memory = {7: 3 * 2**28}
+    assert NvmlUsage(nvml).sample()[1].process_memory == ((3, 2**28), (7, 3 * 2**28))
+
+    class Unknown:
+        pid = 9
+        usedGpuMemory = None  # pynvml's value where NVML says NVML_VALUE_NOT_AVAILABLE
+
+    nvml.nvmlDeviceGetComputeRunningProcesses = lambda handle: [Unknown()]  # type: ignore[method-assign]
+    read = NvmlUsage(nvml).sample()[1]
+    assert read.pids == (9,) and read.process_memory == ()
 
 
 def test_nvml_usage_says_when_nvml_fails_and_opens_again_after() -> None:

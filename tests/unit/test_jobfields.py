@@ -18,8 +18,8 @@ from toposched.common import jobfields
 from toposched.common.jobfields import FIELDS, MEMORY, NUMBER, TEXT, JobField, compact
 from toposched.server.jobschema import CheckpointIn, IdleIn, JobSubmit, job_submit_model
 
-# The next issue's GPU sharing, as it would be written: a memory size with Arena's spelling,
-# a bounded fraction, a profile's name.
+# Fields as a later issue would write them: a memory size with Arena's spelling, a bounded
+# fraction (HAMi's share of a GPU's cores), a profile's name; none of them in the table.
 SHARING = (
     JobField(
         "gpu_share_memory",
@@ -29,7 +29,7 @@ SHARING = (
         aliases=("--gpushare",),
         metavar="QUANTITY",
     ),
-    JobField("gpu_fraction", NUMBER, None, "The share of one GPU, e.g. 0.5.", gt=0, le=1),
+    JobField("gpu_cores", NUMBER, None, "The share of one GPU's cores, e.g. 0.5.", gt=0, le=1),
     JobField("mig", TEXT, None, "A MIG profile, e.g. 1g.10gb.", metavar="PROFILE"),
 )
 WIDER = FIELDS + SHARING
@@ -42,12 +42,12 @@ def test_a_field_added_to_the_table_is_a_flag_of_submit() -> None:
     def command(**fields: Any) -> dict[str, Any]:
         return fields
 
-    words = ["--gpushare", "10Gi", "--gpu-fraction", "0.5", "--mig", "1g.10gb", "--gpus", "2"]
+    words = ["--gpushare", "10Gi", "--gpu-cores", "0.5", "--mig", "1g.10gb", "--gpus", "2"]
     said = quick.parse(command, words)
-    assert said["gpu_share_memory"] == "10Gi" and said["gpu_fraction"] == 0.5
+    assert said["gpu_share_memory"] == "10Gi" and said["gpu_cores"] == 0.5
     assert given(flags, said) == {
         "gpu_share_memory": "10Gi",
-        "gpu_fraction": 0.5,
+        "gpu_cores": 0.5,
         "mig": "1g.10gb",
         "gpus": 2,
     }
@@ -68,9 +68,9 @@ def test_a_flag_of_a_unit_bearing_field_is_checked_by_its_type(
 
 
 def test_a_field_added_to_the_table_is_read_from_a_job_file() -> None:
-    text = "command: [x]\ngpu_share_memory: 10Gi\ngpu_fraction: 0.25\nmig: 1g.10gb\n"
+    text = "command: [x]\ngpu_share_memory: 10Gi\ngpu_cores: 0.25\nmig: 1g.10gb\n"
     read = parse_job_text(text, "job.yaml", file_fields(WIDER))
-    assert read.spec["gpu_share_memory"] == "10Gi" and read.spec["gpu_fraction"] == 0.25
+    assert read.spec["gpu_share_memory"] == "10Gi" and read.spec["gpu_cores"] == 0.25
     assert read.lines["mig"] == 4
     with pytest.raises(JobFileError, match=r"job.yaml:2: gpu_share_memory: .*10 gigs"):
         parse_job_text("command: [x]\ngpu_share_memory: 10 gigs\n", "job.yaml", file_fields(WIDER))
@@ -82,10 +82,10 @@ def test_a_field_added_to_the_table_is_in_the_apis_schema_with_its_bounds() -> N
     model = job_submit_model(WIDER)
     job = model.model_validate({"command": ["x"], "gpu_share_memory": "10240Mi"})
     assert job.gpu_share_memory == "10Gi"  # stored as its shortest exact text
-    assert job.gpu_fraction is None and job.mig is None
+    assert job.gpu_cores is None and job.mig is None
     with pytest.raises(ValidationError) as refused:
-        model.model_validate({"command": ["x"], "gpu_fraction": 1.5})
-    assert refused.value.errors()[0]["loc"] == ("gpu_fraction",)
+        model.model_validate({"command": ["x"], "gpu_cores": 1.5})
+    assert refused.value.errors()[0]["loc"] == ("gpu_cores",)
     schema = model.model_json_schema()["properties"]
     assert schema["mig"]["description"] == "A MIG profile, e.g. 1g.10gb."
     # Left at their defaults, they are not stored.

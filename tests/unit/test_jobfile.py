@@ -55,6 +55,9 @@ image: nvcr.io/nvidia/pytorch:24.05-py3
 idle: {after: 30m, below: 5, action: stop}
 interactive: false
 after: [prep, data:any]
+gpu_fraction: 0.5
+gpu_memory_share: 10Gi
+gpu_memory_action: stop
 """
 
 
@@ -91,6 +94,9 @@ def test_every_field_is_read_with_its_type() -> None:
         "idle": {"after": "30m", "below": 5.0, "action": "stop"},
         "interactive": False,
         "after": ["prep", "data:any"],
+        "gpu_fraction": 0.5,
+        "gpu_memory_share": "10Gi",
+        "gpu_memory_action": "stop",
     }
     assert set(job.spec) == set(FIELDS)
     assert job.path == "job.yaml"

@@ -43,7 +43,7 @@ def node_table(node: dict[str, Any]) -> Table:
     from rich.table import Table
 
     gpus = node["gpus"]
-    busy = sum(1 for g in gpus if g["job"] is not None)
+    busy = sum(1 for g in gpus if g["job"] is not None or g.get("shares"))
     title = (
         f"{escape(node['name'])}: {len(gpus)} GPUs, {busy} in use "
         f"({escape(node['topology'])}; {escape(node['source'])})"
@@ -57,6 +57,8 @@ def node_table(node: dict[str, Any]) -> Table:
     links = node["links"]
     for i, gpu in enumerate(gpus):
         job = escape(gpu["job"]) if gpu["job"] is not None else "[dim]-[/]"
+        if gpu.get("shares"):
+            job = shares_text(gpu["shares"])
         if not gpu["healthy"]:
             job += " [bold red](unhealthy)[/]"
         if gpu.get("outside"):
@@ -65,6 +67,19 @@ def node_table(node: dict[str, Any]) -> Table:
         row = [link_text(code) for code in links[i]] if i < len(links) else []
         table.add_row(f"GPU{gpu['index']}", job, busy_text(gpu), *row)
     return table
+
+
+def shares_text(shares: list[dict[str, Any]]) -> str:
+    """A shared GPU's holders and their shares: `a 0.25, b 0.25 4096Mi`, then what is left
+    of its compute (`shared, 0.5 left`)."""
+    held = [
+        escape(s["job"])
+        + (f" {s['milli'] / 1000:g}" if s["milli"] else "")
+        + (f" {s['memory_mib']}Mi" if s["memory_mib"] else "")
+        for s in shares
+    ]
+    left = 1000 - sum(s["milli"] for s in shares)
+    return ", ".join(held) + f" [dim](shared, {left / 1000:g} left)[/]"
 
 
 def busy_text(gpu: dict[str, Any]) -> str:
@@ -164,6 +179,8 @@ def busy_columns(job: dict[str, Any]) -> tuple[str, str]:
     now = f"{activity['busy_pct']:.0f}%"
     if activity.get("idle_since") is not None:
         now += " [yellow]idle[/]"
+    if activity.get("gpu_memory_notice"):
+        now += " [bold red]over memory share[/]"
     return now, f"{activity['mean_pct']:.0f}%"
 
 

@@ -156,10 +156,16 @@ def when(stamp: float | None) -> str:
 
 
 def shape(job: dict[str, Any]) -> str:
-    """`4x2`: workers x GPUs each; an elastic job's running size, then its range."""
+    """`4x2`: workers x GPUs each; an elastic job's running size, then its range; `1x0.25`
+    a share of one GPU (`1x0.25+4Gi` with a memory share, `1x4Gi` that alone)."""
     workers = len(job["placement"]) or job["workers"]
+    spec = job.get("spec") or {}
     text = f"{workers}x{job['gpus_per_worker']}"
-    elastic = (job.get("spec") or {}).get("elastic")
+    fraction, memory = spec.get("gpu_fraction"), spec.get("gpu_memory_share")
+    if (fraction is not None and fraction < 1) or memory:
+        parts = [f"{fraction:g}"] if fraction is not None and fraction < 1 else []
+        text = f"{workers}x" + "+".join(parts + ([str(memory)] if memory else []))
+    elastic = spec.get("elastic")
     return f"{text} ({elastic['min']}-{elastic['max']})" if elastic else text
 
 

@@ -14,6 +14,8 @@
     image: nvcr.io/nvidia/pytorch:24.05-py3   # run in this image (podman or docker)
     model: vgg16                 # what it trains (`toposched perf --list`): its predicted speed
     gpu_memory: 32Gi             # the least memory each GPU must have
+    gpu_fraction: 0.25           # a share of one GPU (one worker of one GPU), 0 < F <= 1
+    gpu_memory_share: 10Gi       # a share of its memory; gpu_memory_action: flag | stop
     cpus: 8                      # per worker: 8, 2.5 or 500m
     memory: 64Gi                 # per worker: 64Gi, 512Mi, 64G or bytes
     elastic: {min: 2, max: 4}    # or "2:4"

@@ -247,6 +247,36 @@ FIELDS: tuple[JobField, ...] = (
         "gpu_memory", MEMORY, None, "The least memory per GPU, e.g. 32Gi.", metavar="QUANTITY"
     ),
     JobField(
+        "gpu_fraction",
+        NUMBER,
+        None,
+        "A share of one GPU's compute, 0 < F <= 1 (e.g. 0.25; 1: a whole GPU, as without it): "
+        "one worker of one GPU, which jobs of fractions share (docs/server.md, shared GPUs).",
+        gt=0,
+        le=1,
+        metavar="F",
+    ),
+    JobField(
+        "gpu_memory_share",
+        MEMORY,
+        None,
+        "A share of one GPU's memory (10Gi; Arena's --gpumemory): one worker of one GPU, "
+        "which others may share; with --gpu-fraction, both (default: its fraction of the "
+        "GPU's memory).",
+        aliases=("--gpumemory",),
+        metavar="QUANTITY",
+    ),
+    JobField(
+        "gpu_memory_action",
+        CHOICE,
+        "flag",
+        "What a shared job using more GPU memory than its share meets (NVML's reading per "
+        "process): flag (default: said in `get`, `top` and /metrics) or stop (stopped as a "
+        "preemption stops it).",
+        choices=("flag", "stop"),
+        metavar="flag|stop",
+    ),
+    JobField(
         "gpu_type",
         NAMES,
         None,

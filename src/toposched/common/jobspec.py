@@ -21,6 +21,8 @@ from toposched.placement.gang import Placement, WorkerSlot
 from toposched.topology.cluster import NodeSelector, Tier
 from toposched.topology.resources import parse_cpus, parse_memory
 
+MIB = 2**20
+
 
 def core_spec(name: str, owner: str, queue: str, spec: dict[str, Any]) -> JobSpec:
     """The core's view of a stored submission (already validated by the wire schema); a
@@ -62,7 +64,23 @@ def core_spec(name: str, owner: str, queue: str, spec: dict[str, Any]) -> JobSpe
         interactive=bool(value("interactive")),
         after=tuple(After.parse(text) for text in value("after")),
         mig=value("mig") or "",
+        gpu_milli=gpu_milli(value("gpu_fraction")),
+        gpu_share_mib=gpu_share_mib(value("gpu_memory_share")),
     )
+
+
+def gpu_milli(fraction: float | None) -> int:
+    """The core's thousandths for a stored `gpu_fraction`: 0 (whole GPUs) for none or 1."""
+    if fraction is None or fraction >= 1:
+        return 0
+    return round(fraction * 1000)
+
+
+def gpu_share_mib(quantity: str | int | None) -> int:
+    """The core's MiB for a stored `gpu_memory_share` (rounded up to whole MiB); 0 for none."""
+    if not quantity:
+        return 0
+    return -(-parse_memory(quantity) // MIB)
 
 
 def idle_rule(stored: Mapping[str, Any] | None) -> IdleRule | None:

@@ -65,6 +65,13 @@ class CoreView:
         nodes = self._books.capacity.nodes
         return {(nodes[i].name, gpu): job for (i, gpu), job in self._books.owner.items()}
 
+    def shares(self) -> dict[tuple[str, int], dict[str, tuple[int, int]]]:
+        """(node, GPU) -> each job holding a share of it, with its (thousandths, MiB)."""
+        nodes = self._books.capacity.nodes
+        return {
+            (nodes[i].name, gpu): dict(on_gpu) for (i, gpu), on_gpu in self._books.shares.items()
+        }
+
     def unhealthy(self, node: str) -> frozenset[int]:
         """The failed GPUs of `node`."""
         i = self._books.capacity.index.get(node)

@@ -13,13 +13,15 @@ from toposched.discovery.nvml import NvmlUnavailable, _load
 @dataclass(frozen=True)
 class GpuUsage:
     """One GPU at one sample: percent of the last sample period a kernel ran (NVML's
-    utilization.gpu), bytes of memory in use and in all, and the pids of processes on it."""
+    utilization.gpu), bytes of memory in use and in all, the pids of processes on it, and the
+    bytes each compute process uses where NVML says (pid, bytes)."""
 
     index: int
     busy_pct: float
     memory_used: int
     memory_total: int
     pids: tuple[int, ...]
+    process_memory: tuple[tuple[int, int], ...] = ()
 
 
 class NvmlUsage:
@@ -48,6 +50,7 @@ class NvmlUsage:
         busy = float(api.nvmlDeviceGetUtilizationRates(handle).gpu)
         memory = api.nvmlDeviceGetMemoryInfo(handle)
         pids: list[int] = []
+        used: dict[int, int] = {}
         # Compute (CUDA) and graphics processes; a binding or GPU without one of the calls
         # reports what the other finds.
         for name in (
@@ -58,8 +61,22 @@ class NvmlUsage:
             if call is None:
                 continue
             with contextlib.suppress(api.NVMLError):
-                pids += [int(p.pid) for p in call(handle)]
-        return GpuUsage(index, busy, int(memory.used), int(memory.total), tuple(sorted(set(pids))))
+                for process in call(handle):
+                    pids.append(int(process.pid))
+                    # None where NVML cannot say (a process of another container under
+                    # some drivers, or Windows WDDM): unknown, not zero.
+                    if getattr(process, "usedGpuMemory", None) is not None:
+                        used[int(process.pid)] = used.get(int(process.pid), 0) + int(
+                            process.usedGpuMemory
+                        )
+        return GpuUsage(
+            index,
+            busy,
+            int(memory.used),
+            int(memory.total),
+            tuple(sorted(set(pids))),
+            tuple(sorted(used.items())),
+        )
 
     def close(self) -> None:
         if self._open:

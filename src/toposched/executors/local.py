@@ -38,6 +38,7 @@ from toposched.common.frameworks import (
 from toposched.executors.accounts import Account, AccountError, Accounts, may_work_in
 from toposched.executors.containers import Containers, NoContainerRuntime, env_file
 from toposched.executors.cores import CoreChoice, cores_path, cpu_list, plan, read_cores
+from toposched.executors.mps import share_environment
 from toposched.executors.processes import (
     LOOPBACK,
     free_ports,
@@ -429,6 +430,8 @@ class LocalExecutor:
                 hostfile_path=str(hostfile_path),
             )
             visible = {"CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in gpus)}
+            if run.share is not None and member.role == "worker":
+                visible |= share_environment(run.share, base)
             envs.append(base | visible | kind_env | ours)
         return envs
 

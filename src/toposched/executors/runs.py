@@ -10,6 +10,7 @@ from pathlib import Path
 
 from toposched.common.frameworks import Kind, Member
 from toposched.executors.cores import CoreChoice
+from toposched.executors.mps import GpuShare
 from toposched.executors.supervisor import ExitRecord, PidRecord, signal_name
 
 LOST = "lost: supervisor vanished without recording the exit"
@@ -36,6 +37,7 @@ class RunSpec:
     cpus: int = 0  # millicores each worker (and parameter server) asked for; 0: none asked
     owner: str = ""  # the user who submitted it: whose account runs it, where accounts are by user
     image: str | None = None  # each process runs in this container image (executors/containers.py)
+    share: GpuShare | None = None  # a share of its worker's one GPU (None: whole GPUs)
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ data is busy under the stand-in; one that sleeps or waits on input is idle.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections import deque
@@ -27,8 +28,10 @@ from toposched.discovery.nvml import NvmlUnavailable
 from toposched.executors.cputime import group_cpu_seconds
 from toposched.executors.local import LocalExecutor
 from toposched.store import Store
+from toposched.topology.resources import gib_text
 
 log = logging.getLogger(__name__)
+MIB = 2**20
 
 SAMPLE_S = 5.0
 # An interactive session's rule when neither it nor its queue has one: JupyterHub's culler
@@ -54,6 +57,11 @@ class JobActivity:
     cpu_s: float | None = None  # the stand-in's last reading, and its time
     cpu_at: float = 0.0
     idle_notice: str | None = None  # what a `notify` rule said, while the idle run lasts
+    # A shared job's GPU memory at the last NVML sample: bytes its processes use, its share,
+    # and what was said while it is over the share.
+    memory_used: int | None = None
+    memory_share: int | None = None
+    memory_notice: str | None = None
 
     def add(self, t: float, pct: float) -> None:
         self.samples.append((t, pct))
@@ -71,6 +79,7 @@ class GpuNow:
     memory_total: int | None
     job: str | None
     outside: tuple[int, ...]  # pids on it while no job holds it: run outside the scheduler
+    sharers: tuple[str, ...] = ()  # the jobs holding shares of it
 
 
 class Watched(Protocol):
@@ -79,6 +88,8 @@ class Watched(Protocol):
     def running(self) -> dict[str, int]: ...  # job -> attempt, the jobs holding GPUs now
 
     def gpu_owners(self) -> dict[int, str]: ...
+
+    def gpu_shares(self) -> dict[int, dict[str, tuple[int, int]]]: ...
 
     def spec_of(self, name: str) -> JobSpec | None: ...
 
@@ -112,6 +123,7 @@ class ActivityMonitor:
         self.jobs: dict[str, JobActivity] = {}
         self.gpus: dict[int, GpuNow] = {}
         self.idle_events: dict[str, int] = {action.value: 0 for action in IdleAction}
+        self.memory_events = 0  # shared jobs found over their GPU memory share
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -144,10 +156,17 @@ class ActivityMonitor:
         runtime = self.runtime
         running = runtime.running()
         owners = runtime.gpu_owners()
+        shares = runtime.gpu_shares()
         held: dict[str, list[int]] = {}
         for gpu, job in owners.items():
             held.setdefault(job, []).append(gpu)
-        per_job = self._by_nvml(owners, held) if self.usage is not None else None
+        for gpu, on_gpu in shares.items():
+            for job in on_gpu:
+                held.setdefault(job, []).append(gpu)
+        over: list[tuple[str, str]] = []
+        per_job = None
+        if self.usage is not None:
+            per_job = self._by_nvml(owners, shares, held, running, over)
         if per_job is None:
             per_job = self._by_cpu(running, owners, held, now)
         rules = self._rules(running)
@@ -174,6 +193,11 @@ class ActivityMonitor:
             if rule.action is IdleAction.NOTIFY:
                 self.jobs[job].idle_notice = f"idle: {why}"
             runtime.idle(job, attempt, why, stop=rule.action is IdleAction.STOP)
+        for job, why in over:
+            if job in running:
+                self.memory_events += 1
+                log.warning("job %s: %s", job, why)
+                runtime.idle(job, running[job], why, stop=self._stops_over(job))
 
     def _why(self, job: str, rule: IdleRule, busiest: float) -> str:
         what = "GPUs" if self.source == NVML else "processes (CPU stand-in)"
@@ -184,7 +208,12 @@ class ActivityMonitor:
         )
 
     def _by_nvml(
-        self, owners: Mapping[int, str], held: Mapping[str, list[int]]
+        self,
+        owners: Mapping[int, str],
+        shares: Mapping[int, Mapping[str, tuple[int, int]]],
+        held: Mapping[str, list[int]],
+        running: Mapping[str, int],
+        over: list[tuple[str, str]],
     ) -> dict[str, list[float]] | None:
         assert self.usage is not None
         try:
@@ -194,14 +223,59 @@ class ActivityMonitor:
             return None
         by_index = {g.index: g for g in gpus}
         with self._lock:
-            self.gpus = {g.index: self._gpu_now(g, owners.get(g.index)) for g in gpus}
+            self.gpus = {
+                g.index: self._gpu_now(
+                    g, owners.get(g.index), tuple(sorted(shares.get(g.index, ())))
+                )
+                for g in gpus
+            }
+            if shares:
+                self._watch_memory(by_index, shares, running, over)
         return {
             job: [by_index[i].busy_pct for i in sorted(indices) if i in by_index]
             for job, indices in held.items()
         }
 
-    def _gpu_now(self, gpu: GpuUsage, job: str | None) -> GpuNow:
-        outside = () if job is not None else gpu.pids
+    def _watch_memory(
+        self,
+        by_index: Mapping[int, GpuUsage],
+        shares: Mapping[int, Mapping[str, tuple[int, int]]],
+        running: Mapping[str, int],
+        over: list[tuple[str, str]],
+    ) -> None:
+        """Each shared job's GPU memory (its processes' bytes by NVML, a process counted by
+        its process group) against its share; `over` gets the jobs newly over it. Under the
+        lock."""
+        groups = self.executor.process_groups()
+        for gpu, on_gpu in shares.items():
+            usage = by_index.get(gpu)
+            if usage is None:
+                continue
+            for job, (milli, mib) in on_gpu.items():
+                if job not in running:
+                    continue
+                pgids = set(groups.get((job, running[job]), ()))
+                used = sum(b for pid, b in usage.process_memory if _group_of(pid) in pgids)
+                share = mib * MIB if mib else milli * usage.memory_total // 1000
+                activity = self.jobs.setdefault(job, JobActivity(running[job]))
+                activity.memory_used, activity.memory_share = used, share
+                if not share or used <= share:
+                    activity.memory_notice = None
+                elif activity.memory_notice is None:
+                    activity.memory_notice = (
+                        f"over its GPU memory share: GPU{gpu} {gib_text(used)} used of "
+                        f"{gib_text(share)} (NVML; gpu_memory_action "
+                        f"{'stop' if self._stops_over(job) else 'flag'})"
+                    )
+                    over.append((job, activity.memory_notice))
+
+    def _stops_over(self, job: str) -> bool:
+        """Whether job `job` asked to be stopped over its memory share (else flagged)."""
+        row = self.store.job(job)
+        return row is not None and row.spec.get("gpu_memory_action") == "stop"
+
+    def _gpu_now(self, gpu: GpuUsage, job: str | None, sharers: tuple[str, ...]) -> GpuNow:
+        outside = () if job is not None or sharers else gpu.pids
         for pid in set(outside) - self._said_outside:
             log.warning(
                 "GPU %d: process %d runs on it but no job holds it (outside the scheduler)",
@@ -209,7 +283,9 @@ class ActivityMonitor:
                 pid,
             )
         self._said_outside.update(outside)
-        return GpuNow(gpu.index, gpu.busy_pct, gpu.memory_used, gpu.memory_total, job, outside)
+        return GpuNow(
+            gpu.index, gpu.busy_pct, gpu.memory_used, gpu.memory_total, job, outside, sharers
+        )
 
     def _by_cpu(
         self,
@@ -271,6 +347,9 @@ class ActivityMonitor:
                 "samples": activity.count,
                 "idle_since": self.watch.idle_since(job),
                 "idle_notice": activity.idle_notice,
+                "gpu_memory_used": activity.memory_used,
+                "gpu_memory_share": activity.memory_share,
+                "gpu_memory_notice": activity.memory_notice,
             }
 
     def history(self, job: str) -> list[tuple[float, float]]:
@@ -281,3 +360,12 @@ class ActivityMonitor:
     def gpu(self, index: int) -> GpuNow | None:
         with self._lock:
             return self.gpus.get(index)
+
+
+def _group_of(pid: int) -> int | None:
+    """The process group of `pid` (None once it has ended): a worker's processes, its
+    dataloaders and the programs it runs, are in the group its supervisor made."""
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None

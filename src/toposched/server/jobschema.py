@@ -23,6 +23,7 @@ from toposched.common import jobfields
 from toposched.common.durations import DurationError, parse_duration
 from toposched.common.frameworks import Kind, KindError, kind_of
 from toposched.common.jobfields import JobField
+from toposched.common.jobspec import gpu_milli
 from toposched.core.job import After, Checkpoint, JobError, LocalityRule
 from toposched.server.wirebase import (
     ENV_KEY,
@@ -257,7 +258,40 @@ class JobChecks(Strict):
             self._cpus_alone()
         if self.mig is not None:
             self._one_instance()
+        if self.gpu_fraction is not None or self.gpu_memory_share is not None:
+            self._one_share()
+        elif self.gpu_memory_action != "flag":
+            raise _field_error(
+                "gpu_memory_action",
+                "watches a share of a GPU: give gpu_fraction or gpu_memory_share with it",
+            )
         return self
+
+    def _one_share(self) -> None:
+        """A share is of one GPU for one worker (only a single GPU per worker can be
+        fractional); refused by the share's field, saying what is allowed."""
+        field = "gpu_fraction" if self.gpu_fraction is not None else "gpu_memory_share"
+        whole = self.gpu_fraction == 1
+        if whole and self.gpu_memory_share is not None:
+            raise _field_error(
+                "gpu_memory_share",
+                "is a share of part of one GPU, and gpu_fraction 1 asks the whole GPU: "
+                "give a fraction below 1, or leave one of them out",
+            )
+        if whole:
+            return  # the ordinary request of whole GPUs
+        if self.gpu_fraction is not None and gpu_milli(self.gpu_fraction) < 1:
+            raise _field_error(
+                "gpu_fraction", f"must be at least 0.001 (a thousandth), got {self.gpu_fraction}"
+            )
+        wrong = [
+            (self.gpus != 1, f"gpus must be 1 (got {self.gpus}); for more, ask whole GPUs"),
+            (self.workers != 1, f"workers must be 1 (got {self.workers})"),
+            (self.elastic is not None, "it cannot be elastic"),
+        ]
+        for bad, why in wrong:
+            if bad:
+                raise _field_error(field, f"a share is of one GPU for one worker: {why}")
 
     def _one_session(self) -> None:
         """An interactive session is one process that is never restarted or moved."""

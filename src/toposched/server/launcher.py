@@ -35,6 +35,7 @@ from toposched.executors.local import (
     WorkerExit,
 )
 from toposched.executors.processes import free_port
+from toposched.server.gpushare import gpu_share
 from toposched.server.shared import Unavailable
 from toposched.store import Store
 from toposched.topology.resources import parse_cpus
@@ -74,8 +75,10 @@ class Launcher:
         store: Store,
         executor: LocalExecutor,
         clock: Callable[[], float],
+        gpu_memory: int = 0,
     ) -> None:
         self.driver = driver
+        self.gpu_memory = gpu_memory  # bytes per GPU of the node (0: unknown)
         self.lock = lock
         self.store = store
         self.executor = executor
@@ -197,6 +200,7 @@ class Launcher:
             cpus=parse_cpus(row.spec.get("cpus") or 0),
             owner=row.owner,
             image=row.spec.get("image"),
+            share=gpu_share(row.spec, self.gpu_memory),
         )
         self.later(self._start_run, run)
 

@@ -146,4 +146,17 @@ class _StateCollector(Collector):
         )
         for action, count in sorted(activity.idle_events.items()):
             events.add_metric([action], count)
-        yield from (gpu_busy, job_busy, job_mean, job_idle, outside, events)
+        over = GaugeMetricFamily(
+            "toposched_job_gpu_memory_over_share",
+            "1 while a job holding a share of a GPU uses more of its memory than its share "
+            "(NVML, per process), else 0.",
+            labels=["job", "queue"],
+        )
+        shared = sorted({job for jobs in self.runtime.gpu_shares().values() for job in jobs})
+        share_queues = self.runtime.queues_of(set(shared))
+        for job in shared:
+            of = activity.of(job)
+            if of is not None and of["gpu_memory_share"] is not None:
+                flagged = int(of["gpu_memory_notice"] is not None)
+                over.add_metric([job, share_queues.get(job, "")], flagged)
+        yield from (gpu_busy, job_busy, job_mean, job_idle, outside, events, over)

@@ -20,6 +20,8 @@ class Snapshot:
     (guaranteed, used) GPUs and waiting jobs per queue."""
 
     owners: dict[int, str] = field(default_factory=dict)
+    # Each shared GPU's jobs and their (thousandths, MiB): a shared GPU has no owner.
+    shares: dict[int, dict[str, tuple[int, int]]] = field(default_factory=dict)
     sick: frozenset[int] = frozenset()
     labels: dict[str, str] = field(default_factory=dict)
     held: tuple[int, int] = (0, 0)  # millicores and bytes the node's jobs hold
@@ -107,6 +109,7 @@ class Reads:
                 waiting = {q: n for q, (n, _) in view.waiting_and_running().items() if n}
                 self._snapshot = Snapshot(
                     owners={gpu: job for (_, gpu), job in view.owners().items()},
+                    shares={gpu: jobs for (_, gpu), jobs in view.shares().items()},
                     sick=frozenset(view.unhealthy(self.node)),
                     labels=dict(view.labels(self.node)),
                     held=view.held(self.node),

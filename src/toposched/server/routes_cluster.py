@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from fastapi import APIRouter, HTTPException, Response, status
@@ -21,6 +22,7 @@ from toposched.server.schemas import (
     QueueIn,
     QueueList,
     QueueOut,
+    ShareOut,
     TokenIn,
     TokenOut,
     WhoAmI,
@@ -82,7 +84,10 @@ def nodes(server: Server, _who: Caller) -> NodeList:
                 name=node.name,
                 topology=topology_name(node.topology),
                 source=runtime.local.source,
-                gpus=[gpu_out(g, owners.get(g), g not in sick, activity) for g in range(node.size)],
+                gpus=[
+                    gpu_out(g, owners.get(g), g not in sick, activity, seen.shares.get(g, {}))
+                    for g in range(node.size)
+                ],
                 activity_source=None if activity is None else SOURCE_TEXT[activity.source],
                 labels=labels,
                 links=node.topology.codes(),
@@ -97,15 +102,26 @@ def nodes(server: Server, _who: Caller) -> NodeList:
     )
 
 
-def gpu_out(index: int, job: str | None, healthy: bool, activity: ActivityMonitor | None) -> GpuOut:
-    """A GPU of the map, with how busy it was at the last sample where that is known."""
+def gpu_out(
+    index: int,
+    job: str | None,
+    healthy: bool,
+    activity: ActivityMonitor | None,
+    shares: Mapping[str, tuple[int, int]],
+) -> GpuOut:
+    """A GPU of the map, with its shares' holders, and how busy it was at the last sample
+    where that is known."""
+    held = [
+        ShareOut(job=name, milli=m, memory_mib=mib) for name, (m, mib) in sorted(shares.items())
+    ]
     now = None if activity is None else activity.gpu(index)
     if now is None or now.job != job:  # sampled before the GPU changed hands: not its figure
-        return GpuOut(index=index, job=job, healthy=healthy)
+        return GpuOut(index=index, job=job, healthy=healthy, shares=held)
     return GpuOut(
         index=index,
         job=job,
         healthy=healthy,
+        shares=held,
         busy_pct=now.busy_pct,
         memory_used=now.memory_used,
         outside=list(now.outside),

@@ -70,6 +70,8 @@ def _common(row: JobRow, reason: str, runtime: Runtime) -> dict[str, Any]:
     activity = runtime.activity.of(row.name) if holding and runtime.activity else None
     if activity and activity["idle_notice"]:
         reason = f"{reason}; {activity['idle_notice']}"
+    if activity and activity["gpu_memory_notice"]:
+        reason = f"{reason}; {activity['gpu_memory_notice']}"
     first = (row.placement or [{}])[0]
     return dict(
         name=row.name,

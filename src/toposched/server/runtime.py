@@ -99,7 +99,7 @@ class Runtime(Driver):
         lock = self.lock
         self.guard = WriteGuard(store, lock, self.drop_posted)
         self.reads = Reads(self, lock, self.guard, store, self.node.name)
-        self.launcher = Launcher(self, lock, store, executor, clock)
+        self.launcher = Launcher(self, lock, store, executor, clock, local.node.hardware.gpu_memory)
         self.deletes = Deletes(
             self, lock, self.guard, store, self.reads, executor, self.launcher, clock
         )
@@ -287,6 +287,10 @@ class Runtime(Driver):
     def gpu_owners(self) -> dict[int, str]:
         return self.reads.snapshot().owners
 
+    def gpu_shares(self) -> dict[int, dict[str, tuple[int, int]]]:
+        """Each shared GPU's jobs, with their (thousandths, MiB)."""
+        return self.reads.snapshot().shares
+
     def queues_of(self, names: set[str]) -> dict[str, str]:
         return self.reads.queues_of(names)
 
@@ -300,21 +304,21 @@ class Runtime(Driver):
     # ------------------------------------------------------------------ idle GPUs
 
     def idle(self, name: str, attempt: int, why: str, *, stop: bool) -> None:
-        """The activity monitor found attempt `attempt` of job `name` idle under its rule: stop
-        it (the core decides how), or note it in its history. News about an attempt that has
-        ended meanwhile changes nothing."""
+        """The activity monitor found attempt `attempt` of job `name` idle under its rule, or
+        (a shared job) over its GPU memory share (`why` says which): stop it as an idle job is
+        stopped (the core decides how), or note it in its history. News about an attempt that
+        has ended meanwhile changes nothing."""
         with self.lock:
             if self.launcher.attempts.get(name) != attempt or self.guard.degraded is not None:
                 return
             now = self.clock()
-            log.info("job %s: idle: %s", name, why)
+            said = why if why.startswith("over its GPU memory") else f"idle: {why}"
+            log.info("job %s: %s", name, said)
             try:
                 if stop:
                     self.feed(JobIdle(now, name, why))
                 else:
-                    self.guard.write(
-                        self.store.transition, name, "running", "running", f"idle: {why}", now
-                    )
+                    self.guard.write(self.store.transition, name, "running", "running", said, now)
             except Unavailable:
                 pass  # degraded, and said so; the monitor tries again on a later idle run
 

@@ -34,6 +34,15 @@ class ActivityOut(BaseModel):
         description="Since when every GPU it holds has been below its idle rule's threshold",
     )
     idle_notice: str | None = Field(default=None, description="What its `notify` idle rule said")
+    gpu_memory_used: int | None = Field(
+        default=None, description="A shared job: bytes of GPU memory its processes use (NVML)"
+    )
+    gpu_memory_share: int | None = Field(
+        default=None, description="A shared job: bytes of its GPU's memory that are its share"
+    )
+    gpu_memory_notice: str | None = Field(
+        default=None, description="Said while a shared job uses more GPU memory than its share"
+    )
 
 
 class ActivityHistory(BaseModel):
@@ -167,10 +176,21 @@ class Explanation(BaseModel):
     text: str
 
 
+class ShareOut(BaseModel):
+    """A job's share of a shared GPU."""
+
+    job: str
+    milli: int = Field(description="Thousandths of the GPU's compute (0: a memory share alone)")
+    memory_mib: int = Field(description="MiB of its memory asked (0: none asked)")
+
+
 class GpuOut(BaseModel):
     index: int
     job: str | None
     healthy: bool
+    shares: list[ShareOut] = Field(
+        default_factory=list, description="The jobs holding shares of it (a shared GPU)"
+    )
     busy_pct: float | None = Field(
         default=None, description="How busy at the last sample (activity_source says how measured)"
     )

@@ -2,9 +2,10 @@
 
 A test puts this directory first on the server process's PYTHONPATH and names a JSON file in
 TOPOSCHED_FAKE_NVML: `{"preset": "dgx1-v100", "gpus": {"3": {"busy": 80, "memory_used": N,
-"pids": [P]}}}`. The topology is read once; each GPU's busy percent, memory in use and pids are
-read again at every sample (each nvmlDeviceGetCount), so the test changes them while the server
-runs. Not real NVML: no NVIDIA GPU or driver is on the CI machines (docs/idle.md says so).
+"pids": [P], "processes": {"P": BYTES}}}}` (`processes`: what each pid uses, if given).
+The topology is read once; each GPU's busy percent, memory in use and pids are read again
+at every sample (each nvmlDeviceGetCount), so the test changes them while the server runs.
+Not real NVML: no NVIDIA GPU or driver is on the CI machines (docs/idle.md says so).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ def _reload() -> None:
         gpu.busy = float(now.get("busy", 0))
         gpu.memory_used = int(now.get("memory_used", 0))
         gpu.pids = [int(p) for p in now.get("pids", [])]
+        gpu.process_memory = {int(p): int(b) for p, b in now.get("processes", {}).items()}
 
 
 def nvmlDeviceGetCount() -> int:

@@ -191,23 +191,34 @@ function reservations(jobs) {
 
 const nvOf = (node, g) => node.links[g].flatMap((c, o) => (/^NV/.test(c) ? [o] : []));
 
+// A shared GPU's holders and their shares: "a 0.25, b 0.25 4096Mi (0.5 left)".
+function sharesText(shares) {
+  const held = shares.map((s) => [s.job, s.milli ? `${s.milli / 1000}` : "",
+    s.memory_mib ? `${s.memory_mib}Mi` : ""].filter(Boolean).join(" "));
+  const left = 1000 - shares.reduce((sum, s) => sum + s.milli, 0);
+  return `${held.join(", ")} (${left / 1000} left)`;
+}
+
 function gpuCell(node, gpu, reserved, mark) {
+  const shared = gpu.shares?.length ? gpu.shares : null;
   const team = gpu.job ? state.teams.get(gpu.job) : null;
   const holder = reserved.get(`${node.name}:${gpu.index}`);
   const nv = nvOf(node, gpu.index).map((o) => `${o} (${node.links[gpu.index][o]})`);
   const info = [`GPU ${gpu.index} on ${node.name}`,
-    gpu.job ? `job ${gpu.job}${team ? `, team ${team}` : ""}` : gpu.past ? "not this job's" : "free",
+    gpu.job ? `job ${gpu.job}${team ? `, team ${team}` : ""}` : shared ? `shared: ${sharesText(shared)}`
+      : gpu.past ? "not this job's" : "free",
     gpu.healthy ? null : "UNHEALTHY", holder ? `reserved for ${holder}` : null,
     gpu.busy_pct != null ? `${gpu.busy_pct.toFixed(0)}% busy` : null,
     gpu.memory_used ? `${gib(gpu.memory_used)} in use` : null,
     gpu.outside?.length ? `pids ${gpu.outside.join(", ")} run outside the scheduler` : null,
     nv.length ? `NVLink to ${nv.join(", ")}` : null].filter(Boolean).join(" · ");
-  const cls = ["gpu", gpu.job ? "busy" : "free", gpu.healthy ? "" : "sick",
+  const cls = ["gpu", gpu.job || shared ? "busy" : "free", shared ? "shared" : "", gpu.healthy ? "" : "sick",
     holder ? "reserved" : "", mark && !mark.has(gpu.index) ? "dim" : ""].join(" ").trim();
   const vars = [gpu.job ? `--c:${jobColour(gpu.job)}` : "", gpu.busy_pct != null ? `--busy:${gpu.busy_pct.toFixed(0)}` : ""];
   const colour = vars.some(Boolean) ? ` style="${vars.filter(Boolean).join(";")}"` : "";
   const busy = gpu.busy_pct != null ? ` data-busy="${gpu.busy_pct.toFixed(0)}"` : "";
-  const label = mark && mark.has(gpu.index) ? `w${mark.get(gpu.index)}` : gpu.past ? "" : gpu.job ?? (gpu.healthy ? "free" : "down");
+  const label = mark && mark.has(gpu.index) ? `w${mark.get(gpu.index)}` : gpu.past ? "" : shared ? `${shared.length} shares`
+    : gpu.job ?? (gpu.healthy ? "free" : "down");
   return `<button class="${cls}"${colour} data-action="gpu" data-node="${esc(node.name)}" ` +
     `data-gpu="${gpu.index}" data-job="${esc(gpu.job ?? "")}" data-nv="${nvOf(node, gpu.index).join(",")}"${busy} title="${esc(info)}">` +
     `<b>${gpu.index}</b><span>${esc(label)}</span></button>`;
