@@ -146,7 +146,7 @@ def test_a_job_that_asked_to_be_stopped_over_its_memory_share_is_stopped(
         (["--gpu-fraction", "0"], "--gpu-fraction"),
         (["--gpu-fraction", "1.5"], "--gpu-fraction"),
         (["--gpu-fraction", "0.5", "--gpus", "2"], "--gpu-fraction"),
-        (["--gpumemory", "4Gi", "--workers", "2"], "--gpu-memory-share"),
+        (["--gpumemory", "4Gi", "--workers", "2"], "--gpu-memory"),
         (["--gpu-memory-action", "stop"], "--gpu-memory-action"),
     ],
 )

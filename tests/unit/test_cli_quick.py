@@ -59,6 +59,7 @@ PLAIN: dict[tuple[str, ...], list[list[str]]] = {
         ["--", "--name", "x", "--help"],
         ["--gputopology", "false", "--image", "img", "--model", "vgg16", "--", "x"],
         ["--cpus", "500m", "--memory", "1Gi", "--gpu-memory", "16Gi", "--", "x"],
+        ["--min-gpu-memory", "32Gi", "--gpumemory", "8Gi", "--", "x"],
         ["--after", "a:ok", "--after", "b", "--export", "ALL", "--workdir", "/w", "--", "x"],
         ["--queue", "q", "--priority", "7", "--locality", "rack", "--elastic", "1:4", "--", "x"],
         ["--json", "pytorch", "--", "x", "--", "y"],

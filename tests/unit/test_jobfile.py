@@ -58,6 +58,8 @@ after: [prep, data:any]
 gpu_fraction: 0.5
 gpu_memory_share: 10Gi
 gpu_memory_action: stop
+topology_level: leaf
+topology_prefer: clique
 """
 
 
@@ -97,6 +99,8 @@ def test_every_field_is_read_with_its_type() -> None:
         "gpu_fraction": 0.5,
         "gpu_memory_share": "10Gi",
         "gpu_memory_action": "stop",
+        "topology_level": "leaf",
+        "topology_prefer": "clique",
     }
     assert set(job.spec) == set(FIELDS)
     assert job.path == "job.yaml"

@@ -82,7 +82,8 @@ def test_a_refusal_is_said_by_the_flag_that_gave_it() -> None:
     said = flag_words(SUBMIT_FLAGS["gpu_fraction"], message)
     assert said.startswith("--gpu-fraction")
     assert "a share is of one GPU for one worker: gpus must be 1 (got 2)" in said
-    assert SUBMIT_FLAGS["gpu_memory_share"] == "--gpu-memory-share"
+    assert SUBMIT_FLAGS["gpu_memory_share"] == "--gpu-memory"
+    assert SUBMIT_FLAGS["gpu_memory"] == "--min-gpu-memory"
     assert SUBMIT_FLAGS["gpu_memory_action"] == "--gpu-memory-action"
 
 
@@ -95,6 +96,9 @@ def test_the_flags_take_arenas_gpumemory_and_the_job_file_the_fields() -> None:
 
     said = quick.parse(command, ["--gpu-fraction", "0.5", "--gpumemory", "10Gi"])
     assert given(flags, said) == {"gpu_fraction": 0.5, "gpu_memory_share": "10Gi"}
+    # The spelling is the share; the floor on each GPU's memory has a flag of its own.
+    said = quick.parse(command, ["--gpu-memory", "10Gi", "--min-gpu-memory", "32Gi"])
+    assert given(flags, said) == {"gpu_memory_share": "10Gi", "gpu_memory": "32Gi"}
     text = "command: [x]\ngpu_fraction: 0.25\ngpu_memory_share: 4Gi\ngpu_memory_action: stop\n"
     read = parse_job_text(text, "job.yaml")
     assert read.spec["gpu_fraction"] == 0.25 and read.spec["gpu_memory_action"] == "stop"

@@ -244,7 +244,13 @@ FIELDS: tuple[JobField, ...] = (
         metavar="QUANTITY",
     ),
     JobField(
-        "gpu_memory", MEMORY, None, "The least memory per GPU, e.g. 32Gi.", metavar="QUANTITY"
+        "gpu_memory",
+        MEMORY,
+        None,
+        "The least memory each GPU must have, e.g. 32Gi (a filter, as --gpu-type is).",
+        # --gpu-memory is the share (as Run:ai and issue 42 spell it): this one is the floor.
+        flag="--min-gpu-memory",
+        metavar="QUANTITY",
     ),
     JobField(
         "gpu_fraction",
@@ -263,7 +269,8 @@ FIELDS: tuple[JobField, ...] = (
         "A share of one GPU's memory (10Gi; Arena's --gpumemory): one worker of one GPU, "
         "which others may share; with --gpu-fraction, both (default: its fraction of the "
         "GPU's memory).",
-        aliases=("--gpumemory",),
+        flag="--gpu-memory",
+        aliases=("--gpu-memory-share", "--gpumemory"),
         metavar="QUANTITY",
     ),
     JobField(
