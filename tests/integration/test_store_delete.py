@@ -8,6 +8,7 @@ import pytest
 from sqlalchemy import Table, func, select
 
 from toposched.store import DuplicateJob, Store, schema
+from toposched.store.fsck import unreadable
 
 ENDED = ("succeeded", "failed", "cancelled", "rejected")
 
@@ -54,3 +55,16 @@ def test_an_ended_job_is_removed_whole_and_its_name_taken_again(store: Store) ->
     assert store.job_by_key("bob", "k1") == again
     assert [row.name for row in store.jobs(after_seq=first.seq)] == ["train"]
     assert store.count_by_state() == {"pending": 1}
+
+
+def test_fsck_finds_a_spec_that_is_no_object_on_either_backend(store: Store) -> None:
+    """`admin fsck` and the server's start read every row as the database holds it: on
+    PostgreSQL a JSON column comes back parsed unless read as text (an AttributeError there
+    stopped the server's start)."""
+    store.add_job(name="fine", owner="ann", queue="q", priority=0, spec={"gpus": 1}, time=1.0)
+    store.add_job(name="bad", owner="ann", queue="q", priority=0, spec={"gpus": 1}, time=2.0)
+    with store.engine.begin() as conn:
+        conn.execute(schema.jobs.update().where(schema.jobs.c.name == "bad").values(spec=[]))
+    found = list(unreadable(store))
+    assert [(f.name, f.column) for f in found] == [("bad", "spec")], found
+    assert not found[0].repairable
