@@ -6,11 +6,13 @@ the Deployment and DaemonSet controllers will make them."""
 from __future__ import annotations
 
 import json
+import ssl
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import yaml
 from tools.kube.controlplane import write_kubeconfig
@@ -209,3 +211,37 @@ def _denies(patch: Any, name: str, body: dict[str, Any]) -> bool:
     except ApiError as err:
         return err.status in (403, 422)
     return False
+
+
+def test_the_schedulers_requests_have_a_priority_level_of_their_own(installed: Session) -> None:
+    """API Priority and Fairness classifies the scheduler's ServiceAccount by the shipped
+    FlowSchema into its own level (issue 44, N5), as the API server says in the headers of
+    each answer; without it the scheduler waits in workload-low with every operator."""
+    flowcontrol = "/apis/flowcontrol.apiserver.k8s.io/v1"
+    schema = installed.admin.request("GET", f"{flowcontrol}/flowschemas/toposched-scheduler")
+    level = installed.admin.request(
+        "GET", f"{flowcontrol}/prioritylevelconfigurations/toposched-scheduler"
+    )
+    token = installed.admin.request(
+        "POST",
+        "/api/v1/namespaces/toposched-system/serviceaccounts/toposched-scheduler/token",
+        body={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
+    )["status"]["token"]
+    trust = ssl.create_default_context(cafile=str(installed.plane.pki / "ca.crt"))
+
+    def classified() -> tuple[str | None, str | None] | None:
+        answer = httpx.get(
+            f"{installed.plane.server}/api/v1/nodes",
+            headers={"Authorization": f"Bearer {token}"},
+            verify=trust,
+            timeout=30,
+        )
+        assert answer.status_code == 200, answer.text  # the scheduler may list nodes
+        got = (
+            answer.headers.get("X-Kubernetes-PF-FlowSchema-UID"),
+            answer.headers.get("X-Kubernetes-PF-PriorityLevel-UID"),
+        )
+        # The API server's flow-control config follows the objects in a moment.
+        return got if got == (schema["metadata"]["uid"], level["metadata"]["uid"]) else None
+
+    assert until(classified, "the scheduler's requests classified by its FlowSchema")

@@ -39,6 +39,8 @@ HTTP_PORT = 8080
 POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 CLUSTER_SCOPED_KINDS = {
     "Namespace",
+    "FlowSchema",
+    "PriorityLevelConfiguration",
     "ClusterRole",
     "ClusterRoleBinding",
     "CustomResourceDefinition",
