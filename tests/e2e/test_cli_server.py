@@ -576,7 +576,7 @@ def test_bad_input_exits_2_and_creates_nothing(
         ("submit", "--checkpoint-every", "0", "--", "true"),
     )
     said = [
-        "error: --limit: expected a finite number of seconds, got inf",
+        "error: --time/--limit must be a positive time, got 'inf'",
         "error: --checkpoint-grace: expected a finite number of seconds, got nan",
         f"error: {jobfile}:1: command: the YAML tag !!python/object/apply:os.system is not allowed",
         "error: --checkpoint-signal: checkpoint signal 'SIGKILL' cannot be caught",
@@ -1077,3 +1077,39 @@ def test_logs_and_json_answers_load_neither_typer_nor_rich(
         assert not {"typer", "click", "httpx"} & modules, name
     assert "rich" not in loaded["logs"] and "rich" not in loaded["list"]
     assert "rich" in loaded["get"]  # its text is rich's
+
+
+# Writes a marker on its checkpoint signal and exits 0; else sleeps far past its limit.
+CAPPED = """\
+import pathlib, signal, sys, time
+def saved(signum, frame):
+    pathlib.Path(sys.argv[1]).write_text(str(time.time()))
+    sys.exit(0)
+signal.signal(signal.SIGUSR1, saved)
+pathlib.Path(sys.argv[2]).write_text(str(time.time()))
+time.sleep(120)
+"""
+
+
+def test_a_job_at_its_time_limit_gets_its_signal_and_ends_timed_out(
+    server: ServerProcess, cli: Callable[..., Result], tmp_path: Path
+) -> None:
+    saved, began = tmp_path / "saved", tmp_path / "began"
+    submitted = cli(
+        "submit", "--name", "capped", "--time", "0:03", "--checkpoint-signal", "SIGUSR1",
+        "--", sys.executable, "-c", CAPPED, str(saved), str(began),
+    )  # fmt: skip
+    assert submitted.code == 0, submitted.err
+    ended = wait_for(server, "capped", "timed-out")
+    # The signal came at the limit (3 s after the server started it), not at the server's
+    # next tick (every 5 s) or later; the worker had begun before it.
+    signalled = float(saved.read_text())
+    assert float(began.read_text()) < signalled
+    assert 3.0 <= signalled - ended["started_at"] < 4.5, signalled - ended["started_at"]
+    assert ended["reason"].startswith("timed-out: reached its time limit of 00:00:03 (ran 00:00:0")
+    assert ended["spec"]["limit_s"] == 3.0
+    assert [h["new"] for h in ended["history"]][-2:] == ["stopping", "timed-out"]
+    listed = cli("list", "--all", "--state", "timed-out")
+    assert listed.code == 0 and re.search(r"capped\W+default\W+\w+\W+timed-out\W", listed.out), (
+        listed.out
+    )

@@ -106,6 +106,7 @@ ALLOWED: frozenset[tuple[JobState | None, JobState]] = frozenset(
         (S, OK),
         (S, FAILED),
         (S, CANCELLED),
+        (S, JobState.TIMED_OUT),  # stopped at its time limit
     }
 )
 RESUMING = (StopKind.MIGRATE, StopKind.RESIZE)
@@ -175,6 +176,7 @@ class Known:
     starts: int = 0
     served: float = 0.0  # GPU-seconds of the runs that have ended
     since: float = 0.0  # when its current run began
+    run_began: float = 0.0  # when it last started from waiting (a move goes on with the run)
 
     def service(self, now: float) -> float:
         running = self.placement.gpus * (now - self.since) if self.placement else 0.0
@@ -325,6 +327,14 @@ class Driver:
             )
         elif new is OK:
             self.expect(isinstance(event, JobFinished) and own and event.succeeded, edge)
+        elif new is JobState.TIMED_OUT:
+            self.expect(
+                # Any end of its processes: a clean exit on the signal is still the limit's.
+                isinstance(event, JobStopped | JobFinished)
+                and own
+                and known.ended_stop is StopKind.TIME_LIMIT,
+                f"{edge}: not the end of a stop for its time limit",
+            )
         elif new in (FAILED, P):
             failure = (
                 old is R and isinstance(event, JobFinished) and own and not event.succeeded
@@ -409,6 +419,8 @@ class Driver:
             )
         known.placement = placement
         known.since = self.now
+        if not resume:
+            known.run_began = self.now
         known.starts += 1
 
     def _stop(self, event: Event, known: Known, action: StopJob) -> None:
@@ -466,6 +478,12 @@ class Driver:
             self.expect(spec.checkpointable, f"{where}: migrating a job with no checkpoint")
         elif kind is StopKind.RESIZE:
             self.expect(spec.elastic is not None, f"{where}: resizing a job that is not elastic")
+        elif kind is StopKind.TIME_LIMIT:
+            limit = spec.limit_s
+            self.expect(
+                limit is not None and self.now - known.run_began >= limit,
+                f"{where}: its run began at {known.run_began}, its limit is {limit}",
+            )
         if spec.checkpoint is not None and kind in (StopKind.PREEMPT, *RESUMING):
             self.expect(action.signal == spec.checkpoint.signal, f"{where}: wrong signal")
         known.stop = kind
@@ -952,7 +970,7 @@ def test_guaranteed_job_runs_while_another_queue_borrows(setup: Setup, data: st.
     if d.jobs["owner"].state is REJECTED or not fits_when_empty(d, spec):
         return
     for _ in range(30):
-        if d.jobs["owner"].state is R:
+        if d.jobs["owner"].starts:  # it ran (it may have reached its time limit since)
             return
         borrow()
         d.send(Tick(d.advance(100.0)))

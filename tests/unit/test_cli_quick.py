@@ -53,6 +53,7 @@ PLAIN: dict[tuple[str, ...], list[list[str]]] = {
         ["--command-visible", "--mixed-types", "--gang", "--interactive", "--", "x"],
         ["--env", "A=1", "-e", "B=2", "--gpu-type", "V100", "--selector", "k=v", "--", "x"],
         ["--checkpoint-every", "1.5", "--limit", "60", "--idle-below", "5", "--", "x"],
+        ["--time", "1:00:00", "-t", "nan", "--", "x"],  # text: its own reader judges it
         ["--checkpoint-signal", "SIGUSR1", "--checkpoint-grace", "30", "--", "x"],
         ["--idle-after", "30m", "--idle-action", "stop", "--", "x"],
         ["notebook"],
@@ -90,8 +91,8 @@ TYPERS: dict[tuple[str, ...], list[list[str]]] = {
     ("submit",): [
         ["--priority", "-5", "--", "x"],  # a value that starts with `-`
         ["--restart", "sometimes", "--", "x"],
-        ["--limit", "nan", "--", "x"],
-        ["--limit", "1e3", "--", "x"],
+        ["--checkpoint-every", "nan", "--", "x"],
+        ["--checkpoint-every", "1e3", "--", "x"],
         ["-f", "", "--", "x"],
         ["--help"],
     ],
@@ -178,9 +179,11 @@ def test_the_quick_commands_are_the_apps_server_commands() -> None:
 
 def test_values_are_typers_types() -> None:
     submit = quick_command(("submit",))
-    said = quick.parse(submit, ["-f", "j.yaml", "--restart", "never", "--limit", "2"], True)
+    words = ["-f", "j.yaml", "--restart", "never", "--checkpoint-every", "2", "--limit", "2"]
+    said = quick.parse(submit, words, True)
     assert said["file"] == Path("j.yaml") and said["restart"] is Restart.NEVER
-    assert said["limit"] == 2.0 and type(said["limit"]) is float
+    assert said["checkpoint_every"] == 2.0 and type(said["checkpoint_every"]) is float
+    assert said["time"] == "2"  # Slurm's minutes, read by its own reader (submitflags)
 
 
 def test_completion_and_non_quick_commands_go_to_typer(monkeypatch: pytest.MonkeyPatch) -> None:

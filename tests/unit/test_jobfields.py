@@ -109,10 +109,10 @@ def test_the_job_file_takes_every_field_but_those_the_cli_sets_itself() -> None:
 
 def test_every_field_the_api_takes_is_said_as_the_cli_gives_it() -> None:
     assert {field.name for field in FIELDS} <= set(SUBMIT_FLAGS)
-    assert SUBMIT_FLAGS["limit_s"] == "--limit"
+    assert SUBMIT_FLAGS["limit_s"] == "--time"
     assert SUBMIT_FLAGS["checkpoint.interval_s"] == "--checkpoint-every"
     flags = {spec.flags[0] for _, _, spec in made_options(submit)}
-    assert {"--gpus", "--limit", "--idle-after", "--command-visible/--command-hidden"} <= flags
+    assert {"--gpus", "--time", "--idle-after", "--command-visible/--command-hidden"} <= flags
 
 
 @pytest.mark.parametrize(

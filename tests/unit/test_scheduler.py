@@ -547,14 +547,19 @@ def test_reservation_and_backfill(short_limit: float) -> None:
     )
     assert "outside the GPUs reserved for big; waiting behind it" in s.explain("s2")
     backfilled = short_limit <= 90
+    # Started at 10, s3 has run past a limit of 50 by 95: the limit is enforced then.
+    overran = backfilled and 10 + short_limit <= 95
     # a ends: its GPUs stay kept for big, although s2 could use them.
     assert project(s.handle(JobFinished(95, "a", True))) == (
-        [moved("a", "running", "succeeded")]
+        [moved("a", "running", "succeeded")] + (stopping("s3", "time-limit") if overran else [])
         if backfilled
         # Without the backfilled job, n0 is whole again: big starts.
         else [moved("a", "running", "succeeded"), *started("big", {"n0": ALL8})]
     )
-    if backfilled:
+    if overran:
+        got = project(s.handle(JobStopped(100, "s3")))
+        assert got == [moved("s3", "stopping", "timed-out"), *started("big", {"n0": ALL8})]
+    elif backfilled:
         got = project(s.handle(JobFinished(100, "s3", True)))
         assert got == [moved("s3", "running", "succeeded"), *started("big", {"n0": ALL8})]
     # The waiting jobs get their turn after big, in submission order.

@@ -78,6 +78,7 @@ STATE_STYLE = {
     "rejected": "red",
     "dependency-failed": "red",
     "idle-stopped": "yellow",
+    "timed-out": "yellow",
     "corrupt": "bold red",
 }
 

@@ -60,7 +60,7 @@ class FieldFlag:
     def kind(self) -> Any:
         if self.field.type == jobfields.CHOICE:
             return choices(self.field)
-        return FLAG_TYPES[self.field.type]
+        return OWN_TYPES.get(self.field.name) or FLAG_TYPES[self.field.type]
 
     def option(self) -> OptSpec:
         settings: dict[str, Any] = {"help": self.field.help, "show_default": False}
@@ -176,6 +176,16 @@ def _elastic(flag: FieldFlag, value: str) -> dict[str, int]:
         fail(f"{flag.flag}: {err}", EXIT_BAD_INPUT)
 
 
+def _time_limit(flag: FieldFlag, value: str) -> float:
+    """Slurm's `--time`: a plain number is minutes; sent as the field's seconds."""
+    from toposched.common.durations import DurationError, parse_time_limit
+
+    try:
+        return parse_time_limit(value, "/".join(flag.field.flags[:2]))
+    except DurationError as err:
+        fail(str(err), EXIT_BAD_INPUT)
+
+
 def _gpu_types(flag: FieldFlag, value: list[str]) -> list[str]:
     """Repeatable or comma-separated: `--gpu-type V100,A100`."""
     names = [name.strip() for item in value for name in item.split(",")]
@@ -201,4 +211,6 @@ WIRE: dict[str, Wire] = {
     jobfields.DURATION: _plain,
 }
 # Fields whose flag reads its value its own way.
-OWN: dict[str, Wire] = {"gpu_type": _gpu_types}
+OWN: dict[str, Wire] = {"gpu_type": _gpu_types, "limit_s": _time_limit}
+# Fields whose flag takes text that its own reader turns into the field's type.
+OWN_TYPES: dict[str, Any] = {"limit_s": str}

@@ -125,13 +125,17 @@ class Driver(ABC):
         stopping: StopKind | None = None,
         service_gpu_s: float = 0.0,
         ended: Ended = (),
+        started: float | None = None,
     ) -> None:
-        """Give the core back one stored job: running (or being stopped) on `placement`, or
-        waiting, with the service it had had by `now` (`CoreView.attained_service`) and, for
-        a waiting one, how the jobs it runs after that the core no longer holds ended.
-        Raises SchedulingError, changing nothing, if the placement no longer fits."""
+        """Give the core back one stored job: running (or being stopped) on `placement` since
+        `started`, or waiting, with the service it had had by `now`
+        (`CoreView.attained_service`) and, for a waiting one, how the jobs it runs after that
+        the core no longer holds ended. Raises SchedulingError, changing nothing, if the
+        placement no longer fits."""
         self.feed(
-            JobRestored(now, spec, submitted, placement, restarts, stopping, service_gpu_s, ended)
+            JobRestored(
+                now, spec, submitted, placement, restarts, stopping, service_gpu_s, ended, started
+            )
         )
 
     def stop_signal(self, spec: JobSpec, kind: StopKind) -> tuple[str, float]:

@@ -378,10 +378,13 @@ FIELDS: tuple[JobField, ...] = (
         "limit_s",
         NUMBER,
         None,
-        "Expected run time: the reservation plans backfill with it (not enforced).",
+        "Time limit of each run, as Slurm's --time: 90 (minutes), 1:30:00, 2-12:00, 1h30m or "
+        "45s. At it the job gets its checkpoint signal (else SIGTERM), then SIGKILL after its "
+        "grace, and ends timed-out; backfill plans with it. Seconds in a job file and the API.",
         gt=0,
-        flag="--limit",
-        metavar="SECONDS",
+        flag="--time",
+        aliases=("--limit", "-t"),
+        metavar="TIME",
         stored="always",
     ),
     JobField("command", COMMAND, REQUIRED, min_length=1, flag=None, stored="always", drivers=BOTH),

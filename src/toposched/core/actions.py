@@ -26,6 +26,7 @@ class StopKind(StrEnum):
     MIGRATE = "migrate"
     RESIZE = "resize"
     IDLE = "idle"  # its GPUs sat idle for its idle rule's time
+    TIME_LIMIT = "time-limit"  # its run reached its limit_s
 
 
 @dataclass(frozen=True)

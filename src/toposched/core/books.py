@@ -14,6 +14,7 @@ from collections import deque
 from toposched.core.dependencies import Dependencies
 from toposched.core.errors import SchedulingError
 from toposched.core.job import JobSpec
+from toposched.core.limits import TimeLimits
 from toposched.core.records import JobRecord, QueueRecord, Reservation
 from toposched.placement.capacity import Capacity, full_mask
 from toposched.placement.gang import Placement
@@ -69,6 +70,7 @@ class Books:
         # Each kind of worker submitted, counted: the target workload of FGD's measure.
         self.tasks: dict[Task, int] = {}
         self.deps = Dependencies()  # the waiting jobs that run after others
+        self.limits = TimeLimits()  # when running jobs reach their time limits
         self.finished: deque[str] = deque()  # ended jobs, oldest first (forgotten in turn)
         self.reservation: Reservation | None = None
         self.now = 0.0

@@ -53,6 +53,7 @@ class Changes:
         rec.placement = placement
         rec.state = JobState.RUNNING
         rec.started = rec.last_restart = books.now
+        books.limits.started(rec)
         books.touch_nodes_of(rec)
         self.demotions.started(rec, books.now)
         rec.note(books.now, f"started on {placement.describe()}: {why}")
@@ -88,6 +89,7 @@ class Changes:
         rec.bank_service(books.now)
         rec.placement, rec.target, rec.resume = resume, None, None
         rec.state = JobState.RUNNING
+        books.limits.started(rec)  # the same run: its limit may have come while it moved
         books.touch_nodes_of(rec)
         self.demotions.started(rec, books.now)
         rec.note(books.now, f"restarted after {kind.value} on {resume.describe()}")

@@ -38,7 +38,9 @@ class JobRestored(Event):
     `service_gpu_s`: the GPU-seconds of service it had had by the event's time (least attained
     service counts them, as the old core did since the job's last promotion).
     `ended`: as JobSubmitted's, for a waiting job; a job it runs after that the core neither
-    holds nor is told of is taken as met (deleted after it ended: the job was let go then)."""
+    holds nor is told of is taken as met (deleted after it ended: the job was let go then).
+    `started`: when a running job's run began, which its time limit counts from (None: the
+    event's time)."""
 
     spec: JobSpec
     submitted: float
@@ -47,6 +49,7 @@ class JobRestored(Event):
     stopping: StopKind | None = None
     service_gpu_s: float = 0.0
     ended: Ended = ()
+    started: float | None = None
 
 
 @dataclass(frozen=True)

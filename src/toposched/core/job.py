@@ -461,6 +461,7 @@ class JobState(StrEnum):
     IDLE_STOPPED = "idle-stopped"  # stopped by its idle rule, and not checkpointable
     # A job it had to run after (`After`, until ok) ended otherwise: it never ran.
     DEPENDENCY_FAILED = "dependency-failed"
+    TIMED_OUT = "timed-out"  # its run reached its time limit (limit_s), as Slurm's TIMEOUT
 
     @property
     def terminal(self) -> bool:
@@ -471,4 +472,5 @@ class JobState(StrEnum):
             JobState.REJECTED,
             JobState.IDLE_STOPPED,
             JobState.DEPENDENCY_FAILED,
+            JobState.TIMED_OUT,
         )

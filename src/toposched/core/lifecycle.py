@@ -81,6 +81,7 @@ class Lifecycle:
         stopping: StopKind | None,
         service_gpu_s: float = 0.0,
         ended: Mapping[str, JobState] | None = None,
+        started: float | None = None,
     ) -> list[Action]:
         if spec.name in self.books.jobs:
             raise SchedulingError(f"a job named {spec.name!r} already exists")
@@ -89,6 +90,10 @@ class Lifecycle:
         if not 0.0 <= service_gpu_s < math.inf:
             raise SchedulingError(
                 f"job {spec.name!r}: service must be a finite number >= 0, got {service_gpu_s}"
+            )
+        if started is not None and not -math.inf < started <= self.books.now:
+            raise SchedulingError(
+                f"job {spec.name!r}: started must be a time no later than now, got {started}"
             )
         if placement is None:
             unmet, failed = resolve(spec, self._state_of, ended or {}, unknown_met=True)
@@ -114,7 +119,9 @@ class Lifecycle:
         self.books.allocate(rec, placement)
         rec.placement = placement
         rec.state = JobState.RUNNING
-        rec.started = rec.last_restart = self.books.now
+        rec.started = self.books.now if started is None else started
+        rec.last_restart = self.books.now  # service before now is banked above
+        self.books.limits.started(rec)
         self.demotions.started(rec, self.books.now)
         if stopping is None:
             rec.note(self.books.now, f"restored: running on {placement.describe()}")
@@ -296,8 +303,9 @@ class Lifecycle:
     def finished(self, rec: JobRecord, ok: bool, why: str) -> list[Action]:
         if rec.state not in (JobState.RUNNING, JobState.STOPPING):
             raise SchedulingError(f"job {rec.name!r} is {rec.state.value}, so it cannot finish")
-        if rec.state is JobState.STOPPING and not ok:
-            # Workers exiting non-zero while told to stop: the signal did it, not a fault.
+        if rec.state is JobState.STOPPING and (not ok or rec.stop_kind is StopKind.TIME_LIMIT):
+            # Workers exiting non-zero while told to stop: the signal did it, not a fault. At
+            # its time limit a clean exit on the signal is still the limit's end (Slurm's too).
             return self.stopped(rec)
         self.changes.release_all(rec)
         if ok:
@@ -318,6 +326,20 @@ class Lifecycle:
             return []
         return self.changes.stop(rec, StopKind.IDLE, why)
 
+    def time_limits(self) -> list[Action]:
+        """Stop each running job whose run has reached its time limit by now: its checkpoint
+        signal (or SIGTERM) and its grace first, as any stop, then it ends timed-out."""
+        out: list[Action] = []
+        now = self.books.now
+        for rec in self.books.limits.due(now):
+            assert rec.started is not None and rec.spec.limit_s is not None
+            why = (
+                f"reached its time limit of {_clock(rec.spec.limit_s)} (ran "
+                f"{_clock(now - rec.started)})"
+            )
+            out += self.changes.stop(rec, StopKind.TIME_LIMIT, why)
+        return out
+
     def stopped(self, rec: JobRecord) -> list[Action]:
         if rec.state is not JobState.STOPPING:
             raise SchedulingError(f"job {rec.name!r} is {rec.state.value}, not stopping")
@@ -332,6 +354,9 @@ class Lifecycle:
         if kind is StopKind.FAILURE:
             self.changes.release_all(rec)
             return self._failed(rec, rec.stop_why)
+        if kind is StopKind.TIME_LIMIT:
+            self.changes.release_all(rec)
+            return self.changes.end(rec, JobState.TIMED_OUT, f"timed-out: {rec.stop_why}")
         if kind is StopKind.IDLE and not rec.spec.checkpointable:
             # Restarted from scratch it would only sit idle again, having lost its work.
             self.changes.release_all(rec)
@@ -442,3 +467,11 @@ class Lifecycle:
             if holder is None and not sharers and i not in self.books.cordoned and not mig & bit:
                 self.books.capacity.give(i, bit)
         return []
+
+
+def _clock(seconds: float) -> str:
+    """Seconds as Slurm writes a time: [D-]HH:MM:SS (whole seconds, rounded down)."""
+    days, rest = divmod(int(seconds), 86_400)
+    hours, rest = divmod(rest, 3_600)
+    text = f"{hours:02d}:{rest // 60:02d}:{rest % 60:02d}"
+    return f"{days}-{text}" if days else text

@@ -185,10 +185,12 @@ class Scheduler:
         before = books.now
         books.now = max(books.now, event.time)
         try:
-            return self._apply(event)
+            out = self._apply(event)
         except SchedulingError:
             books.now = before  # every handler refuses before it changes anything
             raise
+        # Time passed with the event: runs that reached their limits by now stop.
+        return out + self.lifecycle.time_limits()
 
     def _apply(self, event: Event) -> list[Action]:
         """Step 1: what the event means for the books."""
@@ -208,6 +210,7 @@ class Scheduler:
                     event.stopping,
                     event.service_gpu_s,
                     dict(event.ended),
+                    event.started,
                 )
             case JobCancelled(job=name):
                 return life.cancel(self.books.job(name))
@@ -277,8 +280,9 @@ class Scheduler:
         """The earliest time after now at which a cycle may decide something new with no
         event before it: a waiting gang's locality widens, a demoted job is promoted, the
         blocked job becomes patient or a running job is demoted (so it may be preempted), an
-        elastic job may grow. A driver that keeps no clock of its own (the simulator) sends a
-        Tick then; one that ticks on its own (the server, every few seconds) need not ask.
+        elastic job may grow, a running job reaches its time limit. A driver that keeps no
+        clock of its own (the simulator) sends a Tick then; one that ticks on its own (the
+        server, every few seconds) need not ask.
         None: nothing is due."""
         now = self.books.now
         due = self.waiting.lists.next_due()
@@ -291,7 +295,15 @@ class Scheduler:
             at = self.gang.grows_at()
             if now < at < best:
                 best = at
+        limit = self.next_time_limit()
+        if limit is not None and now < limit < best:
+            best = limit
         return None if math.isinf(best) else best
+
+    def next_time_limit(self) -> float | None:
+        """When the next running job reaches its time limit (a Tick then stops it), or
+        None: a driver that ticks on its own clock asks this to tick on time."""
+        return self.books.limits.next_at()
 
     def job(self, name: str) -> JobView:
         return self.view.job(name)

@@ -133,6 +133,7 @@ class Recovery:
                 row.restarts,
                 stopping,
                 _service_until(row, placement.gpus, now),
+                started=min(row.started_at, now) if row.started_at is not None else None,
             )
         except SchedulingError as err:
             self.executor.adopt(row.name, row.attempt, len(placement.workers), kind, ps)

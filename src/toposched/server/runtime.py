@@ -190,7 +190,9 @@ class Runtime(Driver):
             now = self.clock()
             for (job, attempt), ends in runs.items():
                 self.launcher.workers_ended(job, attempt, ends, now)
-            if now - self._last_tick >= TICK_S:
+            # A run reaching its time limit is stopped on time, not at the next tick.
+            limit = self.core.next_time_limit()
+            if now - self._last_tick >= TICK_S or (limit is not None and limit <= now):
                 self._last_tick = now
                 self.feed(Tick(now))
 
