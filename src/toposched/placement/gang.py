@@ -16,10 +16,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 from toposched.placement.capacity import Capacity
-from toposched.placement.levels import Usable, domain_ranks, domains_at, level_index
+from toposched.placement.levels import Usable, domain_rank, domains_at, level_index
 from toposched.placement.request import Mode
 from toposched.placement.split import in_order, split_workers
 from toposched.placement.tables import from_mask, subset_tables, to_mask
@@ -286,14 +286,27 @@ def _ring_for(topology: NodeTopology, free: int, c: int, aware: bool) -> float:
     return tables.gbps(int(tables.ring[to_mask(from_mask(free)[:c])]))
 
 
-def _prefix_capacity(
-    topology: NodeTopology, free: int, aware: bool, per_worker: int, threshold: float, most: int
-) -> int:
-    """Most workers w (at most `most`) such that every count up to w reaches `threshold` on
-    this node."""
-    most = min(most, free.bit_count() // per_worker)
+@lru_cache(maxsize=1 << 16)
+def _ring_profile(
+    topology: NodeTopology, free: int, aware: bool, per_worker: int
+) -> tuple[float, ...]:
+    """The best ring of 1, 2, ... workers of `per_worker` GPUs the node's free GPUs give: asked
+    of every node of every competing domain at every decision, and the same for every node of
+    one kind with the same free GPUs."""
+    most = free.bit_count() // per_worker
+    return tuple(
+        _ring_for(topology, free, c, aware)
+        for c in range(per_worker, most * per_worker + 1, per_worker)
+    )
+
+
+def _prefix_capacity(profile: tuple[float, ...], threshold: float) -> int:
+    """Most workers w such that every count up to w reaches `threshold` (`profile`: the ring
+    of each count, `_ring_profile`, cut to the workers the node holds)."""
     w = 0
-    while w < most and _ring_for(topology, free, (w + 1) * per_worker, aware) >= threshold:
+    for ring in profile:
+        if ring < threshold:
+            break
         w += 1
     return w
 
@@ -378,18 +391,25 @@ def _place_on_many_nodes(
 
     # Phase 1: fewest nodes, then lowest tier, over the domains the job accepts; with a split
     # limit, each tier's own (a wider tier never tightens what a narrower one allowed).
-    chosen: tuple[int, Tier, list[tuple[int, int, int]]] | None = None
+    chosen: tuple[int, Tier] | None = None
     refused: tuple[int, int] | None = None  # (nodes, limit) of the least split refused
     best_hold = 0
+    # Per tier, the domains that do it with the fewest nodes they can: the only ones that
+    # compete once the tier's fewest is known.
+    fewest_at: dict[Tier, tuple[int, list[Usable]]] = {}
     for tier in (Tier.RACK, Tier.POD, Tier.CLUSTER):
         if tier > request.widest:
             break
         limit = None if extra is None else split_limit(cap, request, tier)
-        domains: dict[tuple[str, ...], list[tuple[int, int, int]]] = {}
-        for i, free, holds in usable:
-            domains.setdefault(node_domain(cap.nodes[i], tier), []).append((i, free, holds))
-        for key in sorted(domains):
-            members = domains[key]
+        domains: dict[tuple[str, ...], Usable] = {}
+        if tier == Tier.CLUSTER:
+            domains[()] = usable
+        else:
+            tier_domains = cap.tier_domains
+            for entry in usable:
+                key = tier_domains[entry[0]][tier - 1]
+                domains.setdefault(key, []).append(entry)
+        for members in domains.values():
             capacities = [holds for _, _, holds in members]
             best_hold = max(best_hold, sum(capacities))
             m = _fewest_nodes(capacities, workers)
@@ -400,7 +420,12 @@ def _place_on_many_nodes(
                     refused = (m, limit)
                 continue
             if chosen is None or m < chosen[0]:
-                chosen = (m, tier, members)
+                chosen = (m, tier)
+            fewest = fewest_at.get(tier)
+            if fewest is None or m < fewest[0]:
+                fewest_at[tier] = (m, [members])
+            elif m == fewest[0]:
+                fewest[1].append(members)
     if chosen is None and refused is not None:
         m, limit = refused
         return _beyond_limit(request, limit, f"the fewest with room now are {m}")
@@ -409,14 +434,12 @@ def _place_on_many_nodes(
             f"needs {workers} workers x {g} GPUs{each} within {where[request.widest]}; "
             f"at most {best_hold} fit now"
         )
-    m, tier, _ = chosen
-    # Every domain of that tier that does it with m nodes competes on ring, then fit.
-    domains = {}
-    for i, free, holds in usable:
-        domains.setdefault(node_domain(cap.nodes[i], tier), []).append((i, free, holds))
+    m, tier = chosen
+    # Every domain of that tier that does it with m nodes competes on ring, then fit (those
+    # that need more have no m nodes that hold it; the minimum index in the key decides ties).
     best: tuple[tuple[float, ...], list[tuple[int, int, int]]] | None = None
-    for key in sorted(domains):
-        pick = _best_nodes(cap, domains[key], workers, g, m)
+    for members in fewest_at[tier][1]:
+        pick = _best_nodes(cap, members, workers, g, m)
         if pick is not None and (best is None or pick[0] < best[0]):
             best = pick
     assert best is not None  # the domain found in phase 1 does it with m nodes
@@ -472,19 +495,29 @@ def _place_by_level(
             usable.append((i, free, holds))
     best_hold = 0
     for at in range(upto + 1):
-        ranks = domain_ranks(cap, at)
-        best: tuple[tuple[object, ...], list[tuple[int, int, int]]] | None = None
-        for key, members in sorted(domains_at(cap, usable, at).items()):
+        # The fewest nodes, then the domain's rank, then its best nodes: each asked only of
+        # the domains still level on what comes before.
+        fewest: list[tuple[int, tuple[str, ...], Usable]] = []
+        for key, members in domains_at(cap, usable, at).items():
             capacities = [holds for _, _, holds in members]
             best_hold = max(best_hold, sum(capacities))
             m = _fewest_nodes(capacities, workers)
-            if m is None:
+            if m is not None:
+                fewest.append((m, key, members))
+        if not fewest:
+            continue
+        m = min(entry[0] for entry in fewest)
+        ranked = [(domain_rank(cap, at, key), members) for n, key, members in fewest if n == m]
+        top = min(rank for rank, _ in ranked)
+        best: tuple[tuple[float, ...], list[tuple[int, int, int]]] | None = None
+        for rank, members in ranked:
+            if rank != top:
                 continue
             pick = _best_nodes(cap, members, workers, g, m)
-            if pick is not None and (best is None or (m, ranks[key], pick[0]) < best[0]):
-                best = ((m, ranks[key], pick[0]), pick[1])
-        if best is not None:
-            return _leveled_placement(cap, request, best[1], at)
+            if pick is not None and (best is None or pick[0] < best[0]):
+                best = pick
+        assert best is not None  # a domain that does it with m nodes has a best m of them
+        return _leveled_placement(cap, request, best[1], at)
     if required is None:
         return None
     return Shortfall(
@@ -592,20 +625,15 @@ def _best_nodes(
 
     Returns (sort key, [(node index, free mask, workers there)]) or None if m nodes cannot.
     """
+    profiles = [
+        (_ring_profile(cap.nodes[i].topology, free, cap.aware[i], g)[:most], i, free)
+        for i, free, most in members
+    ]
     thresholds = {math.inf}
-    for i, free, most in members:
-        topology = cap.nodes[i].topology
-        for c in range(g, most * g + 1, g):
-            thresholds.add(_ring_for(topology, free, c, cap.aware[i]))
+    for profile, _, _ in profiles:
+        thresholds.update(profile)
     for threshold in sorted(thresholds, reverse=True):
-        caps = [
-            (
-                _prefix_capacity(cap.nodes[i].topology, free, cap.aware[i], g, threshold, most),
-                i,
-                free,
-            )
-            for i, free, most in members
-        ]
+        caps = [(_prefix_capacity(profile, threshold), i, free) for profile, i, free in profiles]
         caps = [c for c in caps if c[0] > 0]
         # Largest capacity first; among equals the fullest node (best fit), then the lowest index.
         caps.sort(key=lambda c: (-c[0], c[2].bit_count(), c[1]))
