@@ -9,7 +9,8 @@ new random busy set, as jobs end and start between two decisions do; the churn i
 Each gang shape is asked as toposched's default policy asks it (`extra_nodes=0`), naming no
 level, preferring a leaf, and requiring one. The table gives p50 and p99 per shape; the JSON
 last line gives the cluster's `gpus` and the `p99_ms` of every decision together (issue 43's
-target: at most 10 ms).
+target: at most 10 ms), wall time; `p99_cpu_ms` beside it is the process's CPU time, what the
+decision costs when other work shares the cores.
 
 `--smoke` (CI, seconds): `64*hgx-h100/leaf=8/spine=32` and 20 decisions per shape.
 """
@@ -75,38 +76,50 @@ def main() -> None:
     print(f"{spec}: {cluster.gpus} GPUs, {busy} busy ({100 * busy / cluster.gpus:.0f}%)")
     print(
         f"\n{'gang':<8} {'asks':<12} {'n':>5} {'placed':>7} {'nodes':>6} "
-        f"{'p50 ms':>8} {'p99 ms':>8}"
+        f"{'p50 ms':>8} {'p99 ms':>8} {'p99 cpu':>8}"
     )
     every: list[float] = []
+    every_cpu: list[float] = []
     for workers, g in SHAPES:
         for label, ask in ASKS:
             request = GangRequest(workers, g, extra_nodes=0, **ask)
             samples: list[float] = []
+            cpu_samples: list[float] = []
             placed = 0
             spans: list[int] = []
             for _ in range(args.decisions):
                 for i in rng.sample(range(len(cluster.nodes)), args.churn):
                     occupy(cap, i, rng)
-                start = time.perf_counter()
+                start, cpu = time.perf_counter(), time.process_time()
                 result = place_gang(cap, request, cluster.network_gbps)
                 samples.append((time.perf_counter() - start) * 1e3)
+                cpu_samples.append((time.process_time() - cpu) * 1e3)
                 assert isinstance(result, Placement | Shortfall)
                 if isinstance(result, Placement):
                     placed += 1
                     spans.append(len(result.gpus_by_node()))
             every.extend(samples)
+            every_cpu.extend(cpu_samples)
             ordered = sorted(samples)
             nodes = f"{statistics.median(spans):g}" if spans else "-"
             print(
                 f"{workers}x{g:<6} {label:<12} {len(samples):>5} {placed:>7} {nodes:>6} "
-                f"{statistics.median(ordered):>8.2f} {percentile(ordered, 0.99):>8.2f}",
+                f"{statistics.median(ordered):>8.2f} {percentile(ordered, 0.99):>8.2f} "
+                f"{percentile(sorted(cpu_samples), 0.99):>8.2f}",
                 flush=True,
             )
     p99 = percentile(sorted(every), 0.99)
+    p99_cpu = percentile(sorted(every_cpu), 0.99)
     verdict = "within" if p99 <= TARGET_P99_MS else "OVER"
     target = f"{verdict} the {TARGET_P99_MS:g} ms target"
-    print(f"\nall {len(every)} decisions: p99 {p99:.2f} ms, {target}")
-    summary = {"cluster": spec, "gpus": cluster.gpus, "decisions": len(every), "p99_ms": p99}
+    print(f"\nall {len(every)} decisions: p99 {p99:.2f} ms, {target} (CPU time {p99_cpu:.2f} ms)")
+    summary = {
+        "cluster": spec,
+        "gpus": cluster.gpus,
+        "decisions": len(every),
+        "p99_ms": round(p99, 3),
+        "p99_cpu_ms": round(p99_cpu, 3),
+    }
     print(json.dumps(summary))
 
 

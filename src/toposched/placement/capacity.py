@@ -81,6 +81,9 @@ class Capacity:
         self.unusable: list[int] = []
         # gang.py's fewest nodes per request, until a node or what it can give changes.
         self.fewest_memo: dict[tuple[object, ...], int | None] = {}
+        # gang.py's best nodes of one domain, by the domain's (node, free GPUs, workers it
+        # holds) and the gang's shape: most domains are as they were at the last decision.
+        self.nodes_memo: dict[tuple[object, ...], object] = {}
         self.labels: list[Mapping[str, str]] = []
         self.index: dict[str, int] = {}
         self.total_free = 0
@@ -204,6 +207,7 @@ class Capacity:
         self._admits.clear()
         self._explained.clear()
         self.fewest_memo.clear()
+        self.nodes_memo.clear()
 
     def set_unusable(self, i: int, mask: int) -> None:
         """Node `i`'s GPUs that no job can have for now (failed, or a cordoned node's)."""

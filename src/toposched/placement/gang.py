@@ -13,10 +13,12 @@ GPUs can form an NVLink ring that no three of them do).
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
+from typing import cast
 
 from toposched.placement.capacity import Capacity
 from toposched.placement.levels import Usable, domain_rank, domains_at, level_index
@@ -320,6 +322,39 @@ def _fewest_nodes(capacities: list[int], workers: int) -> int | None:
     return None
 
 
+def _usable_nodes(
+    cap: Capacity, request: GangRequest, exclude: Mapping[int, int], admits: Admits
+) -> Usable:
+    """(node, its free GPUs less those excluded, workers it holds) of each node of a kind
+    `admits` takes that holds one: by its free GPUs, and by its CPUs and memory."""
+    g, fit = request.gpus_per_worker, request.fit
+    usable: Usable = []
+    # By groups of alike nodes: on a busy cluster most hold no worker of a large gang.
+    for key, members in cap.groups():
+        free = key[1]
+        if free.bit_count() < g or (admits is not None and not admits(key[3])):
+            continue
+        holds = free.bit_count() // g
+        if fit.sized:
+            room = fit.room(key[4], key[5])
+            holds = holds if room is None else min(holds, room)
+        if holds > 0:
+            usable.extend((i, free, holds) for i in members if i not in exclude)
+    for i, mask in exclude.items():
+        free = cap.free[i] & ~mask
+        if not cap.present[i] or free.bit_count() < g:
+            continue
+        if admits is not None and not admits(cap.kinds[i]):
+            continue
+        holds = free.bit_count() // g
+        room = cap.room(i, fit)
+        holds = holds if room is None else min(holds, room)
+        if holds > 0:
+            usable.append((i, free, holds))
+    usable.sort()
+    return usable
+
+
 def _place_on_many_nodes(
     cap: Capacity,
     request: GangRequest,
@@ -354,22 +389,10 @@ def _place_on_many_nodes(
             f"at most {room} fit now in the whole cluster"
         )
 
-    def usable_nodes() -> list[tuple[int, int, int]]:
-        """(node, its free GPUs less those excluded, workers it holds) of each node that
-        holds one."""
-        usable: list[tuple[int, int, int]] = []
-        for i in cap.present_indices():
-            if admits is not None and not admits(cap.kinds[i]):
-                continue
-            free = cap.free[i] & ~exclude.get(i, 0)
-            holds = most(free, cap.room(i, fit))
-            if holds > 0:
-                usable.append((i, free, holds))
-        return usable
-
     extra = request.extra_nodes
     loosest = None if extra is None else _loosest_limit(cap, request)
-    usable = usable_nodes() if exclude else None  # where none is excluded, only if needed
+    # Where none is excluded, only if needed.
+    usable = _usable_nodes(cap, request, exclude, admits) if exclude else None
     if loosest is not None and extra is not None:
         # The nodes with the most room, in any domain: if `loosest` of them cannot hold the
         # gang, no domain of any tier can, and the search below is not needed. Asked of
@@ -387,7 +410,7 @@ def _place_on_many_nodes(
             now = f"the {loosest} with the most room now hold {room_on_limit}"
             return _beyond_limit(request, loosest, now)
     if usable is None:
-        usable = usable_nodes()
+        usable = _usable_nodes(cap, request, exclude, admits)
 
     # Phase 1: fewest nodes, then lowest tier, over the domains the job accepts; with a split
     # limit, each tier's own (a wider tier never tightens what a narrower one allowed).
@@ -484,15 +507,7 @@ def _place_by_level(
     if request.widest < Tier.CLUSTER:
         upto = min(upto, int(request.widest) - 1)
     g, workers = request.gpus_per_worker, request.workers
-    usable: Usable = []
-    for i in cap.present_indices():
-        if admits is not None and not admits(cap.kinds[i]):
-            continue
-        free = cap.free[i] & ~exclude.get(i, 0)
-        room = cap.room(i, request.fit)
-        holds = free.bit_count() // g if room is None else min(free.bit_count() // g, room)
-        if holds > 0:
-            usable.append((i, free, holds))
+    usable = _usable_nodes(cap, request, exclude, admits)
     best_hold = 0
     for at in range(upto + 1):
         # The fewest nodes, then the domain's rank, then its best nodes: each asked only of
@@ -601,9 +616,15 @@ def fewest_nodes(cap: Capacity, request: GangRequest, tier: Tier | None = None) 
         if i in ruled_out:
             continue
         node = cap.nodes[i]
-        n = min((node.size - cap.unusable[i].bit_count()) // g, room_when_empty(cap, i, request))
+        n = (node.size - cap.unusable[i].bit_count()) // g
+        if request.fit.sized:
+            n = min(n, room_when_empty(cap, i, request))
         if n > 0:
-            domains.setdefault(node_domain(node, widest), []).append(n)
+            if widest in (Tier.RACK, Tier.POD):
+                key = cap.tier_domains[i][widest - 1]
+            else:
+                key = node_domain(node, widest)
+            domains.setdefault(key, []).append(n)
     fewest: int | None = None
     for holds in domains.values():
         holds.sort(reverse=True)
@@ -617,35 +638,80 @@ def fewest_nodes(cap: Capacity, request: GangRequest, tier: Tier | None = None) 
     return fewest
 
 
-def _best_nodes(
+# The sort key and plan of `_best_nodes`, or None.
+Best = tuple[tuple[float, ...], list[tuple[int, int, int]]] | None
+# Domains remembered at most: past it the memo starts again.
+NODES_MEMO_SIZE = 1 << 14
+
+
+def _best_nodes(cap: Capacity, members: Usable, workers: int, g: int, m: int) -> Best:
+    """`_best_nodes_now`, remembered in `cap` until a node, its labels or hardware change."""
+    key = (workers, g, m, tuple(members))
+    memo = cap.nodes_memo
+    if key in memo:
+        return cast(Best, memo[key])
+    if len(memo) >= NODES_MEMO_SIZE:
+        memo.clear()
+    found = memo[key] = _best_nodes_now(cap, members, workers, g, m)
+    return found
+
+
+def _best_nodes_now(
     cap: Capacity, members: list[tuple[int, int, int]], workers: int, g: int, m: int
-) -> tuple[tuple[float, ...], list[tuple[int, int, int]]] | None:
+) -> Best:
     """The m nodes of one domain with the best bottleneck ring, then the best fit; `members`
     are (node index, free mask, most workers it holds).
 
     Returns (sort key, [(node index, free mask, workers there)]) or None if m nodes cannot.
     """
-    profiles = [
-        (_ring_profile(cap.nodes[i].topology, free, cap.aware[i], g)[:most], i, free)
-        for i, free, most in members
-    ]
+    # Nodes alike in the rings they give and their free GPUs differ only by index: counted
+    # per class, most domains of alike nodes have a few classes however many nodes.
+    classes: dict[tuple[tuple[float, ...], int], list[tuple[int, int]]] = {}
+    for i, free, most in members:
+        profile = _ring_profile(cap.nodes[i].topology, free, cap.aware[i], g)[:most]
+        classes.setdefault((profile, free.bit_count()), []).append((i, free))
     thresholds = {math.inf}
-    for profile, _, _ in profiles:
+    for (profile, _), nodes in classes.items():
         thresholds.update(profile)
+        nodes.sort()
     for threshold in sorted(thresholds, reverse=True):
-        caps = [(_prefix_capacity(profile, threshold), i, free) for profile, i, free in profiles]
-        caps = [c for c in caps if c[0] > 0]
-        # Largest capacity first; among equals the fullest node (best fit), then the lowest index.
-        caps.sort(key=lambda c: (-c[0], c[2].bit_count(), c[1]))
-        if sum(c[0] for c in caps[:m]) < workers:
+        # (workers it holds, free GPUs) -> its nodes: the largest capacity first; among equals
+        # the fullest node (best fit), then the lowest index.
+        buckets: dict[tuple[int, int], list[list[tuple[int, int]]]] = {}
+        for (profile, count), nodes in classes.items():
+            holds = _prefix_capacity(profile, threshold)
+            if holds > 0:
+                buckets.setdefault((holds, count), []).append(nodes)
+        order = sorted(buckets, key=lambda b: (-b[0], b[1]))
+        total, left = 0, m
+        for bucket in order:
+            take = min(left, sum(len(nodes) for nodes in buckets[bucket]))
+            total, left = total + bucket[0] * take, left - take
+            if not left:
+                break
+        if total < workers:
             continue
-        taken = caps[: m - 1]
-        remainder = workers - sum(c[0] for c in taken)
+        merged = {
+            b: nodes[0] if len(nodes) == 1 else list(heapq.merge(*nodes))
+            for b, nodes in buckets.items()
+        }
+        taken: list[tuple[int, int, int]] = []
+        used: dict[tuple[int, int], int] = {}
+        left = m - 1
+        for bucket in order:
+            if not left:
+                break
+            take = used[bucket] = min(left, len(merged[bucket]))
+            taken.extend((i, free, bucket[0]) for i, free in merged[bucket][:take])
+            left -= take
+        remainder = workers - sum(w for _, _, w in taken)
+        # The fullest, then lowest, of the nodes not taken that hold the rest.
         last = min(
-            (c for c in caps[m - 1 :] if c[0] >= remainder),
-            key=lambda c: (c[2].bit_count(), c[1]),
+            (bucket[1], *merged[bucket][used.get(bucket, 0)])
+            for bucket in order
+            if bucket[0] >= remainder and used.get(bucket, 0) < len(merged[bucket])
         )
-        plan = [(i, free, w) for w, i, free in taken] + [(last[1], last[2], remainder)]
+        plan = [*taken, (last[1], last[2], remainder)]
         spare = sum(free.bit_count() for _, free, _ in plan) - workers * g
         return (-threshold, spare, min(i for i, _, _ in plan)), plan
     return None
