@@ -64,9 +64,14 @@ class Capacity:
     GPU types, GPU memory and tolerations rule out whole groups (`admits`); its labels are not
     (every node may have its own), and a selector rules nodes out one by one (`unlabelled`)."""
 
-    def __init__(self, nodes: Sequence[Node] = (), levels: tuple[Level, ...] = ()) -> None:
+    def __init__(
+        self, nodes: Sequence[Node] = (), levels: tuple[Level, ...] = (), declared: bool = False
+    ) -> None:
         # The cluster's levels, narrowest first (Cluster.all_levels): where gangs go whole.
         self.levels = levels or legacy_levels(DEFAULT_NETWORK_GBPS)
+        # Whether the cluster declared them (Cluster.levels): racks and pods of older cluster
+        # files keep the fewest-nodes rule across the network (gang.py, `_place_by_level`).
+        self.declared = declared and bool(levels)
         self.nodes: list[Node] = []
         # Each node's domain at every level, and its (pod, rack) and (pod,): fixed by its wiring.
         self.domains: list[tuple[Domain, ...]] = []

@@ -486,9 +486,12 @@ def _place_by_level(
     admits: Admits,
 ) -> Placement | Shortfall | None:
     """A gang whole inside one domain of the fastest level that holds it: up to its required
-    level, else up to its preferred one, else across the NVLink levels (a scale-up fabric
-    spanning nodes, an order of magnitude faster than the network beyond it). None: no such
-    domain and nothing required, so the fewest-nodes rule across the network decides."""
+    level, else up to its preferred one, else across every level a cluster declares (without
+    declared levels, across the NVLink ones: racks and pods keep the fewest-nodes rule).
+    Levels as fast as that one, up to the same bound, are as good to the gang's bottleneck:
+    among their domains the fewest nodes, then the narrower level. None: no such domain (or
+    the network beyond is as fast) and nothing required, so the fewest-nodes rule across the
+    network decides."""
     levels = cap.levels
     names = ", ".join(level.name for level in levels)
     required = request.level
@@ -498,7 +501,9 @@ def _place_by_level(
             upto = level_index(levels, name)
             if upto is None:
                 return Shortfall(f"no level named {name!r} in this cluster; the levels are {names}")
-    if upto is None:
+    if upto is None and cap.declared:
+        upto = len(levels) - 1
+    elif upto is None:
         nvlink = [i for i, level in enumerate(levels) if level.nvlink]
         if not nvlink:
             return None
@@ -509,18 +514,25 @@ def _place_by_level(
     g, workers = request.gpus_per_worker, request.workers
     usable = _usable_nodes(cap, request, exclude, admits)
     best_hold = 0
-    for at in range(upto + 1):
-        # The fewest nodes, then the domain's rank, then its best nodes: each asked only of
-        # the domains still level on what comes before.
-        fewest: list[tuple[int, tuple[str, ...], Usable]] = []
-        for key, members in domains_at(cap, usable, at).items():
-            capacities = [holds for _, _, holds in members]
-            best_hold = max(best_hold, sum(capacities))
-            m = _fewest_nodes(capacities, workers)
-            if m is not None:
-                fewest.append((m, key, members))
+    for first in range(upto + 1):
+        fewest = _fewest_per_domain(cap, usable, first, workers)
         if not fewest:
+            for members in domains_at(cap, usable, first).values():
+                best_hold = max(best_hold, sum(holds for _, _, holds in members))
             continue
+        band = first
+        while cap.declared and band < upto and levels[band + 1].gbps == levels[first].gbps:
+            band += 1
+        beyond = band == len(levels) - 1 and network[Tier.CLUSTER] == levels[first].gbps
+        if cap.declared and beyond and required is None:
+            return None  # nothing faster to keep it inside: the network rule decides
+        # The fewest nodes, then the narrower level, then the domain's rank, then its best
+        # nodes: each asked only of the domains still level on what comes before.
+        at = first
+        for wider in range(first + 1, band + 1):
+            found = _fewest_per_domain(cap, usable, wider, workers)
+            if min(e[0] for e in found) < min(e[0] for e in fewest):
+                at, fewest = wider, found
         m = min(entry[0] for entry in fewest)
         ranked = [(domain_rank(cap, at, key), members) for n, key, members in fewest if n == m]
         top = min(rank for rank, _ in ranked)
@@ -539,6 +551,19 @@ def _place_by_level(
         f"needs {workers} workers x {g} GPUs{request.fit.asked()} within one {required} "
         f"(topology_level); at most {best_hold} fit in one now"
     )
+
+
+def _fewest_per_domain(
+    cap: Capacity, usable: Usable, at: int, workers: int
+) -> list[tuple[int, tuple[str, ...], Usable]]:
+    """(the fewest nodes, domain, its usable nodes) of each domain of level `at` that holds
+    the gang."""
+    out = []
+    for key, members in domains_at(cap, usable, at).items():
+        m = _fewest_nodes([holds for _, _, holds in members], workers)
+        if m is not None:
+            out.append((m, key, members))
+    return out
 
 
 def _leveled_placement(
