@@ -69,7 +69,7 @@ def main() -> None:
         args.decisions = 20
     cluster: Cluster = parse_shorthand(spec)
     rng = random.Random(args.seed)
-    cap = Capacity(cluster.nodes, cluster.all_levels)
+    cap = Capacity(cluster.nodes, cluster.all_levels, bool(cluster.levels))  # as Books has it
     for i in range(len(cluster.nodes)):
         occupy(cap, i, rng)
     busy = cap.total_gpus - cap.total_free
