@@ -71,3 +71,17 @@ def test_nvcf_598_the_old_rule_would_split_the_gang_across_cliques() -> None:
     used = _nodes(s, "gang")
     assert all(int(n.rsplit("-", 1)[1]) >= 18 for n in used), used
     assert len(used) == 4
+
+
+def test_a_reservation_keeps_nodes_of_one_domain_of_the_required_level() -> None:
+    """A gang held to one clique waits for trays of one clique: the three that free up first
+    (trays 0, 18, 19) straddle two cliques and could never start it."""
+    s = scheduler(parse_shorthand("2*gb200-nvl72"), extra_nodes=None)
+    ends = {0: 100, 18: 110, 19: 120, 1: 300, 2: 310}
+    s.handle(*submit(*(job(f"t{i}", 4, limit_s=ends.get(i, 1000)) for i in range(36)), t=0))
+    assert all(_nodes(s, f"t{i}") == {f"gb200-nvl72-{i}"} for i in range(36))
+    s.handle(*submit(job("big", 4, workers=3, topology_level="clique"), t=1))
+    reservation = s.books.reservation
+    assert reservation is not None and reservation.job == "big"
+    kept = sorted(s.books.capacity.nodes[i].name for i in reservation.gpus)
+    assert kept == ["gb200-nvl72-0", "gb200-nvl72-1", "gb200-nvl72-2"]
