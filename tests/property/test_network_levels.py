@@ -1,4 +1,4 @@
-"""Declared network levels: the best bottleneck first, then the fewest nodes, against brute force."""
+"""Declared network levels: the best bottleneck, then the fewest nodes, against brute force."""
 
 from __future__ import annotations
 
