@@ -51,3 +51,37 @@ def test_a_preferred_level_falls_back_to_the_usual_placement() -> None:
     s.handle(*submit(job("p", 8, workers=2, topology_prefer="leaf"), t=1))
     assert len(_nodes(s, "p")) == 2
     s.handle(JobFinished(2, "p", True))
+
+
+def test_nvcf_598_the_old_rule_would_split_the_gang_across_cliques() -> None:
+    """nvcf#598 where bin-packing bites: one tray free in a full clique, and a clique with
+    room on every tray. Packing for the fewest nodes puts half the gang on that tray and half
+    in the other clique (three trays, one of them across the network at 50 GB/s); the gang goes
+    whole into the clique that holds it, on four trays at 900 GB/s."""
+    s = scheduler(parse_shorthand("2*gb200-nvl72"), extra_nodes=None)
+    # Clique 0 (trays 0-17): 3 GPUs busy on each tray.
+    s.handle(*submit(*(job(f"a{i}", 3) for i in range(18)), t=0))
+    # Clique 1 (trays 18-35): two 2-GPU jobs per tray (best fit packs them), then one of each
+    # pair ends: 2 GPUs free on every tray.
+    s.handle(*submit(*(job(f"p{i}", 2) for i in range(36)), t=1))
+    assert _nodes(s, "p0") == _nodes(s, "p1") == {"gb200-nvl72-18"}
+    s.handle(*(JobFinished(2, f"p{i}", True) for i in range(1, 36, 2)))
+    s.handle(JobFinished(3, "a0", True))  # tray 0 free: room for two of the gang's workers
+    s.handle(*submit(job("gang", 2, workers=4), t=4))
+    used = _nodes(s, "gang")
+    assert all(int(n.rsplit("-", 1)[1]) >= 18 for n in used), used
+    assert len(used) == 4
+
+
+def test_a_reservation_keeps_nodes_of_one_domain_of_the_required_level() -> None:
+    """A gang held to one clique waits for trays of one clique: the three that free up first
+    (trays 0, 18, 19) straddle two cliques and could never start it."""
+    s = scheduler(parse_shorthand("2*gb200-nvl72"), extra_nodes=None)
+    ends = {0: 100, 18: 110, 19: 120, 1: 300, 2: 310}
+    s.handle(*submit(*(job(f"t{i}", 4, limit_s=ends.get(i, 1000)) for i in range(36)), t=0))
+    assert all(_nodes(s, f"t{i}") == {f"gb200-nvl72-{i}"} for i in range(36))
+    s.handle(*submit(job("big", 4, workers=3, topology_level="clique"), t=1))
+    reservation = s.books.reservation
+    assert reservation is not None and reservation.job == "big"
+    kept = sorted(s.books.capacity.nodes[i].name for i in reservation.gpus)
+    assert kept == ["gb200-nvl72-0", "gb200-nvl72-1", "gb200-nvl72-2"]

@@ -36,7 +36,7 @@ class Books:
     def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
         self.network_gbps = cluster.network_gbps
-        self.capacity = Capacity(cluster.nodes, cluster.all_levels)
+        self.capacity = Capacity(cluster.nodes, cluster.all_levels, bool(cluster.levels))
         self.labels: dict[str, dict[str, str]] = {n.name: dict(n.labels) for n in cluster.nodes}
         self.unhealthy: dict[int, int] = {}  # failed GPUs of present nodes that have any
         self.cordoned: set[int] = set()  # nodes that take no new work; none of their GPUs is free

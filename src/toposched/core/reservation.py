@@ -19,6 +19,7 @@ from toposched.placement.gang import (
     room_when_empty,
     split_limit,
 )
+from toposched.placement.levels import level_index
 from toposched.placement.tables import to_mask
 from toposched.placement.typed import narrowed, one_type_each
 from toposched.topology.cluster import Tier
@@ -172,9 +173,13 @@ class Reserver:
         return None, now_matters
 
     def reserve_nodes(self, rec: JobRecord, request: GangRequest) -> Reservation | None:
-        """Whole nodes of one domain the job accepts, those that free up first; no more of them
-        than its split limit allows (placement/gang.py), or it could not start on them."""
+        """Whole nodes of one domain the job accepts (of the level it requires, if it names
+        one), those that free up first; no more of them than its split limit allows
+        (placement/gang.py), or it could not start on them."""
         cap = self.books.capacity
+        at = None if request.level is None else level_index(cap.levels, request.level)
+        if at is not None and request.widest < Tier.CLUSTER:
+            at = min(at, int(request.widest) - 1)  # level i is as wide as tier i + 1
         limit = None
         if request.extra_nodes is not None:
             limit = split_limit(cap, request, request.widest)
@@ -193,7 +198,9 @@ class Reserver:
                 (self.end_estimate(self.books.jobs[j]) for j in jobs), default=self.books.now
             )
             busy = sum(m.bit_count() for m in jobs.values())
-            key = node_domain(cap.nodes[i], request.widest)
+            key = (
+                cap.domains[i][at] if at is not None else node_domain(cap.nodes[i], request.widest)
+            )
             domains.setdefault(key, []).append((until, busy, i, healthy, holds))
         best: tuple[tuple[float, ...], Reservation] | None = None
         for members in domains.values():

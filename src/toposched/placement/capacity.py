@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
 from toposched.placement.tables import to_mask
+from toposched.placement.tally import Domain, DomainTally
 from toposched.topology.cluster import (
     DEFAULT_NETWORK_GBPS,
     Eligibility,
@@ -63,10 +64,19 @@ class Capacity:
     GPU types, GPU memory and tolerations rule out whole groups (`admits`); its labels are not
     (every node may have its own), and a selector rules nodes out one by one (`unlabelled`)."""
 
-    def __init__(self, nodes: Sequence[Node] = (), levels: tuple[Level, ...] = ()) -> None:
+    def __init__(
+        self, nodes: Sequence[Node] = (), levels: tuple[Level, ...] = (), declared: bool = False
+    ) -> None:
         # The cluster's levels, narrowest first (Cluster.all_levels): where gangs go whole.
         self.levels = levels or legacy_levels(DEFAULT_NETWORK_GBPS)
+        # Whether the cluster declared them (Cluster.levels): racks and pods of older cluster
+        # files keep the fewest-nodes rule across the network (gang.py, `_place_by_level`).
+        self.declared = declared and bool(levels)
         self.nodes: list[Node] = []
+        # Each node's domain at every level, and its (pod, rack) and (pod,): fixed by its wiring.
+        self.domains: list[tuple[Domain, ...]] = []
+        self.tier_domains: list[tuple[Domain, Domain]] = []
+        self.tally = DomainTally(len(self.levels))
         self.free: list[int] = []
         self.aware: list[bool] = []
         self.present: list[bool] = []
@@ -76,6 +86,9 @@ class Capacity:
         self.unusable: list[int] = []
         # gang.py's fewest nodes per request, until a node or what it can give changes.
         self.fewest_memo: dict[tuple[object, ...], int | None] = {}
+        # gang.py's best nodes of one domain, by the domain's (node, free GPUs, workers it
+        # holds) and the gang's shape: most domains are as they were at the last decision.
+        self.nodes_memo: dict[tuple[object, ...], object] = {}
         self.labels: list[Mapping[str, str]] = []
         self.index: dict[str, int] = {}
         self.total_free = 0
@@ -109,6 +122,8 @@ class Capacity:
             i = len(self.nodes)
             self.index[node.name] = i
             self.nodes.append(node)
+            self.domains.append(())
+            self.tier_domains.append(((), ()))
             self.free.append(0)
             self.aware.append(True)
             self.present.append(False)
@@ -119,7 +134,7 @@ class Capacity:
             self.kinds.append(0)
         elif self.present[i]:
             raise ValueError(f"node {node.name!r} is already present")
-        self.nodes[i] = node
+        self._wire(i, node)
         self.present[i] = True
         self.unusable[i] = 0
         self.kinds[i] = self._number(node)
@@ -176,11 +191,19 @@ class Capacity:
         self._leave(i)
         self.tainted += _taints_filter(node) - _taints_filter(self.nodes[i])
         self._count_type(self.nodes[i], -1)
-        self.nodes[i] = node
+        self._wire(i, node)
         self._count_type(node, 1)
         self.kinds[i] = self._number(node)
         self._join(i)
         self._forget()
+
+    def _wire(self, i: int, node: Node) -> None:
+        self.nodes[i] = node
+        # A node without a level's value (nodes handed in without their cluster's levels)
+        # is in that level's unnamed domain.
+        values = [node.level_values().get(level.name, "") for level in self.levels]
+        self.domains[i] = tuple(tuple(values[at:]) for at in range(len(values)))
+        self.tier_domains[i] = ((node.pod, node.rack), (node.pod,))
 
     def _forget(self) -> None:
         """A node came, went or changed: what was worked out per job's eligibility is stale."""
@@ -189,6 +212,7 @@ class Capacity:
         self._admits.clear()
         self._explained.clear()
         self.fewest_memo.clear()
+        self.nodes_memo.clear()
 
     def set_unusable(self, i: int, mask: int) -> None:
         """Node `i`'s GPUs that no job can have for now (failed, or a cordoned node's)."""
@@ -393,7 +417,9 @@ class Capacity:
 
     def _join(self, i: int) -> None:
         if self.present[i]:
-            self.free_by_type[self.type_key(i)] += self.free[i].bit_count()
+            free = self.free[i].bit_count()
+            self.free_by_type[self.type_key(i)] += free
+            self.tally.count(self.domains[i], free, free < self.nodes[i].size, 1)
         if self.present[i] and self.free[i]:
             key = self.signature(i)
             members = self._groups.setdefault(key, set())
@@ -406,7 +432,9 @@ class Capacity:
 
     def _leave(self, i: int) -> None:
         if self.present[i]:
-            self.free_by_type[self.type_key(i)] -= self.free[i].bit_count()
+            free = self.free[i].bit_count()
+            self.free_by_type[self.type_key(i)] -= free
+            self.tally.count(self.domains[i], free, free < self.nodes[i].size, -1)
         if not (self.present[i] and self.free[i]):
             return
         key = self.signature(i)

@@ -13,13 +13,15 @@ GPUs can form an NVLink ring that no three of them do).
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
+from typing import cast
 
 from toposched.placement.capacity import Capacity
-from toposched.placement.levels import Usable, domain_ranks, domains_at, level_index
+from toposched.placement.levels import Usable, domain_rank, domains_at, level_index
 from toposched.placement.request import Mode
 from toposched.placement.split import in_order, split_workers
 from toposched.placement.tables import from_mask, subset_tables, to_mask
@@ -288,14 +290,27 @@ def _ring_for(topology: NodeTopology, free: int, c: int, aware: bool) -> float:
     return tables.gbps(int(tables.ring[to_mask(from_mask(free)[:c])]))
 
 
-def _prefix_capacity(
-    topology: NodeTopology, free: int, aware: bool, per_worker: int, threshold: float, most: int
-) -> int:
-    """Most workers w (at most `most`) such that every count up to w reaches `threshold` on
-    this node."""
-    most = min(most, free.bit_count() // per_worker)
+@lru_cache(maxsize=1 << 16)
+def _ring_profile(
+    topology: NodeTopology, free: int, aware: bool, per_worker: int
+) -> tuple[float, ...]:
+    """The best ring of 1, 2, ... workers of `per_worker` GPUs the node's free GPUs give: asked
+    of every node of every competing domain at every decision, and the same for every node of
+    one kind with the same free GPUs."""
+    most = free.bit_count() // per_worker
+    return tuple(
+        _ring_for(topology, free, c, aware)
+        for c in range(per_worker, most * per_worker + 1, per_worker)
+    )
+
+
+def _prefix_capacity(profile: tuple[float, ...], threshold: float) -> int:
+    """Most workers w such that every count up to w reaches `threshold` (`profile`: the ring
+    of each count, `_ring_profile`, cut to the workers the node holds)."""
     w = 0
-    while w < most and _ring_for(topology, free, (w + 1) * per_worker, aware) >= threshold:
+    for ring in profile:
+        if ring < threshold:
+            break
         w += 1
     return w
 
@@ -307,6 +322,39 @@ def _fewest_nodes(capacities: list[int], workers: int) -> int | None:
         if total >= workers:
             return m
     return None
+
+
+def _usable_nodes(
+    cap: Capacity, request: GangRequest, exclude: Mapping[int, int], admits: Admits
+) -> Usable:
+    """(node, its free GPUs less those excluded, workers it holds) of each node of a kind
+    `admits` takes that holds one: by its free GPUs, and by its CPUs and memory."""
+    g, fit = request.gpus_per_worker, request.fit
+    usable: Usable = []
+    # By groups of alike nodes: on a busy cluster most hold no worker of a large gang.
+    for key, members in cap.groups():
+        free = key[1]
+        if free.bit_count() < g or (admits is not None and not admits(key[3])):
+            continue
+        holds = free.bit_count() // g
+        if fit.sized:
+            room = fit.room(key[4], key[5])
+            holds = holds if room is None else min(holds, room)
+        if holds > 0:
+            usable.extend((i, free, holds) for i in members if i not in exclude)
+    for i, mask in exclude.items():
+        free = cap.free[i] & ~mask
+        if not cap.present[i] or free.bit_count() < g:
+            continue
+        if admits is not None and not admits(cap.kinds[i]):
+            continue
+        holds = free.bit_count() // g
+        room = cap.room(i, fit)
+        holds = holds if room is None else min(holds, room)
+        if holds > 0:
+            usable.append((i, free, holds))
+    usable.sort()
+    return usable
 
 
 def _place_on_many_nodes(
@@ -343,22 +391,10 @@ def _place_on_many_nodes(
             f"at most {room} fit now in the whole cluster"
         )
 
-    def usable_nodes() -> list[tuple[int, int, int]]:
-        """(node, its free GPUs less those excluded, workers it holds) of each node that
-        holds one."""
-        usable: list[tuple[int, int, int]] = []
-        for i in cap.present_indices():
-            if admits is not None and not admits(cap.kinds[i]):
-                continue
-            free = cap.free[i] & ~exclude.get(i, 0)
-            holds = most(free, cap.room(i, fit))
-            if holds > 0:
-                usable.append((i, free, holds))
-        return usable
-
     extra = request.extra_nodes
     loosest = None if extra is None else _loosest_limit(cap, request)
-    usable = usable_nodes() if exclude else None  # where none is excluded, only if needed
+    # Where none is excluded, only if needed.
+    usable = _usable_nodes(cap, request, exclude, admits) if exclude else None
     if loosest is not None and extra is not None:
         # The nodes with the most room, in any domain: if `loosest` of them cannot hold the
         # gang, no domain of any tier can, and the search below is not needed. Asked of
@@ -376,22 +412,29 @@ def _place_on_many_nodes(
             now = f"the {loosest} with the most room now hold {room_on_limit}"
             return _beyond_limit(request, loosest, now)
     if usable is None:
-        usable = usable_nodes()
+        usable = _usable_nodes(cap, request, exclude, admits)
 
     # Phase 1: fewest nodes, then lowest tier, over the domains the job accepts; with a split
     # limit, each tier's own (a wider tier never tightens what a narrower one allowed).
-    chosen: tuple[int, Tier, list[tuple[int, int, int]]] | None = None
+    chosen: tuple[int, Tier] | None = None
     refused: tuple[int, int] | None = None  # (nodes, limit) of the least split refused
     best_hold = 0
+    # Per tier, the domains that do it with the fewest nodes they can: the only ones that
+    # compete once the tier's fewest is known.
+    fewest_at: dict[Tier, tuple[int, list[Usable]]] = {}
     for tier in (Tier.RACK, Tier.POD, Tier.CLUSTER):
         if tier > request.widest:
             break
         limit = None if extra is None else split_limit(cap, request, tier)
-        domains: dict[tuple[str, ...], list[tuple[int, int, int]]] = {}
-        for i, free, holds in usable:
-            domains.setdefault(node_domain(cap.nodes[i], tier), []).append((i, free, holds))
-        for key in sorted(domains):
-            members = domains[key]
+        domains: dict[tuple[str, ...], Usable] = {}
+        if tier == Tier.CLUSTER:
+            domains[()] = usable
+        else:
+            tier_domains = cap.tier_domains
+            for entry in usable:
+                key = tier_domains[entry[0]][tier - 1]
+                domains.setdefault(key, []).append(entry)
+        for members in domains.values():
             capacities = [holds for _, _, holds in members]
             best_hold = max(best_hold, sum(capacities))
             m = _fewest_nodes(capacities, workers)
@@ -402,7 +445,12 @@ def _place_on_many_nodes(
                     refused = (m, limit)
                 continue
             if chosen is None or m < chosen[0]:
-                chosen = (m, tier, members)
+                chosen = (m, tier)
+            fewest = fewest_at.get(tier)
+            if fewest is None or m < fewest[0]:
+                fewest_at[tier] = (m, [members])
+            elif m == fewest[0]:
+                fewest[1].append(members)
     if chosen is None and refused is not None:
         m, limit = refused
         return _beyond_limit(request, limit, f"the fewest with room now are {m}")
@@ -411,14 +459,12 @@ def _place_on_many_nodes(
             f"needs {workers} workers x {g} GPUs{each} within {where[request.widest]}; "
             f"at most {best_hold} fit now"
         )
-    m, tier, _ = chosen
-    # Every domain of that tier that does it with m nodes competes on ring, then fit.
-    domains = {}
-    for i, free, holds in usable:
-        domains.setdefault(node_domain(cap.nodes[i], tier), []).append((i, free, holds))
+    m, tier = chosen
+    # Every domain of that tier that does it with m nodes competes on ring, then fit (those
+    # that need more have no m nodes that hold it; the minimum index in the key decides ties).
     best: tuple[tuple[float, ...], list[tuple[int, int, int]]] | None = None
-    for key in sorted(domains):
-        pick = _best_nodes(cap, domains[key], workers, g, m)
+    for members in fewest_at[tier][1]:
+        pick = _best_nodes(cap, members, workers, g, m)
         if pick is not None and (best is None or pick[0] < best[0]):
             best = pick
     assert best is not None  # the domain found in phase 1 does it with m nodes
@@ -442,9 +488,12 @@ def _place_by_level(
     admits: Admits,
 ) -> Placement | Shortfall | None:
     """A gang whole inside one domain of the fastest level that holds it: up to its required
-    level, else up to its preferred one, else across the NVLink levels (a scale-up fabric
-    spanning nodes, an order of magnitude faster than the network beyond it). None: no such
-    domain and nothing required, so the fewest-nodes rule across the network decides."""
+    level, else up to its preferred one, else across every level a cluster declares (without
+    declared levels, across the NVLink ones: racks and pods keep the fewest-nodes rule).
+    Levels as fast as that one, up to the same bound, are as good to the gang's bottleneck:
+    among their domains the fewest nodes, then the narrower level. None: no such domain (or
+    the network beyond is as fast) and nothing required, so the fewest-nodes rule across the
+    network decides."""
     levels = cap.levels
     names = ", ".join(level.name for level in levels)
     required = request.level
@@ -454,7 +503,9 @@ def _place_by_level(
             upto = level_index(levels, name)
             if upto is None:
                 return Shortfall(f"no level named {name!r} in this cluster; the levels are {names}")
-    if upto is None:
+    if upto is None and cap.declared:
+        upto = len(levels) - 1
+    elif upto is None:
         nvlink = [i for i, level in enumerate(levels) if level.nvlink]
         if not nvlink:
             return None
@@ -463,36 +514,58 @@ def _place_by_level(
     if request.widest < Tier.CLUSTER:
         upto = min(upto, int(request.widest) - 1)
     g, workers = request.gpus_per_worker, request.workers
-    usable: Usable = []
-    for i in cap.present_indices():
-        if admits is not None and not admits(cap.kinds[i]):
-            continue
-        free = cap.free[i] & ~exclude.get(i, 0)
-        room = cap.room(i, request.fit)
-        holds = free.bit_count() // g if room is None else min(free.bit_count() // g, room)
-        if holds > 0:
-            usable.append((i, free, holds))
+    usable = _usable_nodes(cap, request, exclude, admits)
     best_hold = 0
-    for at in range(upto + 1):
-        ranks = domain_ranks(cap, at)
-        best: tuple[tuple[object, ...], list[tuple[int, int, int]]] | None = None
-        for key, members in sorted(domains_at(cap, usable, at).items()):
-            capacities = [holds for _, _, holds in members]
-            best_hold = max(best_hold, sum(capacities))
-            m = _fewest_nodes(capacities, workers)
-            if m is None:
+    for first in range(upto + 1):
+        fewest = _fewest_per_domain(cap, usable, first, workers)
+        if not fewest:
+            for members in domains_at(cap, usable, first).values():
+                best_hold = max(best_hold, sum(holds for _, _, holds in members))
+            continue
+        band = first
+        while cap.declared and band < upto and levels[band + 1].gbps == levels[first].gbps:
+            band += 1
+        beyond = band == len(levels) - 1 and network[Tier.CLUSTER] == levels[first].gbps
+        if cap.declared and beyond and required is None:
+            return None  # nothing faster to keep it inside: the network rule decides
+        # The fewest nodes, then the narrower level, then the domain's rank, then its best
+        # nodes: each asked only of the domains still level on what comes before.
+        at = first
+        for wider in range(first + 1, band + 1):
+            found = _fewest_per_domain(cap, usable, wider, workers)
+            if min(e[0] for e in found) < min(e[0] for e in fewest):
+                at, fewest = wider, found
+        m = min(entry[0] for entry in fewest)
+        ranked = [(domain_rank(cap, at, key), members) for n, key, members in fewest if n == m]
+        top = min(rank for rank, _ in ranked)
+        best: tuple[tuple[float, ...], list[tuple[int, int, int]]] | None = None
+        for rank, members in ranked:
+            if rank != top:
                 continue
             pick = _best_nodes(cap, members, workers, g, m)
-            if pick is not None and (best is None or (m, ranks[key], pick[0]) < best[0]):
-                best = ((m, ranks[key], pick[0]), pick[1])
-        if best is not None:
-            return _leveled_placement(cap, request, best[1], at)
+            if pick is not None and (best is None or pick[0] < best[0]):
+                best = pick
+        assert best is not None  # a domain that does it with m nodes has a best m of them
+        return _leveled_placement(cap, request, best[1], at)
     if required is None:
         return None
     return Shortfall(
         f"needs {workers} workers x {g} GPUs{request.fit.asked()} within one {required} "
         f"(topology_level); at most {best_hold} fit in one now"
     )
+
+
+def _fewest_per_domain(
+    cap: Capacity, usable: Usable, at: int, workers: int
+) -> list[tuple[int, tuple[str, ...], Usable]]:
+    """(the fewest nodes, domain, its usable nodes) of each domain of level `at` that holds
+    the gang."""
+    out = []
+    for key, members in domains_at(cap, usable, at).items():
+        m = _fewest_nodes([holds for _, _, holds in members], workers)
+        if m is not None:
+            out.append((m, key, members))
+    return out
 
 
 def _leveled_placement(
@@ -536,10 +609,15 @@ def split_limit(cap: Capacity, request: GangRequest, tier: Tier) -> int | None:
     `fewest_nodes` there), kept in `cap` until a node or what it can give changes; None: no
     domain of that tier could ever hold it."""
     assert request.extra_nodes is not None
-    key = (request.workers, request.gpus_per_worker, tier, request.where, request.fit)
+    shape = (request.workers, request.gpus_per_worker)
+    key = (*shape, tier, request.where, request.fit)
     memo = cap.fewest_memo
     if key not in memo:
-        memo[key] = fewest_nodes(cap, request, tier)
+        # Every tier's at once: one walk of the nodes where three would do the same.
+        for each, fewest in _fewest_by_tier(cap, request).items():
+            memo[(*shape, each, request.where, request.fit)] = fewest
+        if key not in memo:
+            memo[key] = fewest_nodes(cap, request, tier)
     fewest = memo[key]
     return None if fewest is None else fewest + request.extra_nodes
 
@@ -562,64 +640,131 @@ def fewest_nodes(cap: Capacity, request: GangRequest, tier: Tier | None = None) 
     needs runs slower (its workers wait on the network) and has neighbours on every node it
     touches: on the Philly trace, splits beyond the fewest nodes cost a fifth of the average
     JCT (docs/scheduler.md)."""
-    g = request.gpus_per_worker
     widest = request.widest if tier is None else tier
+    if widest != Tier.NODE:
+        return _fewest_by_tier(cap, request)[widest]
+    holds = [n for _, n in _node_holds(cap, request)]
+    return 1 if any(n >= request.workers for n in holds) else None
+
+
+def _node_holds(cap: Capacity, request: GangRequest) -> Iterator[tuple[int, int]]:
+    """(node, workers it holds with none of its jobs running) of each node that holds one."""
+    g = request.gpus_per_worker
     ruled_out = cap.ruled_out(request.where)
-    domains: dict[tuple[str, ...], list[int]] = {}
     for i in cap.present_indices():
         if i in ruled_out:
             continue
-        node = cap.nodes[i]
-        n = min((node.size - cap.unusable[i].bit_count()) // g, room_when_empty(cap, i, request))
+        n = (cap.nodes[i].size - cap.unusable[i].bit_count()) // g
+        if request.fit.sized:
+            n = min(n, room_when_empty(cap, i, request))
         if n > 0:
-            domains.setdefault(node_domain(node, widest), []).append(n)
+            yield i, n
+
+
+def _fewest_by_tier(cap: Capacity, request: GangRequest) -> dict[Tier, int | None]:
+    """`fewest_nodes` in one domain of a rack, of a pod and of the cluster: racks counted
+    from the nodes, pods from their racks."""
+    racks: dict[tuple[str, ...], list[int]] = {}
+    for i, n in _node_holds(cap, request):
+        racks.setdefault(cap.tier_domains[i][0], []).append(n)
+    pods: dict[tuple[str, ...], list[int]] = {}
+    for (pod, _), holds in racks.items():
+        pods.setdefault((pod,), []).extend(holds)
+    everything = [n for holds in pods.values() for n in holds]
+    return {
+        tier: _least_nodes(domains, request.workers)
+        for tier, domains in (
+            (Tier.RACK, list(racks.values())),
+            (Tier.POD, list(pods.values())),
+            (Tier.CLUSTER, [everything]),
+        )
+    }
+
+
+def _least_nodes(domains: list[list[int]], workers: int) -> int | None:
+    """The fewest nodes of any one domain (each its nodes' workers) that hold `workers`."""
     fewest: int | None = None
-    for holds in domains.values():
-        holds.sort(reverse=True)
-        held = 0
-        for count, n in enumerate(holds, 1):
-            held += n
-            if held >= request.workers:
-                if fewest is None or count < fewest:
-                    fewest = count
-                break
+    for holds in domains:
+        m = _fewest_nodes(holds, workers)
+        if m is not None and (fewest is None or m < fewest):
+            fewest = m
     return fewest
 
 
-def _best_nodes(
+# The sort key and plan of `_best_nodes`, or None.
+Best = tuple[tuple[float, ...], list[tuple[int, int, int]]] | None
+# Domains remembered at most: past it the memo starts again.
+NODES_MEMO_SIZE = 1 << 14
+
+
+def _best_nodes(cap: Capacity, members: Usable, workers: int, g: int, m: int) -> Best:
+    """`_best_nodes_now`, remembered in `cap` until a node, its labels or hardware change."""
+    key = (workers, g, m, tuple(members))
+    memo = cap.nodes_memo
+    if key in memo:
+        return cast(Best, memo[key])
+    if len(memo) >= NODES_MEMO_SIZE:
+        memo.clear()
+    found = memo[key] = _best_nodes_now(cap, members, workers, g, m)
+    return found
+
+
+def _best_nodes_now(
     cap: Capacity, members: list[tuple[int, int, int]], workers: int, g: int, m: int
-) -> tuple[tuple[float, ...], list[tuple[int, int, int]]] | None:
+) -> Best:
     """The m nodes of one domain with the best bottleneck ring, then the best fit; `members`
     are (node index, free mask, most workers it holds).
 
     Returns (sort key, [(node index, free mask, workers there)]) or None if m nodes cannot.
     """
-    thresholds = {math.inf}
+    # Nodes alike in the rings they give and their free GPUs differ only by index: counted
+    # per class, most domains of alike nodes have a few classes however many nodes.
+    classes: dict[tuple[tuple[float, ...], int], list[tuple[int, int]]] = {}
     for i, free, most in members:
-        topology = cap.nodes[i].topology
-        for c in range(g, most * g + 1, g):
-            thresholds.add(_ring_for(topology, free, c, cap.aware[i]))
+        profile = _ring_profile(cap.nodes[i].topology, free, cap.aware[i], g)[:most]
+        classes.setdefault((profile, free.bit_count()), []).append((i, free))
+    thresholds = {math.inf}
+    for (profile, _), nodes in classes.items():
+        thresholds.update(profile)
+        nodes.sort()
     for threshold in sorted(thresholds, reverse=True):
-        caps = [
-            (
-                _prefix_capacity(cap.nodes[i].topology, free, cap.aware[i], g, threshold, most),
-                i,
-                free,
-            )
-            for i, free, most in members
-        ]
-        caps = [c for c in caps if c[0] > 0]
-        # Largest capacity first; among equals the fullest node (best fit), then the lowest index.
-        caps.sort(key=lambda c: (-c[0], c[2].bit_count(), c[1]))
-        if sum(c[0] for c in caps[:m]) < workers:
+        # (workers it holds, free GPUs) -> its nodes: the largest capacity first; among equals
+        # the fullest node (best fit), then the lowest index.
+        buckets: dict[tuple[int, int], list[list[tuple[int, int]]]] = {}
+        for (profile, count), nodes in classes.items():
+            holds = _prefix_capacity(profile, threshold)
+            if holds > 0:
+                buckets.setdefault((holds, count), []).append(nodes)
+        order = sorted(buckets, key=lambda b: (-b[0], b[1]))
+        total, left = 0, m
+        for bucket in order:
+            take = min(left, sum(len(nodes) for nodes in buckets[bucket]))
+            total, left = total + bucket[0] * take, left - take
+            if not left:
+                break
+        if total < workers:
             continue
-        taken = caps[: m - 1]
-        remainder = workers - sum(c[0] for c in taken)
+        merged = {
+            b: nodes[0] if len(nodes) == 1 else list(heapq.merge(*nodes))
+            for b, nodes in buckets.items()
+        }
+        taken: list[tuple[int, int, int]] = []
+        used: dict[tuple[int, int], int] = {}
+        left = m - 1
+        for bucket in order:
+            if not left:
+                break
+            take = used[bucket] = min(left, len(merged[bucket]))
+            taken.extend((i, free, bucket[0]) for i, free in merged[bucket][:take])
+            left -= take
+        remainder = workers - sum(w for _, _, w in taken)
+        # The fullest, then lowest, of the nodes not taken that hold the rest.
         last = min(
-            (c for c in caps[m - 1 :] if c[0] >= remainder),
-            key=lambda c: (c[2].bit_count(), c[1]),
+            (bucket[1], *merged[bucket][used.get(bucket, 0)])
+            for bucket in order
+            if bucket[0] >= remainder and used.get(bucket, 0) < len(merged[bucket])
         )
-        plan = [(i, free, w) for w, i, free in taken] + [(last[1], last[2], remainder)]
+        plan = [*taken, (last[1], last[2], remainder)]
         spare = sum(free.bit_count() for _, free, _ in plan) - workers * g
         return (-threshold, spare, min(i for i, _, _ in plan)), plan
     return None
