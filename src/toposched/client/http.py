@@ -174,6 +174,7 @@ class Client:
         token_source: str = "",
         timeout: float = TIMEOUT_S,
         transport: httpx.BaseTransport | None = None,
+        wire: Wire | None = None,
         retry: Retry = DEFAULT_RETRY,
         on_retry: Callable[[str], None] | None = None,
         sleep: Callable[[float], None] = time.sleep,
@@ -190,7 +191,9 @@ class Client:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         # The standard library's http.client where it serves (plain HTTP, no proxy, no
         # transport given), else httpx: see toposched.client.wire.
-        self._wire: Wire = connect(self.url + API, headers, timeout, transport)
+        # A wire given carries its own credentials: the Kubernetes CLI's reaches the scheduler's
+        # read API through the API server's service proxy, with the kubeconfig's.
+        self._wire: Wire = wire or connect(self.url + API, headers, timeout, transport)
 
     @classmethod
     def from_env(
@@ -234,14 +237,20 @@ class Client:
             body = None
         detail = body.get("detail") if isinstance(body, dict) else None
         fields: list[tuple[str, str]] = []
-        if isinstance(detail, list):
+        reason = ""
+        if isinstance(body, dict) and body.get("kind") == "Status":
+            # Kubernetes' own answer, from the API server in front of the read API (its proxy:
+            # no such service, no endpoint, not allowed).
+            reason = str(body.get("reason") or resp.reason)
+            message = str(body.get("message") or "") or _text(resp)
+        elif isinstance(detail, list):
             fields = _field_lines(detail)
             message = "\n".join(f"{loc}: {msg}" if loc else msg for loc, msg in fields)
         elif isinstance(detail, str):
             message = detail
         else:
             message = f"HTTP {resp.status} from {self.url}: {_text(resp) or resp.reason}"
-        if resp.status == 401:
+        if resp.status == 401 and not reason:  # a token of ours, not the kubeconfig's
             if self.token is None:
                 message += f"; no token was sent: {self.token_source or TOKEN_ENV + ' is unset'}"
             elif self.token_source:
@@ -249,6 +258,7 @@ class Client:
         return ApiError(
             resp.status,
             message or f"HTTP {resp.status}",
+            reason=reason,
             retry_after=retry_after(resp.headers.get("retry-after")),
             details=body,
             fields=fields,

@@ -111,7 +111,13 @@ class KubeApi:
     ) -> Any:
         if self.limit is not None:
             self.limit.wait()
-        params = [(k, v) for k, v in (query or {}).items() if v is not None]
+        # A list is the parameter repeated, as a URL carries several values of one name.
+        params = [
+            (k, item)
+            for k, v in (query or {}).items()
+            for item in (v if isinstance(v, list) else [v])
+            if item is not None
+        ]
         headers = {"Accept": "application/json", "Content-Type": content_type}
         if (
             body is not None
@@ -179,6 +185,21 @@ class KubeApi:
         except Exception as err:  # the connection, a timeout: no answer at all
             raise ApiError(0, f"{method} {path}: {err}", reason="Unreachable") from err
         return _decode(resp, data)
+
+    def raw(
+        self, method: str, path: str, query: Mapping[str, Any] | None = None, body: Any = None
+    ) -> tuple[int, str, dict[str, str], bytes]:
+        """The answer as it came, whatever its status: (status, reason phrase, headers with
+        names in lower case, body), for a caller that reads errors its own way (a service
+        behind the API server's proxy); ApiError with status 0 when no answer came."""
+        try:
+            resp = self._send(method, path, query, body)
+            data = resp.read()
+        except Exception as err:  # the connection, a timeout: no answer at all
+            raise ApiError(0, f"{method} {path}: {err}", reason="Unreachable") from err
+        got = getattr(resp, "headers", None) or {}
+        headers = {str(k).lower(): str(v) for k, v in got.items()}
+        return int(resp.status), str(getattr(resp, "reason", "") or ""), headers, bytes(data)
 
     def text(self, path: str, query: Mapping[str, Any] | None = None) -> Iterator[bytes]:
         """A plain-text answer (a pod's log), in chunks as they come: with `follow` the API
