@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.agent.conftest import NODE, NS, RunningAgent
 from tests.agent.fakes import FakeKubelet, HealthNvml
@@ -15,7 +16,7 @@ from tests.agent.test_e2e import bound_gpus
 from tests.agent.test_plugin import gpu_pod
 from tests.kube.live import LiveCluster
 from tests.server import free_port, wait_for
-from toposched.agent.activity import PodActivity, exposition, holders, serve_metrics
+from toposched.agent.activity import LABELS, PodActivity, exposition, holders, serve_metrics
 from toposched.agent.plugin import pods_on
 from toposched.discovery.gpu_usage import GpuUsage, NvmlUsage
 from toposched.kube.api import KubeApi
@@ -60,23 +61,61 @@ def test_a_gpu_is_never_a_pods_of_another_scheduler() -> None:
     assert {g: h.pod for g, h in held.items()} == {0: "train", 1: "train"}
 
 
+def series(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Each series of a Prometheus text exposition, read as Prometheus reads it: (name, its
+    labels in dcgm-exporter's order) -> value. The order labels are written in means nothing to
+    a scrape, so it is not what is compared; every label's name and value is."""
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            assert set(sample.labels) == set(LABELS), sample
+            labels = tuple((name, sample.labels[name]) for name in LABELS)
+            out[(sample.name, labels)] = sample.value
+    return out
+
+
+def dcgm(gpu: int, uuid: str, pod: str = "", container: str = "") -> tuple[tuple[str, str], ...]:
+    """dcgm-exporter's labels of one GPU on node-1."""
+    ns = NS if pod else ""
+    return (
+        ("gpu", str(gpu)),
+        ("UUID", uuid),
+        ("device", f"nvidia{gpu}"),
+        ("Hostname", "node-1"),
+        ("container", container),
+        ("namespace", ns),
+        ("pod", pod),
+    )
+
+
 def test_the_metrics_are_dcgm_exporters_names_and_labels() -> None:
     gpus = (GpuUsage(0, 87.0, 3 * 2**30, 16 * 2**30, (11,)), GpuUsage(1, 0.0, 0, 16 * 2**30, ()))
     held = holders([running_pod("train", "0", 1)], RESOURCE)
     text = exposition(gpus, held, {0: "GPU-aaaa"}, "node-1")
-    assert "# TYPE DCGM_FI_DEV_GPU_UTIL gauge" in text
-    assert (
-        'DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-aaaa",device="nvidia0",Hostname="node-1",'
-        f'container="c0",namespace="{NS}",pod="train"}} 87'
-    ) in text
-    assert (
-        'DCGM_FI_DEV_FB_USED{gpu="1",UUID="",device="nvidia1",Hostname="node-1",'
-        'container="",namespace="",pod=""} 0'
-    ) in text
-    assert (
-        'DCGM_FI_DEV_FB_FREE{gpu="0",UUID="GPU-aaaa",device="nvidia0",Hostname="node-1",'
-        f'container="c0",namespace="{NS}",pod="train"}} 13312'
-    ) in text
+    assert LABELS == ("gpu", "UUID", "device", "Hostname", "container", "namespace", "pod")
+    for name, kind, help_text in [
+        ("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %)."),
+        ("DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB)."),
+        ("DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB)."),
+    ]:
+        assert f"# HELP {name} {help_text}\n# TYPE {name} {kind}\n" in text
+    train, idle = dcgm(0, "GPU-aaaa", "train", "c0"), dcgm(1, "")
+    assert series(text) == {
+        ("DCGM_FI_DEV_GPU_UTIL", train): 87.0,
+        ("DCGM_FI_DEV_GPU_UTIL", idle): 0.0,
+        ("DCGM_FI_DEV_FB_USED", train): 3072.0,
+        ("DCGM_FI_DEV_FB_USED", idle): 0.0,
+        ("DCGM_FI_DEV_FB_FREE", train): 13312.0,
+        ("DCGM_FI_DEV_FB_FREE", idle): 16384.0,
+    }
+
+
+def test_a_label_value_is_escaped_as_the_text_format_asks() -> None:
+    """A pod or container name cannot carry a quote, but a UUID read from a driver could: the
+    exposition must still parse, with the value as it was."""
+    text = exposition((GpuUsage(0, 1.0, 0, 2**30, ()),), {}, {0: 'GPU-"a"\\b\nc'}, "node-1")
+    ((_, labels),) = {key for key in series(text) if key[0] == "DCGM_FI_DEV_GPU_UTIL"}
+    assert dict(labels)["UUID"] == 'GPU-"a"\\b\nc'
 
 
 def test_an_idle_pod_is_marked_by_the_agent_and_evicted_by_the_scheduler(
@@ -109,10 +148,17 @@ def test_an_idle_pod_is_marked_by_the_agent_and_evicted_by_the_scheduler(
     server = serve_metrics(activity, f"127.0.0.1:{port}")
     try:
         activity.step()
-        metrics = httpx.get(f"http://127.0.0.1:{port}/metrics").text
-        first = chosen["busy"].split(",")[0]
-        assert f'DCGM_FI_DEV_GPU_UTIL{{gpu="{first}",' in metrics
-        assert f'container="c0",namespace="{NS}",pod="busy"}} 60' in metrics
+        scraped = httpx.get(f"http://127.0.0.1:{port}/metrics")
+        assert scraped.headers["content-type"].startswith("text/plain; version=0.0.4")
+        busy_util = {
+            dict(labels)["gpu"]: value
+            for (name, labels), value in series(scraped.text).items()
+            if name == "DCGM_FI_DEV_GPU_UTIL"
+            and dict(labels)["pod"] == "busy"
+            and dict(labels)["namespace"] == NS
+            and dict(labels)["container"] == "c0"
+        }
+        assert busy_util == dict.fromkeys(chosen["busy"].split(","), 60.0)
 
         def marked() -> tuple[dict[str, str] | None] | None:
             activity.step()  # a poll, as the agent's loop makes one each interval

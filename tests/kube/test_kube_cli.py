@@ -167,13 +167,36 @@ def test_the_read_api_pages_jobs_as_the_server_does(
     for name in ("a", "b", "c"):
         apiserver.create(pod(name, 1))
     until(lambda: cluster.bound("a", "b", "c"), "three pods bound")
-    read = SchedulerApi(KubeApi.connect(str(user)))
-    first = read.get("/api/v1/jobs", limit=2)
-    assert [j["name"][:8] for j in first["jobs"]] == ["team-a/a", "team-a/b"]
-    assert "command" not in first["jobs"][0]  # list rows are slim, as the server's
-    token = first["metadata"]["continue"]
-    rest = read.get("/api/v1/jobs", limit=2, **{"continue": token})
-    assert [j["name"][:8] for j in rest["jobs"]] == ["team-a/c"]
-    assert rest["metadata"]["continue"] is None
+    # The standalone server's own client reads it, page by page.
+    read = SchedulerApi(KubeApi.connect(str(user))).client
+    first = read.job_page(limit=2)
+    assert [j["name"][:8] for j in first.jobs] == ["team-a/a", "team-a/b"]
+    assert "command" not in first.jobs[0]  # list rows are slim, as the server's
+    assert first.continue_ is not None
+    rest = read.job_page(limit=2, continue_=first.continue_)
+    assert [j["name"][:8] for j in rest.jobs] == ["team-a/c"]
+    assert rest.continue_ is None
+    assert [j["name"] for j in read.all_jobs(page_size=1)] == [
+        j["name"] for j in first.jobs + rest.jobs
+    ]
     listed = json.loads(ok(kube(user, "list", "--json")))
     assert len(listed["jobs"]) == 3 and listed["metadata"] == {"continue": None}
+
+
+def test_the_api_servers_own_refusal_reads_as_its_status(
+    apiserver: LiveCluster, user: Path
+) -> None:
+    """The read API's client reads a Kubernetes Status from the proxy in front of it as kubectl
+    shows it (code, reason, message), not as a toposched server's error: here RBAC's, which
+    lets users proxy to the scheduler's Service alone."""
+    from toposched.common.apierror import ApiError
+    from toposched.kube.api import KubeApi
+    from toposched.kube.reads import SchedulerApi
+
+    read = SchedulerApi(KubeApi.connect(str(user)), service="no-such-scheduler")
+    with pytest.raises(ApiError) as raised:
+        read.jobs()
+    err = raised.value
+    assert (err.status, err.reason) == (403, "Forbidden"), str(err)
+    assert str(err) == f"403 Forbidden: {err.message}"
+    assert 'services "no-such-scheduler:http" is forbidden' in err.message

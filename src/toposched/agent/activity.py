@@ -17,12 +17,15 @@ acts on a gang whose every pod says so (kube/driver.py).
 from __future__ import annotations
 
 import logging
-import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from wsgiref.simple_server import WSGIServer
+
+from prometheus_client import CollectorRegistry, generate_latest, start_http_server
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from toposched.agent.podmatch import DEFAULT_SCHEDULERS, JSON, gpu_containers, placed_by, pod_uid
 from toposched.core.idle import IdleWatch
@@ -47,6 +50,9 @@ FIELDS: tuple[tuple[str, str, Callable[[GpuUsage], float]], ...] = (
         lambda g: max(0, g.memory_total - g.memory_used) / MIB,
     ),
 )
+
+# dcgm-exporter's labels, in its order.
+LABELS = ("gpu", "UUID", "device", "Hostname", "container", "namespace", "pod")
 
 
 @dataclass(frozen=True)
@@ -89,35 +95,55 @@ def holders(
     return found
 
 
+def families(
+    gpus: tuple[GpuUsage, ...], held: dict[int, Holder], uuids: dict[int, str], node: str
+) -> list[GaugeMetricFamily]:
+    """The metrics of one poll: one gauge per field, one series per GPU."""
+    out = []
+    for name, help_text, read in FIELDS:
+        family = GaugeMetricFamily(name, help_text, labels=LABELS)
+        for gpu in gpus:
+            who = held.get(gpu.index)
+            family.add_metric(
+                [
+                    str(gpu.index),
+                    uuids.get(gpu.index, ""),
+                    f"nvidia{gpu.index}",
+                    node,
+                    who.container if who else "",
+                    who.namespace if who else "",
+                    who.pod if who else "",
+                ],
+                read(gpu),
+            )
+        out.append(family)
+    return out
+
+
+class LastPoll(Collector):
+    """Hands a scrape the metrics of the last poll (none before the first)."""
+
+    def __init__(self) -> None:
+        self.families: list[GaugeMetricFamily] = []
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self.families  # replaced whole by each poll: a scrape sees one poll
+
+
 def exposition(
     gpus: tuple[GpuUsage, ...], held: dict[int, Holder], uuids: dict[int, str], node: str
 ) -> str:
-    """The metrics in Prometheus' text format, one series per GPU and field."""
-    lines: list[str] = []
-    for name, help_text, read in FIELDS:
-        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge"]
-        for gpu in gpus:
-            who = held.get(gpu.index)
-            labels = {
-                "gpu": str(gpu.index),
-                "UUID": uuids.get(gpu.index, ""),
-                "device": f"nvidia{gpu.index}",
-                "Hostname": node,
-                "container": who.container if who else "",
-                "namespace": who.namespace if who else "",
-                "pod": who.pod if who else "",
-            }
-            text = ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items())
-            lines.append(f"{name}{{{text}}} {read(gpu):g}")
-    return "\n".join(lines) + "\n"
-
-
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+    """The metrics of one poll in Prometheus' text format, as a scrape reads them."""
+    poll = LastPoll()
+    poll.families = families(gpus, held, uuids, node)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(poll)
+    return generate_latest(registry).decode()
 
 
 class PodActivity:
-    """Samples NVML each `step`, keeps the metrics text, and marks idle pods on the API."""
+    """Samples NVML each `step`, keeps its metrics for the scrapes (`registry`), and marks idle
+    pods on the API."""
 
     def __init__(
         self,
@@ -137,7 +163,9 @@ class PodActivity:
         self.clock = clock
         self.schedulers = schedulers
         self.watch = IdleWatch()
-        self.text = ""
+        self.last_poll = LastPoll()
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(self.last_poll)
         self._uuids: dict[int, str] = {}
 
     def step(self) -> None:
@@ -148,7 +176,7 @@ class PodActivity:
             return
         listed = self.pods()
         held = holders(listed, self.resource, self.schedulers)
-        self.text = exposition(gpus, held, self._uuid_of(gpus), self.node)
+        self.last_poll.families = families(gpus, held, self._uuid_of(gpus), self.node)
         self._apply_rules(listed, gpus, held)
 
     def _uuid_of(self, gpus: tuple[GpuUsage, ...]) -> dict[int, str]:
@@ -211,25 +239,8 @@ class PodActivity:
         log.info("pod %s/%s: %s", ns, name, f"idle since {since}" if since else "busy again")
 
 
-def serve_metrics(activity: PodActivity, listen: str) -> ThreadingHTTPServer:
-    """Serve `/metrics` (the last poll's figures) on HOST:PORT in a daemon thread."""
+def serve_metrics(activity: PodActivity, listen: str) -> WSGIServer:
+    """Serve the last poll's figures at `/metrics` on HOST:PORT, in a daemon thread."""
     host, _, port = listen.rpartition(":")
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            if self.path.split("?")[0] != "/metrics":
-                self.send_error(404, "only /metrics is served here")
-                return
-            body = activity.text.encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass  # a scrape every few seconds is not news
-
-    server = ThreadingHTTPServer((host or "0.0.0.0", int(port)), Handler)
-    threading.Thread(target=server.serve_forever, name="agent-metrics", daemon=True).start()
+    server, _ = start_http_server(int(port), host or "0.0.0.0", registry=activity.registry)
     return server

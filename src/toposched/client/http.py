@@ -28,7 +28,13 @@ from toposched.client.wire import (
     Wire,
 )
 from toposched.client.wires import connect
+
+# Re-exported: the CLI and callers of the client import them from here.
+from toposched.common.apierror import UNREACHABLE as UNREACHABLE
+from toposched.common.apierror import ApiError as ApiError
 from toposched.common.paths import ADMIN_TOKEN_FILE, default_data_dir, loopback
+from toposched.common.retry import Retry as Retry
+from toposched.common.retry import retry_after
 
 if TYPE_CHECKING:
     import httpx
@@ -38,28 +44,13 @@ URL_ENV = "TOPOSCHED_URL"
 TOKEN_ENV = "TOPOSCHED_TOKEN"
 API = "/api/v1"
 
-UNREACHABLE = 0  # ApiError.status when no HTTP answer came back
 TIMEOUT_S = 30.0
 IDEMPOTENCY_KEY = "Idempotency-Key"
 
 
-@dataclass(frozen=True)
-class Retry:
-    """How often and how long to retry: `tries` in all, waits doubling from `first_s` up to
-    `max_s` (or what the server's Retry-After asks, within `max_s`)."""
-
-    tries: int = 5
-    first_s: float = 0.5
-    max_s: float = 8.0
-
-    def wait(self, attempt: int, asked: str | None) -> float:
-        """Seconds before try `attempt + 1` (attempts count from 1)."""
-        wait = self.first_s * 2.0 ** (attempt - 1)
-        if asked is not None and asked.strip().isdigit():
-            wait = max(wait, float(asked))
-        return min(wait, self.max_s)
-
-
+# Five tries, 0.5 to 8 s apart: a server restarting or out of disk for a few seconds is ridden
+# out, one that stays down is reported within about 15 s.
+DEFAULT_RETRY = Retry(tries=5, first_s=0.5, max_s=8.0)
 NO_RETRY = Retry(tries=1)
 
 
@@ -98,28 +89,6 @@ class JobPage:
 
     jobs: list[dict[str, Any]]
     continue_: str | None
-
-
-class ApiError(Exception):
-    """A request that failed: `status` is the HTTP status, or UNREACHABLE (0) when the server
-    gave no answer; `details` is the decoded error body; `fields` holds (location, message)
-    per bad field of a 422."""
-
-    def __init__(
-        self,
-        status: int,
-        message: str,
-        details: Any = None,
-        fields: list[tuple[str, str]] | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.details = details
-        self.fields = fields or []
-
-    def __str__(self) -> str:
-        return self.message
 
 
 def server_url(flag: str | None = None) -> str:
@@ -205,7 +174,8 @@ class Client:
         token_source: str = "",
         timeout: float = TIMEOUT_S,
         transport: httpx.BaseTransport | None = None,
-        retry: Retry = Retry(),
+        wire: Wire | None = None,
+        retry: Retry = DEFAULT_RETRY,
         on_retry: Callable[[str], None] | None = None,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
@@ -221,7 +191,9 @@ class Client:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         # The standard library's http.client where it serves (plain HTTP, no proxy, no
         # transport given), else httpx: see toposched.client.wire.
-        self._wire: Wire = connect(self.url + API, headers, timeout, transport)
+        # A wire given carries its own credentials: the Kubernetes CLI's reaches the scheduler's
+        # read API through the API server's service proxy, with the kubeconfig's.
+        self._wire: Wire = wire or connect(self.url + API, headers, timeout, transport)
 
     @classmethod
     def from_env(
@@ -265,27 +237,42 @@ class Client:
             body = None
         detail = body.get("detail") if isinstance(body, dict) else None
         fields: list[tuple[str, str]] = []
-        if isinstance(detail, list):
+        reason = ""
+        if isinstance(body, dict) and body.get("kind") == "Status":
+            # Kubernetes' own answer, from the API server in front of the read API (its proxy:
+            # no such service, no endpoint, not allowed).
+            reason = str(body.get("reason") or resp.reason)
+            message = str(body.get("message") or "") or _text(resp)
+        elif isinstance(detail, list):
             fields = _field_lines(detail)
             message = "\n".join(f"{loc}: {msg}" if loc else msg for loc, msg in fields)
         elif isinstance(detail, str):
             message = detail
         else:
             message = f"HTTP {resp.status} from {self.url}: {_text(resp) or resp.reason}"
-        if resp.status == 401:
+        if resp.status == 401 and not reason:  # a token of ours, not the kubeconfig's
             if self.token is None:
                 message += f"; no token was sent: {self.token_source or TOKEN_ENV + ' is unset'}"
             elif self.token_source:
                 message += f" (the token from {self.token_source})"
-        return ApiError(resp.status, message or f"HTTP {resp.status}", body, fields)
+        return ApiError(
+            resp.status,
+            message or f"HTTP {resp.status}",
+            reason=reason,
+            retry_after=retry_after(resp.headers.get("retry-after")),
+            details=body,
+            fields=fields,
+        )
 
     def _send(self, method: str, path: str, **request: Any) -> Reply:
         """One request (`request`: json, params, headers), retried while the server answers
         503 (it stored nothing) and, for a read or a request with an idempotency key, when the
         answer is lost; the last failure is raised."""
         repeatable = method == "GET" or IDEMPOTENCY_KEY in (request.get("headers") or {})
-        for attempt in range(1, self.retry.tries + 1):
-            last = attempt == self.retry.tries
+        attempt = 0
+        while True:
+            attempt += 1
+            last = not self.retry.more(attempt)
             try:
                 resp = self._wire.send(method, path, **request)
             except Failure as err:
@@ -299,15 +286,14 @@ class Client:
                 continue
             if resp.status != 503 or last:
                 return resp
-            self._pause(attempt, resp.headers.get("retry-after"), self._error(resp).message)
-        raise AssertionError("unreachable: the last try returns or raises")
+            refused = self._error(resp)
+            self._pause(attempt, refused.retry_after, refused.message)
 
-    def _pause(self, attempt: int, asked: str | None, why: str) -> None:
+    def _pause(self, attempt: int, asked: float | None, why: str) -> None:
         wait = self.retry.wait(attempt, asked)
         if self.on_retry is not None:
-            self.on_retry(
-                f"{why}; retrying in {wait:g} s (try {attempt + 1} of {self.retry.tries})"
-            )
+            of = f" of {self.retry.tries}" if self.retry.tries is not None else ""
+            self.on_retry(f"{why}; retrying in {wait:g} s (try {attempt + 1}{of})")
         self.sleep(wait)
 
     def _request(self, method: str, path: str, **request: Any) -> Any:

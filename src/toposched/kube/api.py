@@ -17,26 +17,14 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+# Re-exported: the kube modules and their callers catch it from here.
+from toposched.common.apierror import ApiError as ApiError
+from toposched.common.retry import retry_after as seconds_asked
+
 JSON = dict[str, Any]
 
 # How often, at most, the client's credentials are reloaded (see `_throttle_refresh`).
 REFRESH_EVERY_S = 1.0
-
-
-class ApiError(RuntimeError):
-    """The API server answered with an error: `status` is the HTTP code (0: no answer at
-    all), `reason` the Status reason (Conflict, NotFound, Expired, TooManyRequests ...) or,
-    for an answer that is no Status (a load balancer's page), the HTTP reason phrase;
-    `retry_after` the seconds the server asked to wait before trying again, if it did."""
-
-    def __init__(
-        self, status: int, reason: str, message: str, retry_after: float | None = None
-    ) -> None:
-        super().__init__(f"{status} {reason}: {message}")
-        self.status = status
-        self.reason = reason
-        self.message = message
-        self.retry_after = retry_after
 
 
 class Gone(ApiError):
@@ -123,7 +111,13 @@ class KubeApi:
     ) -> Any:
         if self.limit is not None:
             self.limit.wait()
-        params = [(k, v) for k, v in (query or {}).items() if v is not None]
+        # A list is the parameter repeated, as a URL carries several values of one name.
+        params = [
+            (k, item)
+            for k, v in (query or {}).items()
+            for item in (v if isinstance(v, list) else [v])
+            if item is not None
+        ]
         headers = {"Accept": "application/json", "Content-Type": content_type}
         if (
             body is not None
@@ -189,8 +183,23 @@ class KubeApi:
             resp = self._send(method, path, query, body, content_type)
             data = resp.read()
         except Exception as err:  # the connection, a timeout: no answer at all
-            raise ApiError(0, "Unreachable", f"{method} {path}: {err}") from err
+            raise ApiError(0, f"{method} {path}: {err}", reason="Unreachable") from err
         return _decode(resp, data)
+
+    def raw(
+        self, method: str, path: str, query: Mapping[str, Any] | None = None, body: Any = None
+    ) -> tuple[int, str, dict[str, str], bytes]:
+        """The answer as it came, whatever its status: (status, reason phrase, headers with
+        names in lower case, body), for a caller that reads errors its own way (a service
+        behind the API server's proxy); ApiError with status 0 when no answer came."""
+        try:
+            resp = self._send(method, path, query, body)
+            data = resp.read()
+        except Exception as err:  # the connection, a timeout: no answer at all
+            raise ApiError(0, f"{method} {path}: {err}", reason="Unreachable") from err
+        got = getattr(resp, "headers", None) or {}
+        headers = {str(k).lower(): str(v) for k, v in got.items()}
+        return int(resp.status), str(getattr(resp, "reason", "") or ""), headers, bytes(data)
 
     def text(self, path: str, query: Mapping[str, Any] | None = None) -> Iterator[bytes]:
         """A plain-text answer (a pod's log), in chunks as they come: with `follow` the API
@@ -198,7 +207,7 @@ class KubeApi:
         try:
             resp = self._send("GET", path, query, timeout=(10.0, None))
         except Exception as err:
-            raise ApiError(0, "Unreachable", f"GET {path}: {err}") from err
+            raise ApiError(0, f"GET {path}: {err}", reason="Unreachable") from err
         if resp.status >= 400:
             _decode(resp, resp.read())
         yield from resp.response.stream(4096, decode_content=True)
@@ -249,8 +258,8 @@ class KubeApi:
                 except ValueError:
                     raise ApiError(
                         resp.status,
-                        "InvalidAnswer",
                         f"a watch event that is not JSON: {_excerpt(line)}",
+                        reason="InvalidAnswer",
                     ) from None
                 if event.get("type") == "ERROR":
                     status = event.get("object") or {}
@@ -386,7 +395,7 @@ def _decode(resp: Any, data: bytes) -> JSON:
             status, answer, data, str(getattr(resp, "reason", "") or ""), headers.get("Retry-After")
         )
     if not isinstance(answer, dict):
-        raise ApiError(status, "InvalidAnswer", f"the answer is not JSON: {_excerpt(data)}")
+        raise ApiError(status, f"the answer is not JSON: {_excerpt(data)}", reason="InvalidAnswer")
     return answer
 
 
@@ -402,12 +411,12 @@ def _error(
     body = answer if isinstance(answer, dict) else {}
     reason = str(body.get("reason") or "") or phrase
     message = str(body.get("message") or "") or _excerpt(data) or phrase
-    wait = _seconds(retry_after)
+    wait = seconds_asked(retry_after)
     details = body.get("details") or {}
     if wait is None and isinstance(details, dict):
-        wait = _seconds(details.get("retryAfterSeconds"))
+        wait = seconds_asked(details.get("retryAfterSeconds"))
     kind = Gone if status == 410 else ApiError
-    return kind(status, reason, message, wait)
+    return kind(status, message, reason=reason, retry_after=wait)
 
 
 def _excerpt(data: bytes, limit: int = 200) -> str:
@@ -416,11 +425,3 @@ def _excerpt(data: bytes, limit: int = 200) -> str:
     text = re.sub(r"<[^>]*>", " ", text)
     text = " ".join(text.split())
     return text[:limit] + ("..." if len(text) > limit else "")
-
-
-def _seconds(value: Any) -> float | None:
-    try:
-        seconds = float(value)
-    except (TypeError, ValueError):
-        return None
-    return seconds if seconds >= 0 else None

@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any, TypeVar
 
+from toposched.common.retry import Retry
 from toposched.core import Event, Placement, WorkerFailed, WorkerSlot
 from toposched.kube.annotations import GPUS, decode_gpus, encode_gpus
 from toposched.kube.api import ApiError, KubeApi
@@ -39,8 +40,9 @@ BIND_CONNECTIONS = 8  # binds sent at once
 # Answers to a write that say nothing about the object (throttled by API Priority and
 # Fairness, a server or load balancer error, no answer at all): the write is tried again.
 RETRIED = frozenset({0, 429, 500, 502, 503, 504})
-RETRY_WAITS = (0.2, 0.5, 1.0, 2.0, 4.0)  # seconds before each new try, when not told
-MOST_WAIT_S = 10.0  # the longest Retry-After honoured
+# Six tries, 0.25 to 4 s apart unless the server asks for longer (at most 10 s): a bind held
+# up past that is failed, so that the core may place the gang again.
+WRITE_RETRY = Retry(tries=6, first_s=0.25, max_s=10.0)
 Bind = tuple[str, tuple[str, str], str, dict[str, str]]  # (what, pod, node, annotations)
 
 
@@ -92,7 +94,7 @@ class Binder:
         self.post = post  # an event for the core that carrying out produced (a failed bind)
         # Whether writes may go out now (a leader checks that its lease still holds).
         self.fence: Callable[[], bool] = lambda: True
-        self.retry_waits: tuple[float, ...] = RETRY_WAITS
+        self.retry = WRITE_RETRY
         self.sleep: Callable[[float], None] = time.sleep
         self.evicting: dict[str, set[Key]] = {}  # pods still to evict, per stopping job
         self._told: dict[Key, str] = {}  # the last reason on each Kubernetes PodGroup
@@ -312,20 +314,20 @@ class Binder:
     def _write(self, call: Callable[[], object]) -> None:
         """Make a write (`call`) while the lease holds, tried again after an answer that says
         nothing about the object (RETRIED: 429 from API Priority and Fairness, a 5xx, no
-        answer at all), after the wait the server asks for or a growing one (`retry_waits`).
-        The last ApiError is raised."""
-        waits = iter(self.retry_waits)
+        answer at all), as `retry` says. The last ApiError is raised."""
+        attempt = 0
         while True:
+            attempt += 1
             self._fenced()
             try:
                 call()
                 return
             except ApiError as err:
-                wait = next(waits, None) if err.status in RETRIED else None
-                if wait is None:
+                if err.status not in RETRIED or not self.retry.more(attempt):
                     raise
-                log.info("%s; again in %.1f s", err, _wait(err, wait))
-                self.sleep(_wait(err, wait))
+                wait = self.retry.wait(attempt, err.retry_after)
+                log.info("%s; again in %.1f s", err, wait)
+                self.sleep(wait)
 
     def _fenced(self) -> None:
         """Writes go out only while this replica may make them (it holds the lease)."""
@@ -470,14 +472,6 @@ class Binder:
 def _group_path(kind: GangKind, key: Key) -> str:
     """The path of the PodGroup of `kind` that gang `key` stands for."""
     return f"{kind.prefix}/namespaces/{key[0]}/podgroups/{name_of(key)}"
-
-
-def _wait(err: ApiError, default: float) -> float:
-    """How long to wait before trying again: what the server asked (at most MOST_WAIT_S),
-    else `default`."""
-    if err.retry_after is not None:
-        return min(err.retry_after, MOST_WAIT_S)
-    return default
 
 
 def _stamp(t: float) -> str:

@@ -144,24 +144,6 @@ class KubeScheduler(Driver):
     def fence(self, fence: Callable[[], bool]) -> None:
         self.binder.fence = fence
 
-    @property
-    def retry_waits(self) -> tuple[float, ...]:
-        """Seconds before each new try of a write the server did not answer about."""
-        return self.binder.retry_waits
-
-    @retry_waits.setter
-    def retry_waits(self, waits: tuple[float, ...]) -> None:
-        self.binder.retry_waits = waits
-
-    @property
-    def sleep(self) -> Callable[[float], None]:
-        """How the binder waits before trying a write again."""
-        return self.binder.sleep
-
-    @sleep.setter
-    def sleep(self, sleep: Callable[[float], None]) -> None:
-        self.binder.sleep = sleep
-
     # ------------------------------------------------------------------ observing
 
     def pods_path(self) -> str:

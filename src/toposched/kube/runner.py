@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from toposched.common.retry import Retry
 from toposched.kube.api import ApiError, Gone, KubeApi
 from toposched.kube.driver import OTHERS_PATH, QUEUES_SELECTOR, KubeScheduler, LeaseLost
 from toposched.kube.objects import GANG_KINDS
@@ -23,6 +24,8 @@ Seen = tuple[str, str, Any]  # (kind, event type or RELIST, object or list)
 ROLE = "toposched.io/role"
 LEADER = "leader"
 ANNOUNCE_EVERY_S = 2.0  # how often a leader whose pod could not be labelled tries again
+# A watch or list that failed is opened again until the scheduler stops, 0.5 s to 10 s later.
+WATCH_RETRY = Retry(tries=None, first_s=0.5, max_s=10.0)
 
 
 class Watcher(threading.Thread):
@@ -47,7 +50,7 @@ class Watcher(threading.Thread):
         self.relists = 0
 
     def run(self) -> None:
-        backoff = 0.5
+        failures = 0  # in a row: a watch that delivered starts the waits over
         while not self.stop.is_set():
             try:
                 for event in self.api.watch(self.path, self.version, self.timeout_s, **self.query):
@@ -59,25 +62,31 @@ class Watcher(threading.Thread):
                         self.out.put((self.kind, str(event.get("type")), obj))
                     if self.stop.is_set():
                         return
-                backoff = 0.5
+                failures = 0
             except Gone:
-                self._relist()
+                if self._relist():
+                    failures = 0
+                    continue
+                failures += 1
+                self.stop.wait(WATCH_RETRY.wait(failures))
             except Exception as err:  # the connection: try again, slower each time
                 if self.stop.is_set():
                     return
-                log.warning("watch %s: %s; again in %.1f s", self.kind, err, backoff)
-                self.stop.wait(backoff)
-                backoff = min(backoff * 2, 10.0)
+                failures += 1
+                wait = WATCH_RETRY.wait(failures)
+                log.warning("watch %s: %s; again in %.1f s", self.kind, err, wait)
+                self.stop.wait(wait)
 
-    def _relist(self) -> None:
+    def _relist(self) -> bool:
+        """List again and hand the whole list over; False (and logged) if the list failed."""
         try:
             items, self.version = self.api.list(self.path, **self.query)
         except Exception as err:  # the API or the connection: list again after a pause
             log.warning("relist %s: %s", self.kind, err)
-            self.stop.wait(1.0)
-            return
+            return False
         self.relists += 1
         self.out.put((self.kind, "RELIST", items))
+        return True
 
 
 @dataclass
