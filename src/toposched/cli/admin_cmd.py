@@ -10,16 +10,8 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from toposched.cli.flags import Arg, Opt
-from toposched.cli.jobs_cmd import (
-    JSON,
-    SERVER,
-    api,
-    duration,
-    idle_rule_text,
-    placement_text,
-    shape,
-    state_text,
-)
+from toposched.cli.jobs_cmd import JSON, SERVER, api
+from toposched.cli.jobview import duration, idle_rule_text, placement_text, shape, state_text
 from toposched.cli.output import EXIT_BAD_INPUT, console, emit_json, escape, fail
 
 if TYPE_CHECKING:

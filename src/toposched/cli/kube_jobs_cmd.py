@@ -203,7 +203,7 @@ def list_jobs(
     as_json: bool = JSON,
 ) -> None:
     """List the scheduler's jobs: the live ones unless --all."""
-    from toposched.cli.jobs_cmd import jobs_table
+    from toposched.cli.jobview import jobs_table
 
     with scheduler(kubeconfig, scheduler_namespace) as read:
         jobs = read.jobs(all_jobs, queue)
@@ -224,7 +224,7 @@ def get(
 ) -> None:
     """Show a job: state and why, placement (worker, node, GPUs), history."""
     namespace = job_namespace(namespace, kubeconfig)
-    from toposched.cli.jobs_cmd import print_job
+    from toposched.cli.jobview import print_job
 
     with scheduler(kubeconfig, scheduler_namespace) as read:
         job = read.job(namespace, name)
