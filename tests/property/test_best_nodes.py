@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from toposched.placement.capacity import Capacity
-from toposched.placement.gang import Usable, _best_nodes_now, _fewest_nodes, _ring_for
+from toposched.placement.levels import Usable
+from toposched.placement.nodesets import best_nodes_now, fewest_of, ring_for
 from toposched.topology import preset
 from toposched.topology.cluster import Node
 
@@ -23,7 +24,7 @@ def node_by_node(cap: Capacity, members: Usable, workers: int, g: int, m: int) -
         w = 0
         while (
             w < most
-            and _ring_for(cap.nodes[i].topology, free, (w + 1) * g, cap.aware[i]) >= threshold
+            and ring_for(cap.nodes[i].topology, free, (w + 1) * g, cap.aware[i]) >= threshold
         ):
             w += 1
         return w
@@ -31,7 +32,7 @@ def node_by_node(cap: Capacity, members: Usable, workers: int, g: int, m: int) -
     thresholds = {math.inf}
     for i, free, most in members:
         for c in range(g, most * g + 1, g):
-            thresholds.add(_ring_for(cap.nodes[i].topology, free, c, cap.aware[i]))
+            thresholds.add(ring_for(cap.nodes[i].topology, free, c, cap.aware[i]))
     for threshold in sorted(thresholds, reverse=True):
         caps = [(prefix(i, free, threshold, most), i, free) for i, free, most in members]
         caps = [c for c in caps if c[0] > 0]
@@ -76,9 +77,9 @@ def domains(draw: st.DrawFn) -> tuple[Capacity, Usable, int, int]:
 def test_classes_give_the_node_by_node_answer(domain: tuple[Capacity, Usable, int, int]) -> None:
     """As the placers ask it: with the fewest nodes that hold the gang."""
     cap, members, workers, g = domain
-    m = _fewest_nodes([most for _, _, most in members], workers)
+    m = fewest_of([most for _, _, most in members], workers)
     if m is None:
         return
-    found = _best_nodes_now(cap, members, workers, g, m)
+    found = best_nodes_now(cap, members, workers, g, m)
     assert found is not None
     assert found == node_by_node(cap, members, workers, g, m)

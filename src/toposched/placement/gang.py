@@ -13,15 +13,17 @@ GPUs can form an NVLink ring that no three of them do).
 
 from __future__ import annotations
 
-import heapq
-import math
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from functools import cached_property, lru_cache
-from typing import cast
+from functools import cached_property
 
 from toposched.placement.capacity import Capacity
 from toposched.placement.levels import Usable, domain_rank, domains_at, level_index
+from toposched.placement.nodesets import (
+    best_nodes,
+    fewest_of,
+    least_nodes,
+)
 from toposched.placement.request import Mode
 from toposched.placement.split import in_order, split_workers
 from toposched.placement.tables import from_mask, subset_tables, to_mask
@@ -280,50 +282,6 @@ def node_domain(node: Node, tier: Tier) -> tuple[str, ...]:
     return ()
 
 
-def _ring_for(topology: NodeTopology, free: int, c: int, aware: bool) -> float:
-    """Best ring of c GPUs the node would give (infinite for one GPU: nothing to cross)."""
-    if c < 2:
-        return math.inf
-    tables = subset_tables(topology)
-    if aware:
-        return tables.gbps(int(tables.best[free, c]))
-    return tables.gbps(int(tables.ring[to_mask(from_mask(free)[:c])]))
-
-
-@lru_cache(maxsize=1 << 16)
-def _ring_profile(
-    topology: NodeTopology, free: int, aware: bool, per_worker: int
-) -> tuple[float, ...]:
-    """The best ring of 1, 2, ... workers of `per_worker` GPUs the node's free GPUs give: asked
-    of every node of every competing domain at every decision, and the same for every node of
-    one kind with the same free GPUs."""
-    most = free.bit_count() // per_worker
-    return tuple(
-        _ring_for(topology, free, c, aware)
-        for c in range(per_worker, most * per_worker + 1, per_worker)
-    )
-
-
-def _prefix_capacity(profile: tuple[float, ...], threshold: float) -> int:
-    """Most workers w such that every count up to w reaches `threshold` (`profile`: the ring
-    of each count, `_ring_profile`, cut to the workers the node holds)."""
-    w = 0
-    for ring in profile:
-        if ring < threshold:
-            break
-        w += 1
-    return w
-
-
-def _fewest_nodes(capacities: list[int], workers: int) -> int | None:
-    total = 0
-    for m, c in enumerate(sorted(capacities, reverse=True), start=1):
-        total += c
-        if total >= workers:
-            return m
-    return None
-
-
 def _usable_nodes(
     cap: Capacity, request: GangRequest, exclude: Mapping[int, int], admits: Admits
 ) -> Usable:
@@ -437,7 +395,7 @@ def _place_on_many_nodes(
         for members in domains.values():
             capacities = [holds for _, _, holds in members]
             best_hold = max(best_hold, sum(capacities))
-            m = _fewest_nodes(capacities, workers)
+            m = fewest_of(capacities, workers)
             if m is None:
                 continue
             if limit is not None and m > limit:
@@ -464,7 +422,7 @@ def _place_on_many_nodes(
     # that need more have no m nodes that hold it; the minimum index in the key decides ties).
     best: tuple[tuple[float, ...], list[tuple[int, int, int]]] | None = None
     for members in fewest_at[tier][1]:
-        pick = _best_nodes(cap, members, workers, g, m)
+        pick = best_nodes(cap, members, workers, g, m)
         if pick is not None and (best is None or pick[0] < best[0]):
             best = pick
     assert best is not None  # the domain found in phase 1 does it with m nodes
@@ -542,7 +500,7 @@ def _place_by_level(
         for rank, members in ranked:
             if rank != top:
                 continue
-            pick = _best_nodes(cap, members, workers, g, m)
+            pick = best_nodes(cap, members, workers, g, m)
             if pick is not None and (best is None or pick[0] < best[0]):
                 best = pick
         assert best is not None  # a domain that does it with m nodes has a best m of them
@@ -562,7 +520,7 @@ def _fewest_per_domain(
     the gang."""
     out = []
     for key, members in domains_at(cap, usable, at).items():
-        m = _fewest_nodes([holds for _, _, holds in members], workers)
+        m = fewest_of([holds for _, _, holds in members], workers)
         if m is not None:
             out.append((m, key, members))
     return out
@@ -672,99 +630,10 @@ def _fewest_by_tier(cap: Capacity, request: GangRequest) -> dict[Tier, int | Non
         pods.setdefault((pod,), []).extend(holds)
     everything = [n for holds in pods.values() for n in holds]
     return {
-        tier: _least_nodes(domains, request.workers)
+        tier: least_nodes(domains, request.workers)
         for tier, domains in (
             (Tier.RACK, list(racks.values())),
             (Tier.POD, list(pods.values())),
             (Tier.CLUSTER, [everything]),
         )
     }
-
-
-def _least_nodes(domains: list[list[int]], workers: int) -> int | None:
-    """The fewest nodes of any one domain (each its nodes' workers) that hold `workers`."""
-    fewest: int | None = None
-    for holds in domains:
-        m = _fewest_nodes(holds, workers)
-        if m is not None and (fewest is None or m < fewest):
-            fewest = m
-    return fewest
-
-
-# The sort key and plan of `_best_nodes`, or None.
-Best = tuple[tuple[float, ...], list[tuple[int, int, int]]] | None
-# Domains remembered at most: past it the memo starts again.
-NODES_MEMO_SIZE = 1 << 14
-
-
-def _best_nodes(cap: Capacity, members: Usable, workers: int, g: int, m: int) -> Best:
-    """`_best_nodes_now`, remembered in `cap` until a node, its labels or hardware change."""
-    key = (workers, g, m, tuple(members))
-    memo = cap.nodes_memo
-    if key in memo:
-        return cast(Best, memo[key])
-    if len(memo) >= NODES_MEMO_SIZE:
-        memo.clear()
-    found = memo[key] = _best_nodes_now(cap, members, workers, g, m)
-    return found
-
-
-def _best_nodes_now(
-    cap: Capacity, members: list[tuple[int, int, int]], workers: int, g: int, m: int
-) -> Best:
-    """The m nodes of one domain with the best bottleneck ring, then the best fit; `members`
-    are (node index, free mask, most workers it holds).
-
-    Returns (sort key, [(node index, free mask, workers there)]) or None if m nodes cannot.
-    """
-    # Nodes alike in the rings they give and their free GPUs differ only by index: counted
-    # per class, most domains of alike nodes have a few classes however many nodes.
-    classes: dict[tuple[tuple[float, ...], int], list[tuple[int, int]]] = {}
-    for i, free, most in members:
-        profile = _ring_profile(cap.nodes[i].topology, free, cap.aware[i], g)[:most]
-        classes.setdefault((profile, free.bit_count()), []).append((i, free))
-    thresholds = {math.inf}
-    for (profile, _), nodes in classes.items():
-        thresholds.update(profile)
-        nodes.sort()
-    for threshold in sorted(thresholds, reverse=True):
-        # (workers it holds, free GPUs) -> its nodes: the largest capacity first; among equals
-        # the fullest node (best fit), then the lowest index.
-        buckets: dict[tuple[int, int], list[list[tuple[int, int]]]] = {}
-        for (profile, count), nodes in classes.items():
-            holds = _prefix_capacity(profile, threshold)
-            if holds > 0:
-                buckets.setdefault((holds, count), []).append(nodes)
-        order = sorted(buckets, key=lambda b: (-b[0], b[1]))
-        total, left = 0, m
-        for bucket in order:
-            take = min(left, sum(len(nodes) for nodes in buckets[bucket]))
-            total, left = total + bucket[0] * take, left - take
-            if not left:
-                break
-        if total < workers:
-            continue
-        merged = {
-            b: nodes[0] if len(nodes) == 1 else list(heapq.merge(*nodes))
-            for b, nodes in buckets.items()
-        }
-        taken: list[tuple[int, int, int]] = []
-        used: dict[tuple[int, int], int] = {}
-        left = m - 1
-        for bucket in order:
-            if not left:
-                break
-            take = used[bucket] = min(left, len(merged[bucket]))
-            taken.extend((i, free, bucket[0]) for i, free in merged[bucket][:take])
-            left -= take
-        remainder = workers - sum(w for _, _, w in taken)
-        # The fullest, then lowest, of the nodes not taken that hold the rest.
-        last = min(
-            (bucket[1], *merged[bucket][used.get(bucket, 0)])
-            for bucket in order
-            if bucket[0] >= remainder and used.get(bucket, 0) < len(merged[bucket])
-        )
-        plan = [*taken, (last[1], last[2], remainder)]
-        spare = sum(free.bit_count() for _, free, _ in plan) - workers * g
-        return (-threshold, spare, min(i for i, _, _ in plan)), plan
-    return None
