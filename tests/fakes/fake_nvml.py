@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -186,11 +187,10 @@ class FakeIdInfo:
     id: int
 
 
-class FakePlacementArg:
-    """pynvml's c_nvmlGpuInstancePlacement_t as a caller builds one (fields set after)."""
+class FakePlacementArg(ctypes.Structure):
+    """pynvml's c_nvmlGpuInstancePlacement_t, a ctypes structure as there."""
 
-    start: int = 0
-    size: int = 0
+    _fields_ = [("start", ctypes.c_uint), ("size", ctypes.c_uint)]
 
 
 @dataclass(frozen=True)
@@ -209,14 +209,16 @@ class FakeMemory:
 
 class FakeNvml:
     """A fake of the `pynvml` module (the subset discovery uses: the topology, each GPU's name
-    and memory), not real NVML.
+    and memory, MIG mode and instances; and creating and destroying MIG instances, which the
+    server does for MIG jobs), not real NVML.
 
     It is used because no NVIDIA GPU or driver is on the CI machines. Build one with
     `from_topology`; `levels[i][j]` is the NVML_TOPOLOGY_* level between GPU i and GPU j.
     Options model the machines and bindings discovery must cope with: no driver
     (`driver_loaded=False`), GPUs that are NUMA nodes (`gpus_are_numa_nodes`, else
     nvmlDeviceGetNumaNodeId says NOT_SUPPORTED as on x86), no memory affinity, strings
-    returned as bytes (old pynvml), and functions absent from the binding (`missing`).
+    returned as bytes (old pynvml), functions absent from the binding (`missing`), and a
+    caller who is not root (`root=False`: creating a MIG instance says NO_PERMISSION).
     """
 
     NVMLError = FakeNvmlError
@@ -421,14 +423,19 @@ class FakeNvml:
         )
 
     def nvmlDeviceCreateGpuInstanceWithPlacement(
-        self, handle: FakeHandle, profile_id: int, placement: FakePlacementArg
+        self, handle: FakeHandle, profile_id: int, placement: Any
     ) -> FakeGpuInstance:
+        # pynvml passes the placement on as given, and NVML reads it through a pointer: a
+        # caller must give ctypes.byref of the structure, not the structure.
+        found = getattr(placement, "_obj", None)
+        if not isinstance(found, FakePlacementArg):
+            raise FakeNvmlError(NVML_ERROR_INVALID_ARGUMENT)
         mig = self._gpu(handle).mig
         if mig is None or not mig.enabled:
             raise FakeNvmlError(NVML_ERROR_NOT_SUPPORTED)
         if not self.root:
             raise FakeNvmlError(NVML_ERROR_NO_PERMISSION)
-        start, size = int(placement.start), int(placement.size)
+        start, size = int(found.start), int(found.size)
         if mig.table is not None:
             profile = next((p for p in mig.table.profiles if p.profile_id == profile_id), None)
             if profile is None or profile.slices != size or start not in profile.starts:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from ctypes import byref
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -93,7 +94,8 @@ class MigInstances:
             placement = api.c_nvmlGpuInstancePlacement_t()
             placement.start, placement.size = start, slices
             step = "create the GPU instance"
-            gi = api.nvmlDeviceCreateGpuInstanceWithPlacement(handle, profile_id, placement)
+            # pynvml hands the placement on as given, and NVML takes a pointer to it.
+            gi = api.nvmlDeviceCreateGpuInstanceWithPlacement(handle, profile_id, byref(placement))
             step = "create its compute instance"
             ci_profile = getattr(api, f"NVML_COMPUTE_INSTANCE_PROFILE_{compute}_SLICE")
             info = api.nvmlGpuInstanceGetComputeInstanceProfileInfo(
