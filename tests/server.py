@@ -147,11 +147,14 @@ FAKE_NVML_MODULE = REPO / "tests" / "fakes" / "nvml_module"
 
 
 @contextmanager
-def fake_nvml_server(tmp: Path, preset: str = "dgx1-v100") -> Iterator[tuple[ServerProcess, Path]]:
+def fake_nvml_server(
+    tmp: Path, preset: str = "dgx1-v100", **settings: Any
+) -> Iterator[tuple[ServerProcess, Path]]:
     """A server whose NVML is FakeNvml (tests/fakes/nvml_module), sampling every 0.5 s; the
-    JSON file yielded sets each GPU's busy percent, memory in use and pids while it runs."""
+    JSON file yielded sets each GPU's busy percent, memory in use and pids while it runs.
+    `settings` go in that file at the start (`mig`, `mig_root`: see the module)."""
     state = tmp / "nvml.json"
-    state.write_text(json.dumps({"preset": preset, "gpus": {}}))
+    state.write_text(json.dumps({"preset": preset, "gpus": {}, **settings}))
     environ = {
         "PYTHONPATH": os.pathsep.join([str(FAKE_NVML_MODULE), str(REPO)]),
         "TOPOSCHED_FAKE_NVML": str(state),

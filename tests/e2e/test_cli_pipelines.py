@@ -130,7 +130,7 @@ def test_the_example_pipeline_files_run_in_order(
     assert [r.code for r in said] == [0, 0, 0], [r.err for r in said]
     assert "pending (waits for pipeline-prep to succeed)" in said[1].out
     ended = [wait_for(server, name, "succeeded") for name in stages]
-    assert ended[0]["placement"] == [{"worker": 0, "node": "node-a", "gpus": []}]
+    assert ended[0]["placement"] == [{"worker": 0, "node": "node-a", "gpus": [], "mig_start": None}]
     assert len(ended[1]["placement"][0]["gpus"]) == 4
     for before, after in itertools.pairwise(ended):
         assert before["ended_at"] <= after["started_at"]

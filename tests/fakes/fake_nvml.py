@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from toposched.topology.links import Path
@@ -14,7 +15,10 @@ from toposched.topology.node import NodeTopology
 NVML_ERROR_UNINITIALIZED = 1
 NVML_ERROR_INVALID_ARGUMENT = 2
 NVML_ERROR_NOT_SUPPORTED = 3
+NVML_ERROR_NO_PERMISSION = 4
 NVML_ERROR_NOT_FOUND = 6
+NVML_ERROR_IN_USE = 19
+NVML_ERROR_INSUFFICIENT_RESOURCES = 23
 NVML_ERROR_DRIVER_NOT_LOADED = 9
 NVML_ERROR_LIBRARY_NOT_FOUND = 12
 NVML_NVLINK_DEVICE_TYPE_GPU = 0x00
@@ -26,7 +30,10 @@ _ERROR_TEXT = {
     NVML_ERROR_UNINITIALIZED: "Uninitialized",
     NVML_ERROR_INVALID_ARGUMENT: "Invalid Argument",
     NVML_ERROR_NOT_SUPPORTED: "Not Supported",
+    NVML_ERROR_NO_PERMISSION: "Insufficient Permissions",
     NVML_ERROR_NOT_FOUND: "Not Found",
+    NVML_ERROR_IN_USE: "In use by another client",
+    NVML_ERROR_INSUFFICIENT_RESOURCES: "Insufficient Resources",
     NVML_ERROR_DRIVER_NOT_LOADED: "Driver Not Loaded",
     NVML_ERROR_LIBRARY_NOT_FOUND: "NVML Shared Library Not Found",
 }
@@ -55,23 +62,31 @@ class FakeLink:
 @dataclass(frozen=True)
 class FakeMigInstance:
     """One MIG device: its GPU instance's id, profile ID (nvidia-smi's) and placement in
-    memory slices, and the MIG device's UUID."""
+    memory slices, and the MIG device's UUID; `compute`: whether it has its compute instance
+    (NVML lists a MIG device only then)."""
 
     gi_id: int
     profile_id: int
     start: int
     size: int
     uuid: str
+    compute: bool = True
 
 
 @dataclass
 class FakeMig:
     """A MIG-capable GPU's mode (current and pending, as nvmlDeviceGetMigMode gives them)
-    and its MIG devices."""
+    and its GPU instances; `table` (if given) is what creating an instance is checked against."""
 
     enabled: bool = True
     pending: bool | None = None  # None: as `enabled`
     instances: list[FakeMigInstance] = field(default_factory=list)
+    table: MigTable | None = None
+
+    @property
+    def devices(self) -> list[FakeMigInstance]:
+        """The MIG devices: the GPU instances with a compute instance, in NVML's order."""
+        return [inst for inst in self.instances if inst.compute]
 
     @classmethod
     def carved(cls, table: MigTable, instances: Sequence[tuple[str, int]], gpu: int = 0) -> FakeMig:
@@ -84,7 +99,7 @@ class FakeMig:
                 raise ValueError(f"{table.model} has no profile {name!r}")
             uuid = f"MIG-{gpu:08x}-{k:04x}-4000-8000-{start:012x}"
             out.append(FakeMigInstance(k + 1, profile.profile_id, start, profile.slices, uuid))
-        return cls(True, None, out)
+        return cls(True, None, out, table)
 
 
 @dataclass
@@ -159,6 +174,26 @@ class FakeGpuInstanceInfo:
 
 
 @dataclass(frozen=True)
+class FakeComputeInstance:
+    gpu: int
+    gi_id: int
+    ci_id: int
+
+
+@dataclass(frozen=True)
+class FakeIdInfo:
+    """What is read of pynvml's compute instance info and profile info structures: the id."""
+
+    id: int
+
+
+class FakePlacementArg(ctypes.Structure):
+    """pynvml's c_nvmlGpuInstancePlacement_t, a ctypes structure as there."""
+
+    _fields_ = [("start", ctypes.c_uint), ("size", ctypes.c_uint)]
+
+
+@dataclass(frozen=True)
 class FakePciInfo:
     busId: str | bytes  # pynvml's field name
 
@@ -174,14 +209,16 @@ class FakeMemory:
 
 class FakeNvml:
     """A fake of the `pynvml` module (the subset discovery uses: the topology, each GPU's name
-    and memory), not real NVML.
+    and memory, MIG mode and instances; and creating and destroying MIG instances, which the
+    server does for MIG jobs), not real NVML.
 
     It is used because no NVIDIA GPU or driver is on the CI machines. Build one with
     `from_topology`; `levels[i][j]` is the NVML_TOPOLOGY_* level between GPU i and GPU j.
     Options model the machines and bindings discovery must cope with: no driver
     (`driver_loaded=False`), GPUs that are NUMA nodes (`gpus_are_numa_nodes`, else
     nvmlDeviceGetNumaNodeId says NOT_SUPPORTED as on x86), no memory affinity, strings
-    returned as bytes (old pynvml), and functions absent from the binding (`missing`).
+    returned as bytes (old pynvml), functions absent from the binding (`missing`), and a
+    caller who is not root (`root=False`: creating a MIG instance says NO_PERMISSION).
     """
 
     NVMLError = FakeNvmlError
@@ -189,6 +226,19 @@ class FakeNvml:
     NVML_ERROR_INVALID_ARGUMENT = NVML_ERROR_INVALID_ARGUMENT
     NVML_ERROR_NOT_SUPPORTED = NVML_ERROR_NOT_SUPPORTED
     NVML_ERROR_NOT_FOUND = NVML_ERROR_NOT_FOUND
+    NVML_ERROR_NO_PERMISSION = NVML_ERROR_NO_PERMISSION
+    NVML_ERROR_IN_USE = NVML_ERROR_IN_USE
+    NVML_ERROR_INSUFFICIENT_RESOURCES = NVML_ERROR_INSUFFICIENT_RESOURCES
+    # nvml.h's compute instance profiles (by compute slices) and engine profile.
+    NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE = 0
+    NVML_COMPUTE_INSTANCE_PROFILE_2_SLICE = 1
+    NVML_COMPUTE_INSTANCE_PROFILE_3_SLICE = 2
+    NVML_COMPUTE_INSTANCE_PROFILE_4_SLICE = 3
+    NVML_COMPUTE_INSTANCE_PROFILE_7_SLICE = 4
+    NVML_COMPUTE_INSTANCE_PROFILE_8_SLICE = 5
+    NVML_COMPUTE_INSTANCE_PROFILE_6_SLICE = 6
+    NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED = 0
+    c_nvmlGpuInstancePlacement_t = FakePlacementArg
     NVML_DEVICE_MIG_DISABLE = 0
     NVML_DEVICE_MIG_ENABLE = 1
     NVML_MAX_MIG_DEVICES = 7  # what nvmlDeviceGetMaxMigDeviceCount says of A100s and H100s
@@ -219,6 +269,7 @@ class FakeNvml:
         bytes_strings: bool = False,
         missing: Iterable[str] = (),
         minors: Sequence[int] | None = None,
+        root: bool = True,
     ) -> None:
         self.gpus = list(gpus)
         # Each GPU's device minor number (/dev/nvidia<minor>): the index unless given, as on
@@ -230,6 +281,7 @@ class FakeNvml:
         self.memory_affinity = memory_affinity
         self.bytes_strings = bytes_strings
         self.missing = frozenset(missing)
+        self.root = root  # creating and destroying MIG instances needs root (NO_PERMISSION)
         self.initialised = 0  # NVML counts nvmlInit calls; each needs its nvmlShutdown
         self.shutdowns = 0
 
@@ -349,7 +401,7 @@ class FakeNvml:
         mig = self._gpu(handle).mig
         if mig is None or not mig.enabled:
             raise FakeNvmlError(NVML_ERROR_NOT_SUPPORTED)
-        if not 0 <= index < len(mig.instances):
+        if not 0 <= index < len(mig.devices):
             raise FakeNvmlError(NVML_ERROR_NOT_FOUND)  # as NVML says of an empty slot
         return FakeMigHandle(handle.index, index)
 
@@ -369,6 +421,75 @@ class FakeNvml:
         return FakeGpuInstanceInfo(
             inst.gi_id, inst.profile_id, FakePlacement(inst.start, inst.size)
         )
+
+    def nvmlDeviceCreateGpuInstanceWithPlacement(
+        self, handle: FakeHandle, profile_id: int, placement: Any
+    ) -> FakeGpuInstance:
+        # pynvml passes the placement on as given, and NVML reads it through a pointer: a
+        # caller must give ctypes.byref of the structure, not the structure.
+        found = getattr(placement, "_obj", None)
+        if not isinstance(found, FakePlacementArg):
+            raise FakeNvmlError(NVML_ERROR_INVALID_ARGUMENT)
+        mig = self._gpu(handle).mig
+        if mig is None or not mig.enabled:
+            raise FakeNvmlError(NVML_ERROR_NOT_SUPPORTED)
+        if not self.root:
+            raise FakeNvmlError(NVML_ERROR_NO_PERMISSION)
+        start, size = int(found.start), int(found.size)
+        if mig.table is not None:
+            profile = next((p for p in mig.table.profiles if p.profile_id == profile_id), None)
+            if profile is None or profile.slices != size or start not in profile.starts:
+                raise FakeNvmlError(NVML_ERROR_INVALID_ARGUMENT)
+        if any(i.start < start + size and start < i.start + i.size for i in mig.instances):
+            raise FakeNvmlError(NVML_ERROR_INSUFFICIENT_RESOURCES)
+        gi_id = max((i.gi_id for i in mig.instances), default=0) + 1
+        uuid = f"MIG-{handle.index:08x}-{gi_id:04x}-4000-8000-{start:012x}"
+        mig.instances.append(FakeMigInstance(gi_id, profile_id, start, size, uuid, False))
+        return FakeGpuInstance(handle.index, gi_id)
+
+    def nvmlGpuInstanceGetComputeInstanceProfileInfo(
+        self, gi: FakeGpuInstance, profile: int, engine: int
+    ) -> FakeIdInfo:
+        self._gpu_instance(gi)
+        return FakeIdInfo(profile)
+
+    def nvmlGpuInstanceCreateComputeInstance(
+        self, gi: FakeGpuInstance, profile_id: int
+    ) -> FakeComputeInstance:
+        mig, inst = self._gpu_instance(gi)
+        if not self.root:
+            raise FakeNvmlError(NVML_ERROR_NO_PERMISSION)
+        if inst.compute:
+            raise FakeNvmlError(NVML_ERROR_INSUFFICIENT_RESOURCES)  # one per instance here
+        mig.instances[mig.instances.index(inst)] = replace(inst, compute=True)
+        return FakeComputeInstance(gi.gpu, gi.gi_id, 0)
+
+    def nvmlComputeInstanceGetInfo(self, ci: FakeComputeInstance) -> FakeIdInfo:
+        return FakeIdInfo(ci.ci_id)
+
+    def nvmlGpuInstanceGetComputeInstanceById(
+        self, gi: FakeGpuInstance, ci_id: int
+    ) -> FakeComputeInstance:
+        _, inst = self._gpu_instance(gi)
+        if not inst.compute or ci_id != 0:
+            raise FakeNvmlError(NVML_ERROR_NOT_FOUND)
+        return FakeComputeInstance(gi.gpu, gi.gi_id, ci_id)
+
+    def nvmlComputeInstanceDestroy(self, ci: FakeComputeInstance) -> None:
+        mig, inst = self._gpu_instance(FakeGpuInstance(ci.gpu, ci.gi_id))
+        if not self.root:
+            raise FakeNvmlError(NVML_ERROR_NO_PERMISSION)
+        if not inst.compute:
+            raise FakeNvmlError(NVML_ERROR_NOT_FOUND)
+        mig.instances[mig.instances.index(inst)] = replace(inst, compute=False)
+
+    def nvmlGpuInstanceDestroy(self, gi: FakeGpuInstance) -> None:
+        mig, inst = self._gpu_instance(gi)
+        if not self.root:
+            raise FakeNvmlError(NVML_ERROR_NO_PERMISSION)
+        if inst.compute:
+            raise FakeNvmlError(NVML_ERROR_IN_USE)  # its compute instance goes first
+        mig.instances.remove(inst)
 
     def nvmlDeviceGetUtilizationRates(self, handle: FakeHandle) -> FakeUtilization:
         gpu = self._gpu(handle)
@@ -433,9 +554,16 @@ class FakeNvml:
 
     def _mig_device(self, handle: FakeMigHandle) -> FakeMigInstance:
         mig = self._gpu(FakeHandle(handle.gpu)).mig
-        if mig is None or not 0 <= handle.index < len(mig.instances):
+        if mig is None or not 0 <= handle.index < len(mig.devices):
             raise FakeNvmlError(NVML_ERROR_INVALID_ARGUMENT)
-        return mig.instances[handle.index]
+        return mig.devices[handle.index]
+
+    def _gpu_instance(self, gi: FakeGpuInstance) -> tuple[FakeMig, FakeMigInstance]:
+        mig = self._gpu(FakeHandle(gi.gpu)).mig
+        inst = next((i for i in mig.instances if i.gi_id == gi.gi_id), None) if mig else None
+        if mig is None or inst is None:
+            raise FakeNvmlError(NVML_ERROR_NOT_FOUND)
+        return mig, inst
 
     def _slot(self, handle: FakeHandle, link: int) -> FakeLink:
         slots = self._gpu(handle).nvlinks

@@ -24,7 +24,7 @@ def submit_pipeline(api: Api, out: Path, tag: str, **prep_exits: int) -> tuple[s
         name=prep, gpus=0, cpus="2", memory="4Gi", **stage(out, "prep", "../go", **prep_exits)
     )
     assert job["state"] == "running"
-    assert job["placement"] == [{"worker": 0, "node": "node-a", "gpus": []}]
+    assert job["placement"] == [{"worker": 0, "node": "node-a", "gpus": [], "mig_start": None}]
     job = api.submit(name=train, gpus=4, after=[prep], **stage(out, "train"))
     assert (job["state"], job["reason"]) == ("pending", f"waits for {prep} to succeed")
     assert job["spec"]["after"] == [f"{prep}:ok"]

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.fakes.fake_nvml import FakeHandle, FakeLink, FakeNvml, FakePciInfo
+from tests.fakes.fake_nvml import FakeHandle, FakeLink, FakeMig, FakeNvml, FakePciInfo
 from toposched.discovery.host import (
     QUERY_GPUS,
     HostResources,
@@ -32,6 +32,7 @@ from toposched.discovery.nvml import (
     nvml_available,
 )
 from toposched.server.localnode import local_node
+from toposched.topology.mig import table_for
 from toposched.topology.node import NodeTopology
 from toposched.topology.presets import preset
 from toposched.topology.resources import Hardware
@@ -385,6 +386,17 @@ def test_the_server_node_through_nvml_carries_its_hardware() -> None:
     assert local.source == "nvml"
     assert local.node.topology.size == 8
     assert local.node.hardware == Hardware("H100", 81559 * MIB, 2000, 8 * GIB)
+
+
+def test_the_server_node_through_nvml_has_its_gpus_in_mig_mode() -> None:
+    h100 = table_for("H100", 81559 * MIB)
+    fake = FakeNvml.from_topology(preset("hgx-h100"), nvswitch=True)
+    fake.gpus[1].mig = FakeMig.carved(h100, [("3g.40gb", 4)], gpu=1)
+    fake.gpus[3].mig = FakeMig.carved(h100, [], gpu=3)
+    fake.gpus[5].mig = FakeMig(enabled=False, pending=True)  # only after the next reset
+    local = local_node(None, "gpu-1", nvml=fake, smi=smi_answers(None), host=HOST)
+    assert local.node.hardware == Hardware("H100", 81559 * MIB, 2000, 8 * GIB, mig=(1, 3))
+    assert fake.initialised == 0
 
 
 def test_gpus_nvml_fails_to_size_are_read_from_nvidia_smi() -> None:

@@ -430,6 +430,8 @@ class LocalExecutor:
                 hostfile_path=str(hostfile_path),
             )
             visible = {"CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in gpus)}
+            if run.mig_device is not None and member.role == "worker":
+                visible = {"CUDA_VISIBLE_DEVICES": run.mig_device}
             if run.share is not None and member.role == "worker":
                 visible |= share_environment(run.share, base)
             envs.append(base | visible | kind_env | ours)
@@ -540,6 +542,9 @@ class LocalExecutor:
             runtime = self.containers.get()
         except NoContainerRuntime as err:
             raise ExecutorError(f"job {run.job!r}: {err}") from None
+        if run.mig_device is not None:
+            # The runtimes are handed GPU indices; a MIG device would need its UUID passed.
+            raise ExecutorError(f"job {run.job!r}: a MIG instance cannot go to a container yet")
         visible = env.get("CUDA_VISIBLE_DEVICES", "")
         gpus = [int(g) for g in visible.split(",") if g]
         env = runtime.inner_env(env, gpus)

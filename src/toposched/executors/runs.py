@@ -38,6 +38,7 @@ class RunSpec:
     owner: str = ""  # the user who submitted it: whose account runs it, where accounts are by user
     image: str | None = None  # each process runs in this container image (executors/containers.py)
     share: GpuShare | None = None  # a share of its worker's one GPU (None: whole GPUs)
+    mig_device: str | None = None  # its one worker's MIG instance (MIG-<uuid>), seen for its GPU
 
 
 @dataclass(frozen=True)

@@ -183,7 +183,7 @@ def _summary(view: JobView) -> dict[str, Any]:
         workers=spec.workers,
         gpus_per_worker=spec.gpus_per_worker,
         placement=[
-            WorkerOut(worker=i, node=slot.node, gpus=list(slot.gpus))
+            WorkerOut(worker=i, node=slot.node, gpus=list(slot.gpus), mig_start=slot.instance)
             for i, slot in enumerate(placement)
         ],
         attempt=0,

@@ -14,6 +14,7 @@ import threading
 from collections import deque
 from collections.abc import Callable
 from contextlib import suppress
+from dataclasses import replace
 from typing import Any
 
 from toposched.common.driver import Driver
@@ -34,6 +35,7 @@ from toposched.executors.local import (
     RunSpec,
     WorkerExit,
 )
+from toposched.executors.miginstances import MigInstanceError, MigInstances
 from toposched.executors.processes import free_port
 from toposched.server.gpushare import gpu_share
 from toposched.server.shared import Unavailable
@@ -76,8 +78,10 @@ class Launcher:
         executor: LocalExecutor,
         clock: Callable[[], float],
         gpu_memory: int = 0,
+        mig: MigInstances | None = None,
     ) -> None:
         self.driver = driver
+        self.mig = mig or MigInstances()  # NVML is loaded only once a MIG job starts
         self.gpu_memory = gpu_memory  # bytes per GPU of the node (0: unknown)
         self.lock = lock
         self.store = store
@@ -202,20 +206,37 @@ class Launcher:
             image=row.spec.get("image"),
             share=gpu_share(row.spec, self.gpu_memory),
         )
-        self.later(self._start_run, run)
+        instance = None
+        if row.spec.get("mig"):
+            (slot,) = start.placement.workers
+            assert slot.instance is not None  # the core places a MIG job on an instance
+            instance = (slot.gpus[0], slot.instance, str(row.spec["mig"]))
+        self.later(self._start_run, run, instance)
 
     # ------------------------------------------------------------------ the executor
 
-    def _start_run(self, run: RunSpec) -> None:
+    def _start_run(self, run: RunSpec, instance: tuple[int, int, str] | None = None) -> None:
+        """Start a run; a MIG job's worker gets the instance (GPU, first memory slice,
+        profile) the core chose, found or created through NVML."""
         try:
+            if instance is not None:
+                run = replace(run, mig_device=self.mig.acquire(run.job, run.attempt, *instance))
             self.executor.start(run)
-        except ExecutorError as err:
+        except (ExecutorError, MigInstanceError) as err:
+            self._release_instance(run.job, run.attempt)
             log.warning("job %s: could not start: %s", run.job, err)
             with self.lock, suppress(Unavailable):  # degraded: recovery requeues it
                 if self.attempts.get(run.job) == run.attempt:
                     self.driver.feed(
                         JobFinished(self.clock(), run.job, False, f"could not start: {err}")
                     )
+
+    def _release_instance(self, job: str, attempt: int) -> None:
+        """Destroy the MIG instance created for this run, if one was; a failure is logged (the
+        instance stays, and the next job placed there is given it)."""
+        why = self.mig.release(job, attempt)
+        if why is not None:
+            log.warning("job %s: %s", job, why)
 
     def _stop_run(self, job: str, attempt: int, signal: str, grace_s: float) -> None:
         try:
@@ -241,6 +262,7 @@ class Launcher:
             # but the executor would watch it for ever.
             if not self.executor.running(job, attempt):
                 self.executor.forget(job, attempt)
+                self._release_instance(job, attempt)
             return
         key = (job, attempt)
         seen = self.exits.setdefault(key, {})
@@ -255,6 +277,7 @@ class Launcher:
             return
         del self.exits[key]
         self.executor.forget(job, attempt)
+        self._release_instance(job, attempt)
         state = view.job(job).state
         if state is JobState.STOPPING:
             self.driver.feed(JobStopped(now, job))

@@ -20,9 +20,11 @@ from toposched.discovery.host import (
     smi_gpus,
     smi_topology,
 )
+from toposched.discovery.mig import discover_mig, mig_gpus
 from toposched.discovery.nvml import NvmlUnavailable, discover_gpus, discover_topology
 from toposched.perf import Catalog
 from toposched.topology.cluster import Node
+from toposched.topology.mig import mig_table
 from toposched.topology.node import NodeTopology
 from toposched.topology.presets import preset_hardware
 from toposched.topology.resources import Hardware
@@ -72,7 +74,8 @@ def local_node(
             source = f"emulated ({DEFAULT_EMULATION}; {why})"
             return _emulated(node_name, DEFAULT_EMULATION, here, source)
         return LocalNode(_node(node_name, topology, gpus, here), "nvidia-smi")
-    return LocalNode(_node(node_name, topology, _gpus(nvml, smi), here), "nvml")
+    gpus = _with_mig(_gpus(nvml, smi), nvml)
+    return LocalNode(_node(node_name, topology, gpus, here), "nvml")
 
 
 def _gpus(nvml: ModuleType | object | None, smi: Smi) -> Hardware:
@@ -85,6 +88,19 @@ def _gpus(nvml: ModuleType | object | None, smi: Smi) -> Hardware:
             return gpu_hardware(smi_gpus(smi), known_gpu_types())
         except SmiUnavailable:
             return Hardware()
+
+
+def _with_mig(gpus: Hardware, nvml: ModuleType | object | None) -> Hardware:
+    """The GPUs in MIG mode now, as NVML says, in `gpus.mig`: only MIG jobs go there. None
+    where NVML cannot say, or the node's GPU model has no MIG table here (its profiles and
+    placements unknown, toposched cannot place instances on it)."""
+    try:
+        states = discover_mig(nvml)
+    except NvmlUnavailable:
+        return gpus
+    if mig_table(gpus.gpu_type, gpus.gpu_memory) is None:
+        return gpus
+    return replace(gpus, mig=mig_gpus(states))
 
 
 def _emulated(node_name: str, emulate: str, host: HostResources, source: str) -> LocalNode:

@@ -83,7 +83,12 @@ def _common(row: JobRow, reason: str, runtime: Runtime) -> dict[str, Any]:
         workers=row.spec.get("workers", 0),  # none in a corrupt row's (store.CORRUPT)
         gpus_per_worker=row.spec.get("gpus", 0),
         placement=[
-            {"worker": rank, "node": slot["node"], "gpus": slot["gpus"]}
+            {
+                "worker": rank,
+                "node": slot["node"],
+                "gpus": slot["gpus"],
+                "mig_start": slot.get("mig_start"),
+            }
             for rank, slot in enumerate(row.placement or [])
         ],
         ring_gbps=first.get("ring_gbps") if holding else None,

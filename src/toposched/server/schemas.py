@@ -20,6 +20,9 @@ class WorkerOut(BaseModel):
     worker: int
     node: str
     gpus: list[int]
+    mig_start: int | None = Field(
+        None, description="A MIG job's instance: its first memory slice on its one GPU"
+    )
 
 
 class ActivityOut(BaseModel):
