@@ -431,6 +431,10 @@ class Books:
         node = cap.nodes[i]
         mib = node.hardware.gpu_memory // MIB
         bad = self.unhealthy.get(i, 0) | node.hardware.mig_mask  # MIG GPUs are never shared
+        # A shared GPU reserved for the blocked head (its sharers stopped for it) takes no new
+        # sharer, or the head would wait behind each new one in turn.
+        res = self.reservation
+        bad |= res.gpus.get(i, 0) if res is not None else 0
         cordoned = i in self.cordoned
         left, memory_left, tenants = [], [], []
         for g in range(node.size):

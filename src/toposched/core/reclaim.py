@@ -7,7 +7,7 @@ reserves those GPUs. It reads the books and the job order, and changes neither.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from itertools import combinations
 
 from toposched.core.books import Books
@@ -27,6 +27,7 @@ from toposched.topology.node import NodeTopology
 EXHAUSTIVE_VICTIMS = 8
 SMALL_VICTIM_SETS = 3
 MEMO_LIMIT = 4096  # per-node answers kept (cleared whole when full)
+SHARED = "\0shared:"  # a shared GPU as one victim: no job's name holds a NUL
 
 
 def _victim_sets(n: int) -> Iterator[tuple[int, ...]]:
@@ -137,6 +138,8 @@ class Reclaim:
         self._no_victims: tuple[Asked, float, float] | None = None
         # When the stop rule may first say yes to a victim it refused in the last search.
         self._recheck = math.inf
+        # The shared GPUs of the last search that are victims: name -> (GPUs, their sharers).
+        self.share_groups: dict[str, tuple[dict[int, int], list[JobRecord]]] = {}
 
     def plan(self, rec: JobRecord, request: GangRequest) -> Plan | None:
         """The victims to stop for `rec` and the GPUs they give, or None."""
@@ -314,7 +317,50 @@ class Reclaim:
             # Only the demoted jobs whose stop pays for `rec`, gathered by node again.
             costs = {name: cost for name, cost in costs.items() if name not in unpaid}
             return costs, None
-        return {v.name: victim_cost(v) for v in self.victims_for(rec)}, None
+        costs = {v.name: victim_cost(v) for v in self.victims_for(rec)}
+        costs.update(self._share_victims(rec))
+        return costs, None
+
+    def _share_victims(self, rec: JobRecord) -> dict[str, Cost]:
+        """The shared GPUs `rec` may take back, each as one victim (named SHARED, node, GPU):
+        every job sharing it is of another queue past its guarantee, and `rec` is within its
+        own. Part of a GPU is lent like a whole one and given back the same way, all its
+        sharers at once (a GPU is free only once nobody shares it)."""
+        self.share_groups = {}
+        spec = rec.spec
+        queues = self.books.queues
+        if not queues[spec.queue].within_guarantee(spec.min_workers * spec.gpus_per_worker):
+            return {}
+        lent = {
+            name
+            for name, q in queues.items()
+            if name != spec.queue and q.used * 1000 + q.used_milli > q.guaranteed * 1000
+        }
+        costs: dict[str, Cost] = {}
+        jobs = self.books.sharers
+        for (i, gpu), on_gpu in self.books.shares.items():
+            sharers = [jobs[name] for name in sorted(on_gpu) if name in jobs]
+            if len(sharers) != len(on_gpu) or not all(
+                r.state is JobState.RUNNING and r.spec.queue in lent for r in sharers
+            ):
+                continue
+            key = f"{SHARED}{i}:{gpu}"
+            self.share_groups[key] = ({i: 1 << gpu}, sharers)
+            costs[key] = max(victim_cost(r) for r in sharers)
+        return costs
+
+    def _held(self, name: str) -> dict[int, int]:
+        """The GPUs a victim holds by node: a job's, or a shared GPU's."""
+        group = self.share_groups.get(name)
+        return group[0] if group is not None else self.books.job_nodes.get(name, {})
+
+    def _records(self, names: Iterable[str]) -> list[JobRecord]:
+        """The jobs to stop for the victims `names` (every sharer of a shared GPU)."""
+        out: list[JobRecord] = []
+        for name in names:
+            group = self.share_groups.get(name)
+            out.extend(group[1] if group is not None else [self.books.jobs[name]])
+        return out
 
     def plan_reclaim(
         self, rec: JobRecord, request: GangRequest
@@ -382,7 +428,7 @@ class Reclaim:
         if per_node is None:
             per_node = {}
             for job, cost in costs.items():
-                for i, mask in self.books.job_nodes.get(job, {}).items():
+                for i, mask in self._held(job).items():
                     per_node.setdefault(i, {})[job] = (mask, cost)
         best: tuple[tuple[float, ...], tuple[str, ...], dict[int, int]] | None = None
         for i, per in per_node.items():
@@ -398,7 +444,7 @@ class Reclaim:
                 best = ((*found[0], i), found[1], {i: found[2]})
         if best is None:
             return None
-        return [self.books.jobs[name] for name in best[1]], best[2]
+        return self._records(best[1]), best[2]
 
     def plan_one_gpu(self, costs: dict[str, Cost], request: GangRequest) -> Plan | None:
         """`plan_on_nodes` for one GPU, without walking victim sets: one victim always does, and
@@ -408,7 +454,7 @@ class Reclaim:
         ruled_out = cap.ruled_out(request.where)
         best: tuple[tuple[Cost, int, str], int] | None = None
         for job, cost in costs.items():
-            for i, mask in self.books.job_nodes.get(job, {}).items():
+            for i, mask in self._held(job).items():
                 if not cap.present[i] or i in self.books.cordoned or i in ruled_out:
                     continue
                 avail = (cap.free[i] | mask) & ~self.books.unhealthy.get(i, 0)
@@ -418,7 +464,7 @@ class Reclaim:
             return None
         (_, i, job), avail = best
         gpus = node_gpus(cap.nodes[i].topology, avail, 1, cap.aware[i], request.mode)
-        return [self.books.jobs[job]], {i: to_mask(gpus)}
+        return self._records([job]), {i: to_mask(gpus)}
 
     def plan_reclaim_nodes(
         self, request: GangRequest, costs: dict[str, Cost]
@@ -427,7 +473,7 @@ class Reclaim:
         victims that hold GPUs of that placement (the placement, not the victims, is optimised)."""
         everything: dict[int, int] = {}
         for job in costs:
-            for i, mask in self.books.job_nodes.get(job, {}).items():
+            for i, mask in self._held(job).items():
                 if i not in self.books.cordoned:
                     everything[i] = everything.get(i, 0) | mask
         with self.books.capacity.assuming_free(everything):
@@ -435,9 +481,9 @@ class Reclaim:
         if isinstance(found, Shortfall):
             return None
         gpus = {self.books.capacity.index[n]: to_mask(g) for n, g in found.gpus_by_node().items()}
-        chosen = [
-            self.books.jobs[name]
+        chosen = self._records(
+            name
             for name in costs
-            if any(self.books.node_jobs.get(i, {}).get(name, 0) & mask for i, mask in gpus.items())
-        ]
+            if any(self._held(name).get(i, 0) & mask for i, mask in gpus.items())
+        )
         return chosen, gpus
