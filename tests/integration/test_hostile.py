@@ -179,6 +179,27 @@ def test_an_existing_workdir_is_taken(api: Api, tmp_path: Path) -> None:
     api.until("in-a-dir", "succeeded")
 
 
+# `{"gpus": 0, "cpus": 0}` answered 500, and sixty jobs of `cpus: 1m` ran on two CPUs (issue 47).
+TOO_FEW_CPUS = [
+    body(gpus=0, cpus=0),
+    body(gpus=0, cpus="0"),
+    body(gpus=0, cpus="1m"),
+    body(cpus="99m"),
+    body(cpus=0.05),
+]
+
+
+@pytest.mark.parametrize("sent", TOO_FEW_CPUS, ids=[repr(b["cpus"]) for b in TOO_FEW_CPUS])
+def test_cpus_below_the_least_a_worker_may_ask_are_refused(api: Api, sent: dict[str, Any]) -> None:
+    refused(api, json.dumps(sent), "cpus", "less than the least a worker may ask, 100m")
+
+
+def test_a_job_of_the_least_cpus_runs(api: Api) -> None:
+    made = api.submit(name="least-cpus", command=["true"], gpus=0, cpus="100m")
+    assert made["spec"]["cpus"] == "0.1"
+    api.until("least-cpus", "succeeded")
+
+
 def test_elastic_max_is_bounded_by_the_cluster(api: Api) -> None:
     # dgx1-v100: 8 GPUs, so at most 8 workers of 1 GPU, 4 of 2.
     refused(api, json.dumps(body(elastic={"min": 1, "max": 9})), "elastic.max", "holds (8)")
