@@ -200,6 +200,13 @@ def test_a_job_of_the_least_cpus_runs(api: Api) -> None:
     api.until("least-cpus", "succeeded")
 
 
+# float() read `-0` and other scripts' digits: `node,rack@\u0661\u0662` was 12 s (issue 47).
+@pytest.mark.parametrize("after", ["\u0661\u0662", "-0", "1_0", " 5", "+5", "0x10"])
+def test_locality_seconds_are_digits_0_to_9(api: Api, after: str) -> None:
+    sent = body(locality=f"node,rack@{after}")
+    refused(api, json.dumps(sent), "locality", "written in the digits 0-9")
+
+
 def test_elastic_max_is_bounded_by_the_cluster(api: Api) -> None:
     # dgx1-v100: 8 GPUs, so at most 8 workers of 1 GPU, 4 of 2.
     refused(api, json.dumps(body(elastic={"min": 1, "max": 9})), "elastic.max", "holds (8)")

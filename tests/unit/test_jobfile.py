@@ -204,6 +204,11 @@ def test_a_file_without_command_is_fine_here() -> None:
         ("limit_s: soon\n", 1, "limit_s", "expected a number, got the text 'soon'"),
         ("limit_s: '60'\n", 1, "limit_s", "expected a number, got the text '60'"),
         ("limit_s: .inf\n", 1, "limit_s", "expected a finite number, got .inf"),
+        # float() reads other scripts' digits: `\u0661\u0662` was 12 (issue 47).
+        ("limit_s: \u0661\u0662\n", 1, "limit_s", "expected a number, got the text '\u0661\u0662'"),
+        ("idle: {after: 30m, below: -0.0}\n", 1, "idle.below", "got -0.0: write 0"),
+        ("gpus: -0\n", 1, "gpus", "expected a whole number, got -0: write 0"),
+        ("checkpoint:\n  grace_s: -0\n", 2, "checkpoint.grace_s", "got -0: write 0"),
         ("command: []\n", 1, "command", "the command is empty"),
         ("command: ''\n", 1, "command", "the command is empty"),
         ("command: {a: b}\n", 1, "command", "expected a list of words or a string, got a mapping"),
