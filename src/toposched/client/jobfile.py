@@ -53,7 +53,7 @@ from toposched.common import jobfields
 from toposched.common.frameworks import KindError, kind_of
 from toposched.common.jobfields import JobField
 from toposched.topology.resources import QuantityError, parse_cpus, parse_memory
-from toposched.yamlnodes import TooLarge, check_expansion
+from toposched.yamlnodes import TooLarge, check_depth, check_expansion
 
 INT = "tag:yaml.org,2002:int"
 FLOAT = "tag:yaml.org,2002:float"
@@ -183,7 +183,10 @@ def parse_job_text(
     """Check the YAML text of a job file; `path` names it in errors; `fields`: those it may
     give (default: a job's, FIELDS)."""
     try:
+        check_depth(text)
         root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except TooLarge as err:
+        raise JobFileError(path, err.line, None, str(err)) from None
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark or err.context_mark
         line = mark.line + 1 if mark is not None else None
