@@ -207,6 +207,23 @@ def test_locality_seconds_are_digits_0_to_9(api: Api, after: str) -> None:
     refused(api, json.dumps(sent), "locality", "written in the digits 0-9")
 
 
+def test_a_full_queue_answers_429_saying_its_cap(tmp_path: Path) -> None:
+    args = ("--emulate", "dgx1-v100", "--max-waiting", "1")
+    with running_server(tmp_path, args=args) as server:
+        api = Api(server)
+        api.submit(name="all-gpus", command=["sleep", "60"], gpus=8)
+        api.until("all-gpus", "running")
+        api.submit(name="waits", command=["true"])
+        reply = api.http.post("/api/v1/jobs", json=body(name="one-too-many"))
+        assert reply.status_code == 429, reply.text
+        said = reply.json()["detail"]
+        assert "queue 'default' has 1 job waiting" in said and "--max-waiting 1" in said
+        assert "one-too-many" not in every_job(api)
+        api.http.delete("/api/v1/jobs/waits")
+        api.submit(name="room-again", command=["true"])
+        api.http.close()
+
+
 def test_elastic_max_is_bounded_by_the_cluster(api: Api) -> None:
     # dgx1-v100: 8 GPUs, so at most 8 workers of 1 GPU, 4 of 2.
     refused(api, json.dumps(body(elastic={"min": 1, "max": 9})), "elastic.max", "holds (8)")

@@ -22,7 +22,7 @@ from toposched.common.jobspec import job_kind, local_processes
 from toposched.core import JobState
 from toposched.server.auth import Principal
 from toposched.server.deps import Caller, Server, ServerState, writing
-from toposched.server.runtime import LIVE, Conflict, NotFound, Runtime, SubmitRefused
+from toposched.server.runtime import LIVE, Conflict, NotFound, QueueFull, Runtime, SubmitRefused
 from toposched.server.schemas import (
     MAX_IDEMPOTENCY_KEY,
     MAX_PAGE,
@@ -241,6 +241,8 @@ def _submit(
         row, replayed, reason = server.runtime.submit(who.user, queue, spec, body.name, key)
     except SubmitRefused as err:
         raise _refused(["body", *err.field.split(".")], str(err)) from None
+    except QueueFull as err:
+        raise HTTPException(status.HTTP_429_TOO_MANY_REQUESTS, str(err)) from None
     except (DuplicateJob, Conflict) as err:
         raise HTTPException(status.HTTP_409_CONFLICT, _taken(server, body.name, err)) from None
     return job_fields(row, who, reason, server.runtime), replayed

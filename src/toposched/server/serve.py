@@ -38,6 +38,7 @@ from toposched.server.connections import (
     listen_backlog,
     raise_fd_limit,
 )
+from toposched.server.intake import MAX_WAITING
 from toposched.server.localnode import local_node, topology_name
 from toposched.server.metrics import Metrics
 from toposched.server.runtime import Runtime
@@ -78,6 +79,7 @@ class ServeOptions:
     header_timeout_s: float = HEADER_S
     body_timeout_s: float = BODY_S
     max_connections: int | None = None
+    max_waiting: int = MAX_WAITING  # jobs one queue may have waiting
 
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -250,7 +252,14 @@ def serve(options: ServeOptions, say: Callable[[str], None] = print) -> None:
         containers=containers,
     )
     metrics = Metrics()
-    runtime = Runtime(store, executor, local, policy, observe=metrics.latency.observe)
+    runtime = Runtime(
+        store,
+        executor,
+        local,
+        policy,
+        observe=metrics.latency.observe,
+        max_waiting=options.max_waiting,
+    )
     metrics.watch(runtime)
     try:
         notes = runtime.recover()
