@@ -7,6 +7,7 @@ import json
 import re
 import sqlite3
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,8 @@ from tests.e2e.conftest import run_cli
 from tests.server import Api, ServerProcess, running_server, worker
 from toposched.server.app import MAX_BODY_BYTES
 from toposched.server.schemas import MAX_COMMAND_BYTES, MAX_ENV_BYTES, JobSubmit, LabelIn
+from toposched.store import Store
+from toposched.store.migrations import SCHEMA_VERSION
 
 MB = 1024 * 1024
 
@@ -468,3 +471,37 @@ def test_every_unreadable_row_is_quarantined_found_and_repaired(tmp_path: Path) 
         api.submit(name="list-spec", command=["true"])
         api.http.close()
         assert "cannot be read as stored" not in server.log().split("toposched stopped")[-1]
+
+
+def test_fsck_migrates_nothing_and_refuses_a_database_not_toposcheds(tmp_path: Path) -> None:
+    # `fsck --db URL` migrated whatever it was given (issue 47): tables made in another
+    # program's database, its journal mode changed, an older toposched's moved up unasked.
+    other = tmp_path / "notes.db"
+    with closing(sqlite3.connect(other)) as conn, conn:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("CREATE TABLE notes (body TEXT)")
+    refused = run_cli("admin", "fsck", "--db", f"sqlite:///{other}")
+    assert refused.code != 0 and "Traceback" not in refused.err
+    assert "is not a toposched database" in refused.err, refused.err
+    with closing(sqlite3.connect(other)) as conn, conn:
+        tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+        assert tables == {"notes"}
+        assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    missing = tmp_path / "none.db"
+    absent = run_cli("admin", "fsck", "--db", f"sqlite:///{missing}")
+    assert absent.code != 0 and "no database at" in absent.err, absent.err
+    assert not missing.exists()
+    older = tmp_path / "older.db"
+    Store(f"sqlite:///{older}").close()
+    with closing(sqlite3.connect(older)) as conn, conn:
+        conn.execute("UPDATE schema_version SET version = ?", (SCHEMA_VERSION - 1,))
+    behind = run_cli("admin", "fsck", "--db", f"sqlite:///{older}")
+    assert behind.code != 0, behind.out
+    said = f"is at schema version {SCHEMA_VERSION - 1}, older than this toposched's"
+    assert said in behind.err, behind.err
+    with closing(sqlite3.connect(older)) as conn, conn:
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [
+            (SCHEMA_VERSION - 1,)
+        ]
+    Store(f"sqlite:///{older}").close()  # the server's own start migrates it
+    assert run_cli("admin", "fsck", "--db", f"sqlite:///{older}").code == 0

@@ -44,7 +44,8 @@ def fsck(
     if db is None and not (where / DB_FILE).is_file():
         fail(f"no database in {where} (give --data-dir or --db)")
     try:
-        store = Store(db or sqlite_url(where / DB_FILE))
+        # Never migrated here: --db may name any database, and fsck only reads and mends.
+        store = Store(db or sqlite_url(where / DB_FILE), migrate_it=False)
     except StoreError as err:
         fail(str(err))
     lock = None

@@ -27,7 +27,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
 
 from toposched.common.wiretext import scrubbed
 from toposched.store import schema
-from toposched.store.migrations import MigrationError, migrate
+from toposched.store.migrations import MigrationError, check_version, migrate
 
 _UNSET: Any = object()
 _log = logging.getLogger(__name__)
@@ -314,9 +314,13 @@ class Store:
     """Jobs, history, queues, labels and tokens in SQLite (default) or PostgreSQL.
 
     `busy_timeout_s`: how long a SQLite write waits for another process's lock before it fails.
+    `migrate_it`: bring the database to this version's schema (False: open only a toposched
+    database at this version, as found, writing nothing to check it; `admin fsck`).
     """
 
-    def __init__(self, url: str, *, busy_timeout_s: float = BUSY_TIMEOUT_S) -> None:
+    def __init__(
+        self, url: str, *, busy_timeout_s: float = BUSY_TIMEOUT_S, migrate_it: bool = True
+    ) -> None:
         self.url = url
         try:
             # orjson reads the JSON columns (a job's spec, its placement) several times faster
@@ -325,16 +329,29 @@ class Store:
         except (SQLAlchemyError, ImportError, ValueError) as err:
             raise StoreError(f"cannot use database {self.shown()}: {err}") from None
         self.dialect = self.engine.dialect.name
-        if self.dialect == "sqlite":
-            event.listen(self.engine, "connect", _sqlite_pragmas(busy_timeout_s))
         try:
-            self.version = migrate(self.engine)
+            if not migrate_it:
+                # Before the pragmas, which would set the journal mode of any file given.
+                self._must_exist()
+                self.version = check_version(self.engine)
+                self.engine.dispose()
+            if self.dialect == "sqlite":
+                event.listen(self.engine, "connect", _sqlite_pragmas(busy_timeout_s))
+            if migrate_it:
+                self.version = migrate(self.engine)
         except MigrationError as err:
             self.engine.dispose()
             raise StoreError(f"database {self.shown()}: {err}") from None
         except DBAPIError as err:  # cannot connect, not a database, no permission
             self.engine.dispose()
             raise StoreError(f"cannot open database {self.shown()}: {err.orig}") from None
+
+    def _must_exist(self) -> None:
+        """A SQLite file that is not there: connecting would make it, empty."""
+        path = self.engine.url.database
+        if self.dialect == "sqlite" and path and path != ":memory:" and not Path(path).is_file():
+            self.engine.dispose()
+            raise StoreError(f"no database at {self.shown()}: nothing was made")
 
     def shown(self) -> str:
         """The URL without its password, for messages."""
