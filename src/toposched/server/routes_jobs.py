@@ -469,6 +469,9 @@ async def _stream(
             continue
         if not follow:
             return
+        if runtime.closing.is_set():
+            follow = False  # the server is stopping: what is written so far, then the end
+            continue
         row = await run_in_threadpool(runtime.store.job, name)
         # The attempt's workers are over once it is not running or stopping: a requeued job
         # (preempted, or restarted after a failure) may wait for hours before its next one.

@@ -119,6 +119,9 @@ class Runtime(Driver):
         )
         self.recovery = Recovery(self, lock, store, executor, self.launcher, self.deletes, clock)
         self._stop = threading.Event()
+        # Set as the server begins to stop: followed logs end, so that no client holds the
+        # shutdown open (it waits for every response to finish).
+        self.closing = threading.Event()
         self._thread: threading.Thread | None = None
         self._last_tick = 0.0
         # How busy each job's GPUs are (server/activity.py), once `serve` has started it.

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType
 from typing import IO
 
 import uvicorn
@@ -292,7 +293,7 @@ def serve(options: ServeOptions, say: Callable[[str], None] = print) -> None:
     )
     say(f"listening on http://{options.host}:{options.port} (API docs at /docs)")
     app = create_app(runtime, metrics, auth=options.auth)
-    server = uvicorn.Server(
+    server = _Server(
         uvicorn.Config(
             app,
             host=options.host,
@@ -300,7 +301,9 @@ def serve(options: ServeOptions, say: Callable[[str], None] = print) -> None:
             log_level="warning",
             http=bounded_protocol(limits),
             backlog=listen_backlog(fd_limit),
-        )
+            timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
+        ),
+        runtime.closing,
     )
     thresholds = gc.get_threshold()
     gc.set_threshold(*GC_THRESHOLDS)
@@ -354,6 +357,25 @@ def _say_unreadable(store: Store, say: Callable[[str], None]) -> None:
     )
 
 
+# How long the shutdown waits for requests still being answered before it cancels them: well
+# within a service manager's grace (systemd's 90 s, Kubernetes' 30 s). Followed logs end at
+# once (Runtime.closing); only a request cut short mid-answer waits this long.
+SHUTDOWN_GRACE_S = 5
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, which tells the routes that it is stopping (`closing`) as soon as
+    it is asked to: a followed log otherwise held its connection, and the shutdown, for ever."""
+
+    def __init__(self, config: uvicorn.Config, closing: threading.Event) -> None:
+        super().__init__(config)
+        self.closing = closing
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        self.closing.set()
+        super().handle_exit(sig, frame)
+
+
 def _terminated(signum: int, frame: object) -> None:
     raise SystemExit(0)  # a service manager's stop: a clean exit, once the shutdown has run
 
@@ -374,6 +396,7 @@ def _watch(runtime: Runtime, server: uvicorn.Server) -> None:
     next_full = time.monotonic() + FULL_GC_S
     while not server.should_exit:
         if runtime.broken is not None:
+            runtime.closing.set()
             server.should_exit = True
             return
         if time.monotonic() >= next_full:
