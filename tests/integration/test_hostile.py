@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
+import sys
 from collections.abc import Iterator
 from contextlib import closing
 from pathlib import Path
@@ -18,7 +19,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from tests.e2e.conftest import run_cli
-from tests.server import Api, ServerProcess, running_server, worker
+from tests.server import Api, ServerProcess, alive, running_server, wait_for, worker
 from toposched.server.app import MAX_BODY_BYTES
 from toposched.server.schemas import MAX_COMMAND_BYTES, MAX_ENV_BYTES, JobSubmit, LabelIn
 from toposched.store import Store
@@ -505,3 +506,46 @@ def test_fsck_migrates_nothing_and_refuses_a_database_not_toposcheds(tmp_path: P
         ]
     Store(f"sqlite:///{older}").close()  # the server's own start migrates it
     assert run_cli("admin", "fsck", "--db", f"sqlite:///{older}").code == 0
+
+
+# A worker that waits out SIGTERM: only the stop's SIGKILL, after the grace, ends it.
+STUBBORN = (
+    "import os, pathlib, signal, sys, time\n"
+    "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+    "pathlib.Path(sys.argv[1]).write_text(str(os.getpid()))\n"
+    "time.sleep(600)\n"
+)
+
+
+def test_a_running_job_whose_row_cannot_be_read_keeps_its_gpus_until_its_workers_are_gone(
+    tmp_path: Path,
+) -> None:
+    # Not restored, its GPUs went to the next job while its workers ran on (issue 47, item 4).
+    pid_file = tmp_path / "pid"
+    with running_server(tmp_path) as server:
+        api = Api(server)
+        api.submit(name="held", command=[sys.executable, "-c", STUBBORN, str(pid_file)], gpus=8)
+        api.until("held", "running")
+        wait_for(pid_file.exists, "the worker")
+        pid = int(pid_file.read_text())
+        api.http.close()
+        server.stop()
+        with closing(sqlite3.connect(server.data_dir / "toposched.db")) as conn, conn:
+            conn.execute("UPDATE jobs SET spec = '[]' WHERE name = 'held'")
+        server.start()
+        api = Api(server)
+        listed = {job["name"]: job for job in api.get("/api/v1/jobs?all=true")["jobs"]}
+        assert listed["held"]["state"] == "corrupt"
+        assert set(api.holders().values()) == {"held"}
+        api.submit(name="next", command=["true"], gpus=8)
+        assert alive(pid) and api.state("next") == "pending"
+        wait_for(lambda: not alive(pid), "the unreadable job's worker to be killed", 30)
+        api.until("next", "succeeded")
+        assert "held: not restored: its stored spec cannot be read" in server.log()
+        assert "its GPUs held until they are gone" in server.log()
+        # Ended now (its row still unreadable, so listed as corrupt), it can be deleted.
+        gone = api.http.delete("/api/v1/jobs/held")
+        assert gone.status_code == 202 and gone.json()["deleted"] is True, gone.text
+        assert "held" not in every_job(api)
+        assert "Traceback" not in server.log()
+        api.http.close()

@@ -98,9 +98,7 @@ def test_sigterm_ends_followed_logs_and_stops_within_its_grace(tmp_path: Path, o
         followers = []
         for _ in range(3):
             reply = streams.enter_context(
-                http.stream(
-                    "GET", f"{server.url}/api/v1/jobs/quiet/logs", params={"follow": True}
-                )
+                http.stream("GET", f"{server.url}/api/v1/jobs/quiet/logs", params={"follow": True})
             )
             followers.append(reply.iter_bytes())
             assert b"hello from rank 0" in next(followers[-1])

@@ -135,7 +135,7 @@ def job_fields(row: JobRow, viewer: Principal, reason: str, runtime: Runtime) ->
     return {
         **_common(row, reason, runtime),
         "spec": spec,
-        "command": spec["command"],
+        "command": spec.get("command", []),  # none in a corrupt row's (store.CORRUPT)
         "history": None,
         "cores": None,
         "after": None,

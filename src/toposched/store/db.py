@@ -171,16 +171,19 @@ _TOKEN = select(schema.tokens.c.user, schema.tokens.c.team, schema.tokens.c.role
 
 def _job(row: Row[Any]) -> JobRow:
     job = JobRow(*row)  # type: ignore[call-arg]  # columns in field order (_JOB_COLUMNS)
-    for column in ("spec", "placement"):
-        problem = column_problem(column, getattr(job, column))
-        if problem is not None:
-            # Listed by its name, in a state of its own; nothing else is read from it.
-            why = (
-                f"its stored {column} cannot be read ({problem}); `toposched admin fsck` "
-                "lists such rows"
-            )
-            return replace(job, spec={}, placement=None, state=CORRUPT, reason=why)
-    return job
+    problems = {
+        column: problem
+        for column in ("spec", "placement")
+        if (problem := column_problem(column, getattr(job, column))) is not None
+    }
+    if not problems:
+        return job
+    # Listed by its name, in a state of its own. Its placement, where it reads, is kept: a
+    # restart must know which GPUs the job's workers still use (server/recovery.py).
+    column, problem = next(iter(problems.items()))
+    why = f"its stored {column} cannot be read ({problem}); `toposched admin fsck` lists such rows"
+    placement = None if "placement" in problems else job.placement
+    return replace(job, spec={}, placement=placement, state=CORRUPT, reason=why)
 
 
 def column_problem(column: str, value: Any) -> str | None:
