@@ -408,6 +408,9 @@ def test_a_row_that_is_not_json_is_listed_as_corrupt_and_stops_nothing(tmp_path:
 # that is not UTF-8 is read with U+FFFD.
 CORRUPTED = {
     "list-spec": "UPDATE jobs SET spec = '[]' WHERE name = ?",
+    # Objects, which the store holds as specs, but the server cannot use (issue 47, item 4).
+    "empty-spec": "UPDATE jobs SET spec = '{}' WHERE name = ?",
+    "no-command": "UPDATE jobs SET spec = json_remove(spec, '$.command') WHERE name = ?",
 }
 BAD_REASON = "UPDATE jobs SET reason = CAST(X'6f6bff' AS TEXT) WHERE name = 'bad-reason'"
 BAD_LABEL = "UPDATE node_labels SET value = CAST(X'7231ff' AS TEXT)"
@@ -440,7 +443,7 @@ def test_every_unreadable_row_is_quarantined_found_and_repaired(tmp_path: Path) 
             "ok\ufffd",
         )
         assert api.get("/api/v1/nodes")["nodes"][0]["labels"]["rack"] == "r1\ufffd"
-        assert "warning: 3 stored row(s) cannot be read as stored" in server.log()
+        assert "warning: 5 stored row(s) cannot be read as stored" in server.log()
         api.submit(name="after", command=["true"])  # the server goes on
         api.until("after", "succeeded")
         api.http.close()
@@ -454,12 +457,14 @@ def test_every_unreadable_row_is_quarantined_found_and_repaired(tmp_path: Path) 
         }
         assert listed == {
             ("list-spec", "spec"),
+            ("empty-spec", "spec"),
+            ("no-command", "spec"),
             ("bad-reason", "reason"),
             ("label node-a/rack", "value"),
         }
         mended = run_cli("admin", "fsck", "--data-dir", data, "--repair")
         assert mended.code == 0, mended.err
-        assert "3 unreadable, 3 repaired, 0 left" in mended.out
+        assert "5 unreadable, 5 repaired, 0 left" in mended.out
         clean = run_cli("admin", "fsck", "--data-dir", data)
         assert (clean.code, clean.out.strip()) == (0, "0 unreadable, 0 repaired, 0 left")
         server.start()
@@ -548,4 +553,31 @@ def test_a_running_job_whose_row_cannot_be_read_keeps_its_gpus_until_its_workers
         assert gone.status_code == 202 and gone.json()["deleted"] is True, gone.text
         assert "held" not in every_job(api)
         assert "Traceback" not in server.log()
+        api.http.close()
+
+
+def test_a_waiting_job_whose_spec_is_an_empty_object_stops_no_start(tmp_path: Path) -> None:
+    # `{}` is an object, which the store takes as a spec; the start read it as one and stopped
+    # on its missing fields (issue 47, item 4).
+    with running_server(tmp_path) as server:
+        api = Api(server)
+        api.submit(name="all-gpus", command=["sleep", "60"], gpus=8)
+        api.until("all-gpus", "running")
+        api.submit(name="waits", command=["true"])
+        api.http.close()
+        server.stop()
+        with closing(sqlite3.connect(server.data_dir / "toposched.db")) as conn, conn:
+            conn.execute("UPDATE jobs SET spec = '{}' WHERE name = 'waits'")
+        server.start()
+        api = Api(server)
+        listed = {job["name"]: job for job in api.get("/api/v1/jobs?all=true")["jobs"]}
+        assert listed["waits"]["state"] == "corrupt"
+        assert "its stored spec cannot be read (it has no command" in listed["waits"]["reason"]
+        assert listed["all-gpus"]["state"] == "running"
+        assert "waits: not restored: its stored spec cannot be read" in server.log()
+        found = run_cli("admin", "fsck", "--data-dir", str(server.data_dir), "--json")
+        assert found.code == 1, found.err
+        assert [r["job"] for r in json.loads(found.out)["unreadable"]] == ["waits"]
+        api.http.delete("/api/v1/jobs/all-gpus")
+        api.until("all-gpus", "cancelled")
         api.http.close()

@@ -155,6 +155,8 @@ class Recovery:
         says how to run it. Workers it has running are stopped, as a cancel stops them, and
         its GPUs held until they are gone; given to the next job at once, they were held
         twice. Workers whose GPUs are not known (its placement unreadable too) are killed."""
+        if row.attempt < 0:  # never started
+            return f"{row.name}: not restored: {row.reason}"
         now = self.clock()
         slots = row.placement or []
         run_dir = self.executor.run_dir(row.name, row.attempt)

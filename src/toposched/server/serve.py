@@ -21,6 +21,7 @@ from typing import IO
 
 import uvicorn
 
+from toposched.common.jobspec import spec_problem
 from toposched.common.paths import DB_FILE, loopback
 from toposched.core import make_scheduler_policy
 from toposched.discovery.gpu_usage import open_usage
@@ -151,6 +152,7 @@ def _open_store(options: ServeOptions) -> Store:
     store = Store(
         options.db or sqlite_url(options.data_dir / DB_FILE),
         busy_timeout_s=options.db_busy_timeout_s,
+        spec_problem=spec_problem,
     )
     try:
         store.probe()
