@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
+import sys
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +19,11 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from tests.e2e.conftest import run_cli
-from tests.server import Api, ServerProcess, running_server, worker
+from tests.server import Api, ServerProcess, alive, running_server, wait_for, worker
 from toposched.server.app import MAX_BODY_BYTES
 from toposched.server.schemas import MAX_COMMAND_BYTES, MAX_ENV_BYTES, JobSubmit, LabelIn
+from toposched.store import Store
+from toposched.store.migrations import SCHEMA_VERSION
 
 MB = 1024 * 1024
 
@@ -177,6 +181,51 @@ def test_an_existing_workdir_is_taken(api: Api, tmp_path: Path) -> None:
     made = api.submit(name="in-a-dir", command=["true"], workdir=str(tmp_path))
     assert made["spec"]["workdir"] == str(tmp_path)
     api.until("in-a-dir", "succeeded")
+
+
+# `{"gpus": 0, "cpus": 0}` answered 500, and sixty jobs of `cpus: 1m` ran on two CPUs (issue 47).
+TOO_FEW_CPUS = [
+    body(gpus=0, cpus=0),
+    body(gpus=0, cpus="0"),
+    body(gpus=0, cpus="1m"),
+    body(cpus="99m"),
+    body(cpus=0.05),
+]
+
+
+@pytest.mark.parametrize("sent", TOO_FEW_CPUS, ids=[repr(b["cpus"]) for b in TOO_FEW_CPUS])
+def test_cpus_below_the_least_a_worker_may_ask_are_refused(api: Api, sent: dict[str, Any]) -> None:
+    refused(api, json.dumps(sent), "cpus", "less than the least a worker may ask, 100m")
+
+
+def test_a_job_of_the_least_cpus_runs(api: Api) -> None:
+    made = api.submit(name="least-cpus", command=["true"], gpus=0, cpus="100m")
+    assert made["spec"]["cpus"] == "0.1"
+    api.until("least-cpus", "succeeded")
+
+
+# float() read `-0` and other scripts' digits: `node,rack@\u0661\u0662` was 12 s (issue 47).
+@pytest.mark.parametrize("after", ["\u0661\u0662", "-0", "1_0", " 5", "+5", "0x10"])
+def test_locality_seconds_are_digits_0_to_9(api: Api, after: str) -> None:
+    sent = body(locality=f"node,rack@{after}")
+    refused(api, json.dumps(sent), "locality", "written in the digits 0-9")
+
+
+def test_a_full_queue_answers_429_saying_its_cap(tmp_path: Path) -> None:
+    args = ("--emulate", "dgx1-v100", "--max-waiting", "1")
+    with running_server(tmp_path, args=args) as server:
+        api = Api(server)
+        api.submit(name="all-gpus", command=["sleep", "60"], gpus=8)
+        api.until("all-gpus", "running")
+        api.submit(name="waits", command=["true"])
+        reply = api.http.post("/api/v1/jobs", json=body(name="one-too-many"))
+        assert reply.status_code == 429, reply.text
+        said = reply.json()["detail"]
+        assert "queue 'default' has 1 job waiting" in said and "--max-waiting 1" in said
+        assert "one-too-many" not in every_job(api)
+        api.http.delete("/api/v1/jobs/waits")
+        api.submit(name="room-again", command=["true"])
+        api.http.close()
 
 
 def test_elastic_max_is_bounded_by_the_cluster(api: Api) -> None:
@@ -359,6 +408,9 @@ def test_a_row_that_is_not_json_is_listed_as_corrupt_and_stops_nothing(tmp_path:
 # that is not UTF-8 is read with U+FFFD.
 CORRUPTED = {
     "list-spec": "UPDATE jobs SET spec = '[]' WHERE name = ?",
+    # Objects, which the store holds as specs, but the server cannot use (issue 47, item 4).
+    "empty-spec": "UPDATE jobs SET spec = '{}' WHERE name = ?",
+    "no-command": "UPDATE jobs SET spec = json_remove(spec, '$.command') WHERE name = ?",
 }
 BAD_REASON = "UPDATE jobs SET reason = CAST(X'6f6bff' AS TEXT) WHERE name = 'bad-reason'"
 BAD_LABEL = "UPDATE node_labels SET value = CAST(X'7231ff' AS TEXT)"
@@ -391,7 +443,7 @@ def test_every_unreadable_row_is_quarantined_found_and_repaired(tmp_path: Path) 
             "ok\ufffd",
         )
         assert api.get("/api/v1/nodes")["nodes"][0]["labels"]["rack"] == "r1\ufffd"
-        assert "warning: 3 stored row(s) cannot be read as stored" in server.log()
+        assert "warning: 5 stored row(s) cannot be read as stored" in server.log()
         api.submit(name="after", command=["true"])  # the server goes on
         api.until("after", "succeeded")
         api.http.close()
@@ -405,12 +457,14 @@ def test_every_unreadable_row_is_quarantined_found_and_repaired(tmp_path: Path) 
         }
         assert listed == {
             ("list-spec", "spec"),
+            ("empty-spec", "spec"),
+            ("no-command", "spec"),
             ("bad-reason", "reason"),
             ("label node-a/rack", "value"),
         }
         mended = run_cli("admin", "fsck", "--data-dir", data, "--repair")
         assert mended.code == 0, mended.err
-        assert "3 unreadable, 3 repaired, 0 left" in mended.out
+        assert "5 unreadable, 5 repaired, 0 left" in mended.out
         clean = run_cli("admin", "fsck", "--data-dir", data)
         assert (clean.code, clean.out.strip()) == (0, "0 unreadable, 0 repaired, 0 left")
         server.start()
@@ -423,3 +477,107 @@ def test_every_unreadable_row_is_quarantined_found_and_repaired(tmp_path: Path) 
         api.submit(name="list-spec", command=["true"])
         api.http.close()
         assert "cannot be read as stored" not in server.log().split("toposched stopped")[-1]
+
+
+def test_fsck_migrates_nothing_and_refuses_a_database_not_toposcheds(tmp_path: Path) -> None:
+    # `fsck --db URL` migrated whatever it was given (issue 47): tables made in another
+    # program's database, its journal mode changed, an older toposched's moved up unasked.
+    other = tmp_path / "notes.db"
+    with closing(sqlite3.connect(other)) as conn, conn:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("CREATE TABLE notes (body TEXT)")
+    refused = run_cli("admin", "fsck", "--db", f"sqlite:///{other}")
+    assert refused.code != 0 and "Traceback" not in refused.err
+    assert "is not a toposched database" in refused.err, refused.err
+    with closing(sqlite3.connect(other)) as conn, conn:
+        tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+        assert tables == {"notes"}
+        assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    missing = tmp_path / "none.db"
+    absent = run_cli("admin", "fsck", "--db", f"sqlite:///{missing}")
+    assert absent.code != 0 and "no database at" in absent.err, absent.err
+    assert not missing.exists()
+    older = tmp_path / "older.db"
+    Store(f"sqlite:///{older}").close()
+    with closing(sqlite3.connect(older)) as conn, conn:
+        conn.execute("UPDATE schema_version SET version = ?", (SCHEMA_VERSION - 1,))
+    behind = run_cli("admin", "fsck", "--db", f"sqlite:///{older}")
+    assert behind.code != 0, behind.out
+    said = f"is at schema version {SCHEMA_VERSION - 1}, older than this toposched's"
+    assert said in behind.err, behind.err
+    with closing(sqlite3.connect(older)) as conn, conn:
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [
+            (SCHEMA_VERSION - 1,)
+        ]
+    Store(f"sqlite:///{older}").close()  # the server's own start migrates it
+    assert run_cli("admin", "fsck", "--db", f"sqlite:///{older}").code == 0
+
+
+# A worker that waits out SIGTERM: only the stop's SIGKILL, after the grace, ends it.
+STUBBORN = (
+    "import os, pathlib, signal, sys, time\n"
+    "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+    "pathlib.Path(sys.argv[1]).write_text(str(os.getpid()))\n"
+    "time.sleep(600)\n"
+)
+
+
+def test_a_running_job_whose_row_cannot_be_read_keeps_its_gpus_until_its_workers_are_gone(
+    tmp_path: Path,
+) -> None:
+    # Not restored, its GPUs went to the next job while its workers ran on (issue 47, item 4).
+    pid_file = tmp_path / "pid"
+    with running_server(tmp_path) as server:
+        api = Api(server)
+        api.submit(name="held", command=[sys.executable, "-c", STUBBORN, str(pid_file)], gpus=8)
+        api.until("held", "running")
+        wait_for(pid_file.exists, "the worker")
+        pid = int(pid_file.read_text())
+        api.http.close()
+        server.stop()
+        with closing(sqlite3.connect(server.data_dir / "toposched.db")) as conn, conn:
+            conn.execute("UPDATE jobs SET spec = '[]' WHERE name = 'held'")
+        server.start()
+        api = Api(server)
+        listed = {job["name"]: job for job in api.get("/api/v1/jobs?all=true")["jobs"]}
+        assert listed["held"]["state"] == "corrupt"
+        assert set(api.holders().values()) == {"held"}
+        api.submit(name="next", command=["true"], gpus=8)
+        assert alive(pid) and api.state("next") == "pending"
+        wait_for(lambda: not alive(pid), "the unreadable job's worker to be killed", 30)
+        api.until("next", "succeeded")
+        assert "held: not restored: its stored spec cannot be read" in server.log()
+        assert "its GPUs held until they are gone" in server.log()
+        # Ended now (its row still unreadable, so listed as corrupt), it can be deleted.
+        gone = api.http.delete("/api/v1/jobs/held")
+        assert gone.status_code == 202 and gone.json()["deleted"] is True, gone.text
+        assert "held" not in every_job(api)
+        assert "Traceback" not in server.log()
+        api.http.close()
+
+
+def test_a_waiting_job_whose_spec_is_an_empty_object_stops_no_start(tmp_path: Path) -> None:
+    # `{}` is an object, which the store takes as a spec; the start read it as one and stopped
+    # on its missing fields (issue 47, item 4).
+    with running_server(tmp_path) as server:
+        api = Api(server)
+        api.submit(name="all-gpus", command=["sleep", "60"], gpus=8)
+        api.until("all-gpus", "running")
+        api.submit(name="waits", command=["true"])
+        api.http.close()
+        server.stop()
+        with closing(sqlite3.connect(server.data_dir / "toposched.db")) as conn, conn:
+            conn.execute("UPDATE jobs SET spec = '{}' WHERE name = 'waits'")
+        server.start()
+        api = Api(server)
+        listed = {job["name"]: job for job in api.get("/api/v1/jobs?all=true")["jobs"]}
+        assert listed["waits"]["state"] == "corrupt"
+        assert "its stored spec cannot be read (it has no command" in listed["waits"]["reason"]
+        assert listed["all-gpus"]["state"] == "running"
+        assert "waits: not restored: its stored spec cannot be read" in server.log()
+        found = run_cli("admin", "fsck", "--data-dir", str(server.data_dir), "--json")
+        assert found.code == 1, found.err
+        assert [r["job"] for r in json.loads(found.out)["unreadable"]] == ["waits"]
+        api.http.delete("/api/v1/jobs/all-gpus")
+        api.until("all-gpus", "cancelled")
+        api.http.close()

@@ -15,7 +15,7 @@ from sqlalchemy.exc import OperationalError
 from tests.integration.test_runtime import Rig
 from tests.server import kill_leftover_workers, wait_for
 from toposched.server.schemas import JobSubmit
-from toposched.server.shared import Conflict
+from toposched.server.shared import Conflict, QueueFull
 from toposched.store import JobRow, NewJob
 
 
@@ -133,3 +133,27 @@ def test_a_read_that_fails_after_a_start_leaves_no_submission_of_the_burst_behin
         assert isinstance(answer, tuple) and answer[0].name == name, answer
         assert rig.runtime.view.knows(name)
     assert rig.runtime.degraded is None
+
+
+def test_a_queue_takes_no_more_waiting_jobs_than_its_cap(rig: Rig) -> None:
+    """Counted within a burst (each admitted one counts, even one that starts at once) and
+    across them (the jobs the core has waiting, those held for jobs they run after too); the
+    refused are stored nowhere and told the cap (issue 47: a team queued without end)."""
+    rig.runtime.intake.max_waiting = 2
+    answers = burst(rig, [(name, None) for name in "abcde"])
+    assert [isinstance(a, tuple) for a in answers] == [True, True, False, False, False]
+    for refused in answers[2:]:
+        assert isinstance(refused, QueueFull)
+        assert "queue 'default' has 2 jobs waiting" in str(refused)
+        assert "serve --max-waiting 2" in str(refused)
+    assert {row.name for row in rig.store.jobs()} == {"a", "b"}
+    assert rig.runtime.view.job("a").state == "running"  # all 8 GPUs
+    assert rig.runtime.view.waiting_in("default") == 1
+    rig.runtime.intake.max_waiting = 3
+    rig.runtime.submit("admin", "default", spec(gpus=8), "f")
+    rig.runtime.submit("admin", "default", spec(gpus=8, after=["a"]), "g")  # held for a
+    assert rig.runtime.view.waiting_in("default") == 3
+    with pytest.raises(QueueFull, match="has 3 jobs waiting"):
+        rig.runtime.submit("admin", "default", spec(gpus=8), "h")
+    assert not rig.runtime.view.knows("h") and rig.store.job("h") is None
+    assert rig.runtime.view.waiting_in("other") == 0

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 import signal
 import sys
+import time
 from pathlib import Path
 
+import httpx
+
 from tests.e2e.conftest import run_cli
-from tests.server import Api, running_server, wait_for, worker
+from tests.server import Api, envs, running_server, wait_for, worker
 
 
 def test_each_decision_is_logged_and_the_shutdown_names_the_running_jobs(
@@ -80,4 +84,36 @@ def test_sigterm_runs_the_same_shutdown_as_sigint(tmp_path: Path) -> None:
         assert again.state("stays") == "running"
         assert again.http.delete("/api/v1/jobs/stays").status_code == 202
         again.until("stays", "cancelled")
+        again.http.close()
+
+
+def test_sigterm_ends_followed_logs_and_stops_within_its_grace(tmp_path: Path, out: Path) -> None:
+    # A `logs -f` held its connection open, and uvicorn's shutdown waited for it for ever: the
+    # server never stopped (issue 47).
+    with running_server(tmp_path) as server, contextlib.ExitStack() as streams:
+        api = Api(server)
+        api.submit(name="quiet", **worker(out, wait="never"))
+        wait_for(lambda: envs(out, 0), "the worker")
+        http = streams.enter_context(httpx.Client(headers=api.http.headers, timeout=30))
+        followers = []
+        for _ in range(3):
+            reply = streams.enter_context(
+                http.stream("GET", f"{server.url}/api/v1/jobs/quiet/logs", params={"follow": True})
+            )
+            followers.append(reply.iter_bytes())
+            assert b"hello from rank 0" in next(followers[-1])
+        api.http.close()
+        assert server.proc is not None
+        began = time.monotonic()
+        server.proc.send_signal(signal.SIGTERM)
+        for rest in followers:
+            list(rest)  # each ends (a read timeout here would raise)
+        assert server.proc.wait(timeout=20) == 0
+        assert time.monotonic() - began < 5, "the shutdown waited out its grace"
+        assert "toposched stopped; 1 job(s) keep running (quiet)" in server.log()
+        server.start()
+        again = Api(server)
+        assert again.state("quiet") == "running"  # adopted, as after any stop
+        assert again.http.delete("/api/v1/jobs/quiet").status_code == 202
+        again.until("quiet", "cancelled")
         again.http.close()

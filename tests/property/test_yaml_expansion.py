@@ -1,5 +1,6 @@
-"""The expanded size of a YAML document, found from its nodes in linear time, against a count
-of the data the document builds (every alias expanded), on documents with shared values."""
+"""The expanded size of a YAML document (values and characters), found from its nodes in linear
+time, against a count of the data the document builds (every alias expanded), on documents with
+shared values; and the bounds on size and nesting in topology and cluster files."""
 
 from __future__ import annotations
 
@@ -26,6 +27,15 @@ def brute_count(value: Any) -> int:
     return 1
 
 
+def brute_chars(value: Any) -> int:
+    """Characters of the scalars of `value` as a tree, as written (`7` is one)."""
+    if isinstance(value, dict):
+        return sum(brute_chars(k) + brute_chars(v) for k, v in value.items())
+    if isinstance(value, list):
+        return sum(brute_chars(item) for item in value)
+    return len(str(value))
+
+
 @st.composite
 def shared_documents(draw: st.DrawFn) -> Any:
     """Nested lists and maps that reuse earlier values by reference: the dumper writes those
@@ -50,6 +60,11 @@ def test_the_expanded_size_is_the_count_of_the_data_built(document: Any) -> None
     if expected > 1:
         with pytest.raises(TooLarge):
             check_expansion(root, limit=expected - 1)
+    chars = brute_chars(yaml.safe_load(text))
+    check_expansion(root, limit=10**9, chars=chars)
+    if chars:
+        with pytest.raises(TooLarge, match="characters"):
+            check_expansion(root, limit=10**9, chars=chars - 1)
 
 
 BOMB = "a0: &a0 [x, x, x, x, x, x, x, x, x]\n" + "".join(
@@ -62,4 +77,21 @@ def test_topology_and_cluster_files_refuse_alias_bombs(text: str) -> None:
     with pytest.raises(TopologyError, match="alias"):
         parse_yaml(text, source="t.yaml")
     with pytest.raises(ClusterError, match="alias"):
+        parse_cluster_yaml(text, source="c.yaml")
+
+
+LONG_TEXT = f"a: &t {'x' * 100_000}\nb: [{', '.join(['*t'] * 400)}]\n"
+DEEP = "a: " + "[" * 3000 + "]" * 3000 + "\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [(LONG_TEXT, "more than 33,554,432 characters"), (DEEP, "more than 100 deep")],
+    ids=["long-text", "deep"],
+)
+def test_topology_and_cluster_files_bound_expanded_text_and_nesting(text: str, said: str) -> None:
+    # The deep one ended in a RecursionError's traceback; the long one built 40 MB of text.
+    with pytest.raises(TopologyError, match=said):
+        parse_yaml(text, source="t.yaml")
+    with pytest.raises(ClusterError, match=said):
         parse_cluster_yaml(text, source="c.yaml")

@@ -103,6 +103,7 @@ def test_group_cpu_seconds_counts_a_spinning_group_and_not_a_sleeping_one() -> N
         ("2d", 172_800.0),
         ("90", 90.0),
         (" 1.5h ", 5400.0),
+        ("1e3", 1000.0),
         (600, 600.0),
         (2.5, 2.5),
     ],
@@ -111,7 +112,13 @@ def test_durations_are_read_as_people_write_them(text: str | float, seconds: flo
     assert parse_duration(text) == seconds
 
 
-@pytest.mark.parametrize("text", ["", "soon", "30x", "m30", "0", "-5s", "inf", "nan", True])
+# Other scripts' digits were read as numbers (`\u0661\u0662m` as 12 minutes), and `1_0` as 10.
+OTHER_DIGITS = ["\u0661\u0662m", "\u0661\u0662", "1_0", "\uff15s"]
+
+
+@pytest.mark.parametrize(
+    "text", ["", "soon", "30x", "m30", "0", "-5s", "inf", "nan", True, *OTHER_DIGITS]
+)
 def test_a_bad_duration_is_refused_with_what_was_given(text: str | float) -> None:
     with pytest.raises(DurationError, match="idle after must be"):
         parse_duration(text, "idle after")

@@ -214,6 +214,11 @@ def test_a_file_without_command_is_fine_here() -> None:
         ("limit_s: soon\n", 1, "limit_s", "expected a number, got the text 'soon'"),
         ("limit_s: '60'\n", 1, "limit_s", "expected a number, got the text '60'"),
         ("limit_s: .inf\n", 1, "limit_s", "expected a finite number, got .inf"),
+        # float() reads other scripts' digits: `\u0661\u0662` was 12 (issue 47).
+        ("limit_s: \u0661\u0662\n", 1, "limit_s", "expected a number, got the text '\u0661\u0662'"),
+        ("idle: {after: 30m, below: -0.0}\n", 1, "idle.below", "got -0.0: write 0"),
+        ("gpus: -0\n", 1, "gpus", "expected a whole number, got -0: write 0"),
+        ("checkpoint:\n  grace_s: -0\n", 2, "checkpoint.grace_s", "got -0: write 0"),
         ("command: []\n", 1, "command", "the command is empty"),
         ("command: ''\n", 1, "command", "the command is empty"),
         ("command: {a: b}\n", 1, "command", "expected a list of words or a string, got a mapping"),
@@ -435,6 +440,27 @@ def test_aliases_that_expand_without_bound_are_refused(text: str, line: int, pro
         parse_job_text(text, "job.yaml")
     assert caught.value.line == line
     assert problem in str(caught.value)
+
+
+def test_aliases_of_long_text_are_bounded_by_its_expanded_size() -> None:
+    # A few hundred aliases, well under the count of values, each of 200,000 characters: a
+    # 1.1 MB file of this kind reached a 4 GiB MemoryError when counted by values alone.
+    text = f"env:\n  A: &t {'x' * 200_000}\ncommand: [{', '.join(['*t'] * 200)}]\n"
+    with pytest.raises(JobFileError) as caught:
+        parse_job_text(text, "job.yaml")
+    assert caught.value.line == 3
+    assert "its aliases expand to more than 33,554,432 characters" in str(caught.value)
+
+
+def test_nesting_past_the_bound_is_refused_without_a_traceback() -> None:
+    deep = "command: " + "[" * 3000 + "x" + "]" * 3000 + "\n"
+    with pytest.raises(JobFileError) as caught:
+        parse_job_text(deep, "job.yaml")
+    assert caught.value.line == 1
+    assert "nests lists and mappings more than 100 deep" in str(caught.value)
+    nested = "env: " + "{a: " * 99 + "x" + "}" * 99 + "\n"  # 100 with the file's own mapping
+    with pytest.raises(JobFileError, match="expected text, got a mapping"):
+        parse_job_text(nested, "job.yaml")
 
 
 def test_aliases_within_bounds_are_read() -> None:

@@ -33,6 +33,7 @@ def fsck(
     """List the stored jobs and labels the server cannot read back as stored (text that is not
     UTF-8, a spec that is not one), and with --repair mend them, or delete an ended job
     whose record says nothing usable."""
+    from toposched.common.jobspec import spec_problem
     from toposched.common.paths import DB_FILE, default_data_dir
     from toposched.server.serve import ServeError, lock_data_dir
     from toposched.server.shared import ENDED
@@ -44,7 +45,10 @@ def fsck(
     if db is None and not (where / DB_FILE).is_file():
         fail(f"no database in {where} (give --data-dir or --db)")
     try:
-        store = Store(db or sqlite_url(where / DB_FILE))
+        # Never migrated here: --db may name any database, and fsck only reads and mends.
+        store = Store(
+            db or sqlite_url(where / DB_FILE), migrate_it=False, spec_problem=spec_problem
+        )
     except StoreError as err:
         fail(str(err))
     lock = None

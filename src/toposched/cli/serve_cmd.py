@@ -115,6 +115,12 @@ def serve_cmd(
         "raises to its hard limit, at most 4096); over it, the one that has waited longest "
         "for a whole request is closed.",
     ),
+    max_waiting: int = typer.Option(
+        50_000,
+        "--max-waiting",
+        metavar="N",
+        help="Jobs one queue may have waiting; a submit past it is refused (429) saying so.",
+    ),
 ) -> None:
     """Run the scheduler server: jobs run as local processes on this machine's GPUs."""
     # The web stack loads only here, so the other commands start fast.
@@ -134,6 +140,8 @@ def serve_cmd(
             fail(f"{flag} must be 0.1..3600 seconds, got {seconds:g}")
     if max_connections is not None and max_connections < 1:
         fail(f"--max-connections must be at least 1, got {max_connections}")
+    if max_waiting < 1:
+        fail(f"--max-waiting must be at least 1, got {max_waiting}")
     if log_level.lower() not in LOG_LEVELS:
         fail(f"--log-level must be one of {', '.join(LOG_LEVELS)}, got {log_level!r}")
     try:
@@ -171,6 +179,7 @@ def serve_cmd(
         header_timeout_s=header_timeout,
         body_timeout_s=body_timeout,
         max_connections=max_connections,
+        max_waiting=max_waiting,
     )
     try:
         serve(options, say=lambda line: typer.echo(line, err=True))

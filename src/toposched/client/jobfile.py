@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import re
 import shlex
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -54,7 +55,7 @@ from toposched.common import jobfields
 from toposched.common.frameworks import KindError, kind_of
 from toposched.common.jobfields import JobField
 from toposched.topology.resources import QuantityError, parse_cpus, parse_memory
-from toposched.yamlnodes import TooLarge, check_expansion
+from toposched.yamlnodes import TooLarge, check_depth, check_expansion
 
 INT = "tag:yaml.org,2002:int"
 FLOAT = "tag:yaml.org,2002:float"
@@ -67,6 +68,9 @@ PLAIN_TAGS = frozenset(
     f"tag:yaml.org,2002:{kind}"
     for kind in ("str", "int", "float", "bool", "null", "seq", "map", "timestamp")
 )
+# A number YAML 1.1 leaves as text (`1e3`), in the digits 0-9 only: float() would also read
+# `\u0661\u0662` (Arabic-Indic digits) or `1_0`.
+PLAIN_NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?", re.ASCII)
 KIND = {INT: "a whole number", FLOAT: "a number", BOOL: "a boolean", NULL: "nothing (null)"}
 
 
@@ -181,7 +185,10 @@ def parse_job_text(
     """Check the YAML text of a job file; `path` names it in errors; `fields`: those it may
     give (default: a job's, FIELDS)."""
     try:
+        check_depth(text)
         root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except TooLarge as err:
+        raise JobFileError(path, err.line, None, str(err)) from None
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark or err.context_mark
         line = mark.line + 1 if mark is not None else None
@@ -315,16 +322,25 @@ class _Reader:
         if scalar.tag != INT:
             raise self.fail(node, name, f"expected a whole number, got {_kind(node)}")
         value: int = _construct(scalar)
+        self._not_minus_zero(scalar, name, "a whole number")
         return value
+
+    def _not_minus_zero(self, scalar: ScalarNode, name: str, what: str) -> None:
+        """`-0` reads as 0 where 0 is allowed: a sign that says nothing is likely a mistake."""
+        if scalar.value.startswith("-") and float(_construct(scalar)) == 0:
+            raise self.fail(scalar, name, f"expected {what}, got {scalar.value}: write 0")
 
     def number(self, node: Node, name: str) -> float:
         scalar = self.scalar(node, name, "a number")
         if scalar.tag in (INT, FLOAT):
             value = float(_construct(scalar))
+            self._not_minus_zero(scalar, name, "a number")
         else:
             # YAML 1.1 reads a plain 1e3 as text; a quoted "60" stays text.
             try:
                 if scalar.tag != STR or scalar.style is not None:
+                    raise ValueError
+                if not PLAIN_NUMBER.fullmatch(scalar.value):
                     raise ValueError
                 value = float(scalar.value)
             except ValueError:

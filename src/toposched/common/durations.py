@@ -7,9 +7,10 @@ import math
 import re
 
 _UNITS = {"d": 86_400, "h": 3_600, "m": 60, "s": 1}
-_PART = re.compile(r"(\d+(?:\.\d+)?)([dhms])")
+# Digits 0-9 only: float() and \d also read `1_0` and other scripts' digits (`\u0661\u0662`).
+_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)([dhms])", re.ASCII)
 # Slurm's forms with a colon or a day: MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS.
-_CLOCK = re.compile(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?")
+_CLOCK = re.compile(r"(?:([0-9]+)-)?([0-9]+)(?::([0-9]+))?(?::([0-9]+))?", re.ASCII)
 
 
 class DurationError(ValueError):
@@ -25,6 +26,8 @@ def parse_duration(value: str | float, what: str = "duration") -> float:
     else:
         text = value.strip().lower()
         try:
+            if not text.isascii() or "_" in text:
+                raise ValueError(text)
             seconds = float(text)
         except ValueError:
             read = _clock(text) if ":" in text or "-" in text else _parts(text)

@@ -4,6 +4,7 @@ the nodes it may use, and the jobs it runs after."""
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import cached_property
@@ -44,6 +45,10 @@ _TIERS = {
 }
 
 
+# Seconds in locality rules: digits 0-9 only, no sign.
+_SECONDS = re.compile(r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)", re.ASCII)
+
+
 @dataclass(frozen=True)
 class LocalityRule:
     """`prefer` from the start; after waiting `relax_after_s`, accept `accept` as well."""
@@ -80,6 +85,12 @@ class LocalityRule:
                 return cls(Locality(text))
             prefer, rest = text.split(",", 1)
             accept, _, after = rest.partition("@")
+            if after and not _SECONDS.fullmatch(after):
+                # float() reads `-0`, `1_0` and other scripts' digits (`\u0661\u0662`).
+                raise JobError(
+                    f"locality {text!r}: the seconds after @ must be a finite number >= 0 "
+                    f"written in the digits 0-9, such as 600 or 2.5, got {after!r}"
+                )
             return cls(Locality(prefer), Locality(accept), float(after) if after else 0.0)
         except ValueError as err:
             if isinstance(err, JobError):

@@ -110,6 +110,7 @@ class PendingJobs:
         self.filed: dict[str, Key] = {}
         self.level: dict[str, int] = {}
         self.shapes: dict[Shape, int] = {}  # waiting jobs per shape, over all queues
+        self.per_queue: dict[str, int] = {}  # waiting jobs per queue (a submit's cap reads it)
         # Jobs in each list that declare a run time: lists without any can be judged whole
         # against a reservation (none of their jobs ends before it).
         self.declared: dict[Key, int] = {}
@@ -149,6 +150,7 @@ class PendingJobs:
         if promote_at is not None:
             heapq.heappush(self._due, (promote_at, rec.seq, rec.name))
         self.shapes[key[1]] = self.shapes.get(key[1], 0) + 1
+        self.per_queue[key[0]] = self.per_queue.get(key[0], 0) + 1
         self.cpu_only += spec.cpu_only
         self.shared += spec.part_of_gpu
         if spec.limit_s is not None:
@@ -176,6 +178,9 @@ class PendingJobs:
             if not lists:
                 del self._by_queue[key[0]]
                 self._stamps.pop(key[0], None)
+        self.per_queue[key[0]] -= 1
+        if not self.per_queue[key[0]]:
+            del self.per_queue[key[0]]
         self.cpu_only -= rec.spec.cpu_only
         self.shared -= rec.spec.part_of_gpu
         if rec.spec.limit_s is not None:

@@ -56,6 +56,13 @@ class CoreView:
         reasons = self.reasons(r.name for r in recs)
         return [_view(rec, reasons[rec.name]) for rec in recs]
 
+    def waiting_in(self, queue: str) -> int:
+        """The jobs of `queue` waiting: filed to be tried, or for jobs they run after (those
+        are few, and walked)."""
+        jobs = self._books.jobs
+        held = sum(jobs[name].spec.queue == queue for name in self._books.deps.unmet)
+        return self._waiting.lists.per_queue.get(queue, 0) + held
+
     def pending(self) -> Iterator[JobRecord]:
         """Pending jobs in the order the next cycle would try them."""
         return self._waiting.in_order()

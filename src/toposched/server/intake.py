@@ -27,6 +27,7 @@ from toposched.server.shared import (
     ENDED,
     STORE_ERRORS,
     Conflict,
+    QueueFull,
     RuntimeBroken,
     SubmitRefused,
     Unavailable,
@@ -34,6 +35,10 @@ from toposched.server.shared import (
 from toposched.store import DuplicateJob, JobRow, NewJob, Store, write_fault
 
 Outcome = tuple[JobRow, bool, str]  # the job, whether a retry found it, its reason
+# Jobs one queue may have waiting (`serve --max-waiting`): a team that queues without end
+# slows every cycle and list for all. Well above the 10,000-job bursts and the load test's
+# ~21,000 waiting in one queue.
+MAX_WAITING = 50_000
 
 
 def ended_before(
@@ -85,6 +90,7 @@ class Intake:
         containers: Containers | None,
         cluster_gpus: int,
         clock: Callable[[], float],
+        max_waiting: int = MAX_WAITING,
     ) -> None:
         self.driver = driver
         self.lock = lock
@@ -95,6 +101,7 @@ class Intake:
         self.containers = containers
         self.cluster_gpus = cluster_gpus
         self.clock = clock
+        self.max_waiting = max_waiting
         # Submissions waiting for the lock, kept under a lock of their own.
         self.waiting: deque[Submission] = deque()
         self._waiting_lock = threading.Lock()
@@ -138,11 +145,12 @@ class Intake:
             return
         fresh: list[Submission] = []
         taken: dict[str, Submission] = {}  # name -> the entry of this batch that takes it
+        queued: dict[str, int] = {}  # queue -> its jobs waiting, this batch's admitted too
         firsts: dict[tuple[str, str], Submission] = {}  # (owner, key) -> its first entry
         try:
             for entry in batch:
                 try:
-                    self._admissible(entry, known, taken, firsts)
+                    self._admissible(entry, known, taken, firsts, queued)
                 except Exception as err:  # this submission's answer, not the batch's
                     entry.error = err
                     continue
@@ -165,6 +173,7 @@ class Intake:
         known: dict[tuple[str, str], JobRow],
         taken: dict[str, Submission],
         firsts: dict[tuple[str, str], Submission],
+        queued: dict[str, int],
     ) -> None:
         """Check one submission of a batch: sets its outcome if it is a retry of a stored
         one, or `first` if of one earlier in the batch, or raises why it is refused."""
@@ -196,11 +205,28 @@ class Intake:
         if self.driver.view.knows(entry.name) or entry.name in taken:
             raise Conflict(f"a job named {entry.name!r} already exists")
         entry.ended = ended_before(self.driver.view, self.store, core, taken)
+        self._room_in_queue(entry, queued)
         taken[entry.name] = entry
         if entry.key is not None:
             # Only an admitted one: a retry of a refused one is judged on its own.
             firsts[(entry.owner, entry.key)] = entry
         entry.core = core
+
+    def _room_in_queue(self, entry: Submission, queued: dict[str, int]) -> None:
+        """QueueFull if the entry's queue has `max_waiting` jobs waiting already; else it
+        counts as one more for the rest of the batch."""
+        queue = entry.queue
+        if queue not in queued:
+            queued[queue] = self.driver.view.waiting_in(queue)
+        waiting = queued[queue]
+        if waiting >= self.max_waiting:
+            jobs = "job" if waiting == 1 else "jobs"
+            raise QueueFull(
+                f"queue {queue!r} has {waiting:,} {jobs} waiting, the most this server "
+                f"takes (serve --max-waiting {self.max_waiting}): submit again once some "
+                "have started or been cancelled"
+            )
+        queued[queue] += 1
 
     def _store_and_feed(self, fresh: list[Submission]) -> None:
         """Store the batch's new jobs in one transaction (if any is refused, one by one, so

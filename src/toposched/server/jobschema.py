@@ -347,9 +347,20 @@ def _quantity(parse: Any, value: object, what: str) -> int:
     return amount
 
 
+# The least a worker may ask of CPUs: each job takes a process and its share of a core's
+# time, so `1m` (sixty such jobs ran on two CPUs) claims a thousandth and gets far more.
+MIN_CPUS_MILLI = 100
+
+
 def _cpus(name: str, value: str | float) -> str:
+    milli = _quantity(parse_cpus, value, name)
+    if milli < MIN_CPUS_MILLI:
+        raise ValueError(
+            f"{name} {value!r} is less than the least a worker may ask, "
+            f"{MIN_CPUS_MILLI}m (a tenth of a CPU); leave {name} out not to count CPUs"
+        )
     # Stored as its shortest exact text: what `get` shows, and what the executor reads.
-    return cpus_text(_quantity(parse_cpus, value, name))
+    return cpus_text(milli)
 
 
 def _memory(name: str, value: str | int) -> str:

@@ -11,6 +11,7 @@ import logging
 import threading
 from collections.abc import Callable
 
+from toposched.common import jobfields
 from toposched.common.driver import Driver
 from toposched.common.jobspec import core_spec, job_kind, local_processes, placement_from_json
 from toposched.core import SchedulingError, StopKind
@@ -64,10 +65,8 @@ class Recovery:
             rows = []
             for row in self.store.jobs(states=LIVE):
                 if row.state == CORRUPT:
-                    # Nothing can be restored from it: it is listed as corrupt, and its workers,
-                    # if any run, are not adopted (the log has what could not be read).
                     log.error("job %s: %s; not restored", row.name, row.reason)
-                    notes.append(f"{row.name}: not restored: {row.reason}")
+                    notes.append(self._stop_unreadable(row))
                     continue
                 rows.append(row)
             self.deletes.asked({r.name for r in rows if r.delete_when_ended})
@@ -151,6 +150,41 @@ class Recovery:
             self.launcher.stop_later(row.name, row.attempt, signal, grace)
             return [f"{row.name}: adopted attempt {row.attempt}, still stopping ({stopping})"]
         return [f"{row.name}: adopted attempt {row.attempt} on {placement.describe()}"]
+
+    def _stop_unreadable(self, row: JobRow) -> str:
+        """A live job whose row cannot be read is not restored (listed as corrupt): nothing
+        says how to run it. Workers it has running are stopped, as a cancel stops them, and
+        its GPUs held until they are gone; given to the next job at once, they were held
+        twice. Workers whose GPUs are not known (its placement unreadable too) are killed."""
+        if row.attempt < 0:  # never started
+            return f"{row.name}: not restored: {row.reason}"
+        now = self.clock()
+        slots = row.placement or []
+        run_dir = self.executor.run_dir(row.name, row.attempt)
+        running = any(read_pids(run_dir, rank) is not None for rank in range(len(slots)))
+        if not running:
+            self.executor.abandon(row.name, row.attempt)  # any it started, killed
+            return f"{row.name}: not restored: {row.reason}"
+        # Only what the core needs to hold its GPUs: its gang's shape, where it runs.
+        shape = {f.name: f.default for f in jobfields.FIELDS if f.default is not jobfields.REQUIRED}
+        shape |= {"workers": len(slots), "gpus": len(slots[0]["gpus"]), "command": ["?"]}
+        spec = core_spec(row.name, row.owner, row.queue, shape)
+        placement = placement_from_json(slots)
+        try:
+            self.driver.restore(
+                now, spec, row.submitted_at, placement, row.restarts, StopKind.CANCEL, 0.0
+            )
+        except SchedulingError as err:
+            self.executor.abandon(row.name, row.attempt)
+            return f"{row.name}: not restored: {row.reason}; its workers killed ({err})"
+        self.executor.adopt(row.name, row.attempt, len(slots))
+        self.launcher.adopted(row.name, row.attempt)
+        signal, grace = self.driver.stop_signal(spec, StopKind.CANCEL)
+        self.launcher.stop_later(row.name, row.attempt, signal, grace)
+        return (
+            f"{row.name}: not restored: {row.reason}; its workers stopped, its GPUs held "
+            f"until they are gone ({placement.describe()})"
+        )
 
     def _requeue_row(self, row: JobRow, now: float, why: str) -> None:
         self.store.transition(

@@ -22,7 +22,7 @@ from toposched.common.jobspec import job_kind, local_processes
 from toposched.core import JobState
 from toposched.server.auth import Principal
 from toposched.server.deps import Caller, Server, ServerState, writing
-from toposched.server.runtime import LIVE, Conflict, NotFound, Runtime, SubmitRefused
+from toposched.server.runtime import LIVE, Conflict, NotFound, QueueFull, Runtime, SubmitRefused
 from toposched.server.schemas import (
     MAX_IDEMPOTENCY_KEY,
     MAX_PAGE,
@@ -142,7 +142,7 @@ def job_fields(row: JobRow, viewer: Principal, reason: str, runtime: Runtime) ->
     return {
         **_common(row, reason, runtime),
         "spec": spec,
-        "command": spec["command"],
+        "command": spec.get("command", []),  # none in a corrupt row's (store.CORRUPT)
         "history": None,
         "cores": None,
         "after": None,
@@ -248,6 +248,8 @@ def _submit(
         row, replayed, reason = server.runtime.submit(who.user, queue, spec, body.name, key)
     except SubmitRefused as err:
         raise _refused(["body", *err.field.split(".")], str(err)) from None
+    except QueueFull as err:
+        raise HTTPException(status.HTTP_429_TOO_MANY_REQUESTS, str(err)) from None
     except (DuplicateJob, Conflict) as err:
         raise HTTPException(status.HTTP_409_CONFLICT, _taken(server, body.name, err)) from None
     return job_fields(row, who, reason, server.runtime), replayed
@@ -474,6 +476,9 @@ async def _stream(
             continue
         if not follow:
             return
+        if runtime.closing.is_set():
+            follow = False  # the server is stopping: what is written so far, then the end
+            continue
         row = await run_in_threadpool(runtime.store.job, name)
         # The attempt's workers are over once it is not running or stopping: a requeued job
         # (preempted, or restarted after a failure) may wait for hours before its next one.

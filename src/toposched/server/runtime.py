@@ -48,7 +48,7 @@ from toposched.executors.local import LocalExecutor
 from toposched.server.activity import ActivityMonitor
 from toposched.server.deletes import Deletes
 from toposched.server.guard import WriteGuard
-from toposched.server.intake import Intake, Outcome
+from toposched.server.intake import MAX_WAITING, Intake, Outcome
 from toposched.server.launcher import Launcher
 from toposched.server.localnode import LocalNode
 from toposched.server.predicted import Predictor
@@ -60,6 +60,7 @@ from toposched.server.shared import (
     TICK_S,
     Conflict,
     NotFound,
+    QueueFull,
     SubmitRefused,
     Unavailable,
 )
@@ -68,7 +69,7 @@ from toposched.store.db import KEEP
 from toposched.topology.cluster import Cluster, ClusterError
 
 # The job routes import these names from here.
-__all__ = ["LIVE", "Conflict", "NotFound", "Runtime", "SubmitRefused"]
+__all__ = ["LIVE", "Conflict", "NotFound", "QueueFull", "Runtime", "SubmitRefused"]
 
 log = logging.getLogger("toposched.server")
 
@@ -85,6 +86,7 @@ class Runtime(Driver):
         *,
         clock: Callable[[], float] = time.time,
         observe: Callable[[float], None] | None = None,
+        max_waiting: int = MAX_WAITING,
     ) -> None:
         self.store = store
         self.executor = executor
@@ -113,9 +115,13 @@ class Runtime(Driver):
             executor.containers,
             local.node.size,
             clock,
+            max_waiting,
         )
         self.recovery = Recovery(self, lock, store, executor, self.launcher, self.deletes, clock)
         self._stop = threading.Event()
+        # Set as the server begins to stop: followed logs end, so that no client holds the
+        # shutdown open (it waits for every response to finish).
+        self.closing = threading.Event()
         self._thread: threading.Thread | None = None
         self._last_tick = 0.0
         # How busy each job's GPUs are (server/activity.py), once `serve` has started it.

@@ -16,10 +16,12 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType
 from typing import IO
 
 import uvicorn
 
+from toposched.common.jobspec import spec_problem
 from toposched.common.paths import DB_FILE, loopback
 from toposched.core import make_scheduler_policy
 from toposched.discovery.gpu_usage import open_usage
@@ -38,6 +40,7 @@ from toposched.server.connections import (
     listen_backlog,
     raise_fd_limit,
 )
+from toposched.server.intake import MAX_WAITING
 from toposched.server.localnode import local_node, topology_name
 from toposched.server.metrics import Metrics
 from toposched.server.runtime import Runtime
@@ -78,6 +81,7 @@ class ServeOptions:
     header_timeout_s: float = HEADER_S
     body_timeout_s: float = BODY_S
     max_connections: int | None = None
+    max_waiting: int = MAX_WAITING  # jobs one queue may have waiting
 
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -148,6 +152,7 @@ def _open_store(options: ServeOptions) -> Store:
     store = Store(
         options.db or sqlite_url(options.data_dir / DB_FILE),
         busy_timeout_s=options.db_busy_timeout_s,
+        spec_problem=spec_problem,
     )
     try:
         store.probe()
@@ -250,7 +255,14 @@ def serve(options: ServeOptions, say: Callable[[str], None] = print) -> None:
         containers=containers,
     )
     metrics = Metrics()
-    runtime = Runtime(store, executor, local, policy, observe=metrics.latency.observe)
+    runtime = Runtime(
+        store,
+        executor,
+        local,
+        policy,
+        observe=metrics.latency.observe,
+        max_waiting=options.max_waiting,
+    )
     metrics.watch(runtime)
     try:
         notes = runtime.recover()
@@ -283,7 +295,7 @@ def serve(options: ServeOptions, say: Callable[[str], None] = print) -> None:
     )
     say(f"listening on http://{options.host}:{options.port} (API docs at /docs)")
     app = create_app(runtime, metrics, auth=options.auth)
-    server = uvicorn.Server(
+    server = _Server(
         uvicorn.Config(
             app,
             host=options.host,
@@ -291,7 +303,9 @@ def serve(options: ServeOptions, say: Callable[[str], None] = print) -> None:
             log_level="warning",
             http=bounded_protocol(limits),
             backlog=listen_backlog(fd_limit),
-        )
+            timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
+        ),
+        runtime.closing,
     )
     thresholds = gc.get_threshold()
     gc.set_threshold(*GC_THRESHOLDS)
@@ -345,6 +359,25 @@ def _say_unreadable(store: Store, say: Callable[[str], None]) -> None:
     )
 
 
+# How long the shutdown waits for requests still being answered before it cancels them: well
+# within a service manager's grace (systemd's 90 s, Kubernetes' 30 s). Followed logs end at
+# once (Runtime.closing); only a request cut short mid-answer waits this long.
+SHUTDOWN_GRACE_S = 5
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, which tells the routes that it is stopping (`closing`) as soon as
+    it is asked to: a followed log otherwise held its connection, and the shutdown, for ever."""
+
+    def __init__(self, config: uvicorn.Config, closing: threading.Event) -> None:
+        super().__init__(config)
+        self.closing = closing
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        self.closing.set()
+        super().handle_exit(sig, frame)
+
+
 def _terminated(signum: int, frame: object) -> None:
     raise SystemExit(0)  # a service manager's stop: a clean exit, once the shutdown has run
 
@@ -365,6 +398,7 @@ def _watch(runtime: Runtime, server: uvicorn.Server) -> None:
     next_full = time.monotonic() + FULL_GC_S
     while not server.should_exit:
         if runtime.broken is not None:
+            runtime.closing.set()
             server.should_exit = True
             return
         if time.monotonic() >= next_full:

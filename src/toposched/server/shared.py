@@ -47,6 +47,11 @@ class SubmitRefused(ValueError):
         self.field = field
 
 
+class QueueFull(ValueError):
+    """A submission refused because its queue already has as many jobs waiting as the server
+    takes; nothing was stored, and the same one may be sent again once some have started."""
+
+
 class NotFound(LookupError):
     pass
 

@@ -27,7 +27,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
 
 from toposched.common.wiretext import scrubbed
 from toposched.store import schema
-from toposched.store.migrations import MigrationError, migrate
+from toposched.store.migrations import MigrationError, check_version, migrate
 
 _UNSET: Any = object()
 _log = logging.getLogger(__name__)
@@ -169,30 +169,38 @@ _TOKEN = select(schema.tokens.c.user, schema.tokens.c.team, schema.tokens.c.role
 )
 
 
-def _job(row: Row[Any]) -> JobRow:
+SpecCheck = Callable[[dict[str, Any]], "str | None"]
+
+
+def _job(row: Row[Any], spec_problem: SpecCheck | None = None) -> JobRow:
     job = JobRow(*row)  # type: ignore[call-arg]  # columns in field order (_JOB_COLUMNS)
-    for column in ("spec", "placement"):
-        problem = column_problem(column, getattr(job, column))
-        if problem is not None:
-            # Listed by its name, in a state of its own; nothing else is read from it.
-            why = (
-                f"its stored {column} cannot be read ({problem}); `toposched admin fsck` "
-                "lists such rows"
-            )
-            return replace(job, spec={}, placement=None, state=CORRUPT, reason=why)
-    return job
+    problems = {
+        column: problem
+        for column in ("spec", "placement")
+        if (problem := column_problem(column, getattr(job, column), spec_problem)) is not None
+    }
+    if not problems:
+        return job
+    # Listed by its name, in a state of its own. Its placement, where it reads, is kept: a
+    # restart must know which GPUs the job's workers still use (server/recovery.py).
+    column, problem = next(iter(problems.items()))
+    why = f"its stored {column} cannot be read ({problem}); `toposched admin fsck` lists such rows"
+    placement = None if "placement" in problems else job.placement
+    return replace(job, spec={}, placement=placement, state=CORRUPT, reason=why)
 
 
-def column_problem(column: str, value: Any) -> str | None:
+def column_problem(column: str, value: Any, spec_problem: SpecCheck | None = None) -> str | None:
     """Why a job's JSON column, as read, is no spec or placement (None: it is one). A spec is
     an object, a placement a list of objects or nothing. (The store holds any object as a
     spec, `{}` in its own tests: what the server needs of one, its command above all, is the
-    server's to check.)"""
+    server's to check, with `spec_problem`.)"""
     if isinstance(value, Unreadable):
         return value.problem
     if column == "spec":
         if not isinstance(value, dict):
             return f"a JSON {type(value).__name__}, not an object"
+        if spec_problem is not None:
+            return spec_problem(value)
     elif value is not None and not (
         isinstance(value, list) and all(isinstance(item, dict) for item in value)
     ):
@@ -314,10 +322,22 @@ class Store:
     """Jobs, history, queues, labels and tokens in SQLite (default) or PostgreSQL.
 
     `busy_timeout_s`: how long a SQLite write waits for another process's lock before it fails.
+    `migrate_it`: bring the database to this version's schema (False: open only a toposched
+    database at this version, as found, writing nothing to check it; `admin fsck`).
+    `spec_problem`: why a stored spec (an object) is of no use to its reader, or None; a job
+    whose spec is not is read as `corrupt` (the server's check: common/jobspec.py).
     """
 
-    def __init__(self, url: str, *, busy_timeout_s: float = BUSY_TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        busy_timeout_s: float = BUSY_TIMEOUT_S,
+        migrate_it: bool = True,
+        spec_problem: SpecCheck | None = None,
+    ) -> None:
         self.url = url
+        self.spec_problem = spec_problem
         try:
             # orjson reads the JSON columns (a job's spec, its placement) several times faster
             # than the standard library: a page of 100 jobs decodes 200 of them.
@@ -325,16 +345,29 @@ class Store:
         except (SQLAlchemyError, ImportError, ValueError) as err:
             raise StoreError(f"cannot use database {self.shown()}: {err}") from None
         self.dialect = self.engine.dialect.name
-        if self.dialect == "sqlite":
-            event.listen(self.engine, "connect", _sqlite_pragmas(busy_timeout_s))
         try:
-            self.version = migrate(self.engine)
+            if not migrate_it:
+                # Before the pragmas, which would set the journal mode of any file given.
+                self._must_exist()
+                self.version = check_version(self.engine)
+                self.engine.dispose()
+            if self.dialect == "sqlite":
+                event.listen(self.engine, "connect", _sqlite_pragmas(busy_timeout_s))
+            if migrate_it:
+                self.version = migrate(self.engine)
         except MigrationError as err:
             self.engine.dispose()
             raise StoreError(f"database {self.shown()}: {err}") from None
         except DBAPIError as err:  # cannot connect, not a database, no permission
             self.engine.dispose()
             raise StoreError(f"cannot open database {self.shown()}: {err.orig}") from None
+
+    def _must_exist(self) -> None:
+        """A SQLite file that is not there: connecting would make it, empty."""
+        path = self.engine.url.database
+        if self.dialect == "sqlite" and path and path != ":memory:" and not Path(path).is_file():
+            self.engine.dispose()
+            raise StoreError(f"no database at {self.shown()}: nothing was made")
 
     def shown(self) -> str:
         """The URL without its password, for messages."""
@@ -472,7 +505,7 @@ class Store:
         j = schema.jobs
         query = select(*_JOB_COLUMNS).where(j.c.delete_when_ended == 1, j.c.state.in_(list(ended)))
         with self.engine.connect() as conn:
-            return [_job(row) for row in conn.execute(query)]
+            return [_job(row, self.spec_problem) for row in conn.execute(query)]
 
     def delete_when_ended(self, name: str) -> None:
         """Mark live job `name` to be removed once it has ended (a delete of a live job)."""
@@ -539,7 +572,7 @@ class Store:
     def job(self, name: str) -> JobRow | None:
         with self.engine.connect() as conn:
             row = conn.execute(_JOB_BY_NAME, {"job_name": name}).first()
-        return None if row is None else _job(row)
+        return None if row is None else _job(row, self.spec_problem)
 
     def jobs(
         self,
@@ -567,7 +600,7 @@ class Store:
             "limit": limit,
         }
         with self.engine.connect() as conn:
-            return [_job(row) for row in conn.execute(query, values)]
+            return [_job(row, self.spec_problem) for row in conn.execute(query, values)]
 
     def history(self, name: str) -> list[HistoryRow]:
         h, j = schema.job_history, schema.jobs

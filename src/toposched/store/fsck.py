@@ -14,7 +14,7 @@ from sqlalchemy import ColumnElement, LargeBinary, Text, cast, select
 
 from toposched.common.wiretext import scrubbed
 from toposched.store import schema
-from toposched.store.db import CORRUPT, DELETED, Store, column_problem
+from toposched.store.db import CORRUPT, DELETED, SpecCheck, Store, column_problem
 
 # The JSON columns, then the job's text ones: a text column holds whatever bytes another
 # program wrote to the SQLite file.
@@ -89,7 +89,7 @@ def unreadable(store: Store) -> Iterator[Unreadable]:
             name = read["name"][0] or ""
             for column in names:
                 text, utf8 = read[column]
-                found = _problem(column, text, utf8) if text is not None else None
+                found = None if text is None else _problem(column, text, utf8, store.spec_problem)
                 if found is not None:
                     yield Unreadable(seq, name, column, *found)
         for label in conn.execute(by_label):
@@ -100,7 +100,9 @@ def unreadable(store: Store) -> Iterator[Unreadable]:
                     yield Unreadable(0, where, column, NOT_UTF8, True, label=True)
 
 
-def _problem(column: str, text: str, utf8: bool) -> tuple[str, bool] | None:
+def _problem(
+    column: str, text: str, utf8: bool, spec_problem: SpecCheck | None
+) -> tuple[str, bool] | None:
     if column not in COLUMNS:
         return None if utf8 else (NOT_UTF8, True)
     try:
@@ -110,9 +112,9 @@ def _problem(column: str, text: str, utf8: bool) -> tuple[str, bool] | None:
             value = json.loads(text)
         except ValueError as err:
             return f"not JSON ({err})", False
-        problem = column_problem(column, value)
+        problem = column_problem(column, value, spec_problem)
         return (SURROGATE, True) if problem is None else (problem, False)
-    problem = column_problem(column, value)
+    problem = column_problem(column, value, spec_problem)
     if problem is not None:
         return problem, False
     return None if utf8 else (NOT_UTF8, True)

@@ -126,6 +126,27 @@ def current_version(conn: Connection) -> int:
     return int(version or 0)
 
 
+def check_version(engine: Engine) -> int:
+    """The version of a toposched database this toposched can read as it is, read without
+    writing; MigrationError if it is not toposched's, or is at another version."""
+    with engine.connect() as conn:
+        tables = set(inspect(conn).get_table_names())
+        if not {"schema_version", "jobs"} <= tables:
+            raise MigrationError(
+                "is not a toposched database (it has no schema_version and jobs tables): "
+                "nothing was read or written"
+            )
+        version = current_version(conn)
+    if version != SCHEMA_VERSION:
+        newer = "newer" if version > SCHEMA_VERSION else "older"
+        raise MigrationError(
+            f"is at schema version {version}, {newer} than this toposched's "
+            f"({SCHEMA_VERSION}); nothing was written: use the toposched of its version, "
+            "or let `toposched serve` migrate it first"
+        )
+    return version
+
+
 def migrate(engine: Engine) -> int:
     """Apply the migrations the database lacks; return the version it is at now."""
     with engine.begin() as conn:

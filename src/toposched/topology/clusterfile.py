@@ -32,7 +32,7 @@ from toposched.topology.resources import (
     parse_memory,
 )
 from toposched.topology.yamlfile import _line
-from toposched.yamlnodes import TooLarge, check_expansion
+from toposched.yamlnodes import TooLarge, check_depth, check_expansion
 
 # Turns a `topology:` value that is not a preset (a file path) into a topology; the loader in
 # toposched.discovery.files reads files relative to the cluster file and caches them by path.
@@ -446,6 +446,7 @@ def _compose(text: str, source: str) -> tuple[Any, yaml.Node | None]:
     """The data and the node tree it was built from, so that both have the same shape."""
     loader: yaml.SafeLoader | None = None
     try:
+        check_depth(text)
         loader = yaml.SafeLoader(text)  # which refuses a control character already
         root = loader.get_single_node()
         if root is not None:

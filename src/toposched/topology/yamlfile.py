@@ -10,7 +10,7 @@ from toposched.topology.errors import TopologyError
 from toposched.topology.links import DEFAULT_BANDWIDTH, BandwidthTable
 from toposched.topology.node import NodeTopology
 from toposched.topology.presets import PRESETS, preset
-from toposched.yamlnodes import TooLarge, check_expansion
+from toposched.yamlnodes import TooLarge, check_depth, check_expansion
 
 KEYS = ("name", "preset", "links", "numa", "switch", "cpu_affinity", "bandwidth_gbps")
 
@@ -44,6 +44,7 @@ def _kind_name(kind: type | tuple[type, ...]) -> str:
 def parse_yaml(text: str, *, source: str = "<yaml>") -> NodeTopology:
     """Parse a YAML topology; every error names the file, the line and what is wrong."""
     try:
+        check_depth(text)
         root = yaml.compose(text, Loader=yaml.SafeLoader)
         if root is not None:
             check_expansion(root)
