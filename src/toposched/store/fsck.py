@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from sqlalchemy import ColumnElement, LargeBinary, cast, select
+from sqlalchemy import ColumnElement, LargeBinary, Text, cast, select
 
 from toposched.common.wiretext import scrubbed
 from toposched.store import schema
@@ -54,9 +54,9 @@ class Unreadable:
 
 
 def _raw(store: Store, column: Any) -> ColumnElement[Any]:
-    """The column's stored bytes on SQLite (its text reader would mend them); elsewhere the
-    database checks the encoding itself."""
-    return cast(column, LargeBinary) if store.dialect == "sqlite" else column
+    """The column's stored bytes on SQLite (its text reader would mend them); elsewhere its
+    text (the database checks the encoding itself; a JSON column would come back decoded)."""
+    return cast(column, LargeBinary) if store.dialect == "sqlite" else cast(column, Text)
 
 
 def _text(raw: bytes | str | None) -> tuple[str | None, bool]:
