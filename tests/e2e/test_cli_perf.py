@@ -265,3 +265,28 @@ def test_fit_reports_bad_measurements_by_file_and_row(cli, tmp_path: Path) -> No
     result = cli("perf", "fitt")
     assert result.code == 2 and "unknown action 'fitt'" in result.err
     assert not (tmp_path / "o").exists()
+
+
+def test_perf_list_names_the_models_a_job_may_name(cli, tmp_path: Path) -> None:
+    """`toposched perf --list`, which the README, docs/server.md and `submit --help` name: the
+    catalog's models with their aliases, an extra catalog's among them; --json for programs."""
+    extra = tmp_path / "extra.yaml"
+    extra.write_text(
+        "models:\n  tinynet: {params_m: 1.5, forward_gflops: 0.2, throughput: {V100: 9000}}\n"
+    )
+    r = cli("perf", "--list", "--json", "--catalog", str(extra), "--alias", "tiny=tinynet")
+    assert r.code == 0, r.err
+    models = {m["name"]: m for m in r.json()["models"]}
+    assert {"resnet50", "vgg16", "bert-large", "tinynet"} <= set(models)
+    assert models["tinynet"] == {
+        "name": "tinynet",
+        "params_m": 1.5,
+        "forward_gflops": 0.2,
+        "measured_on": ["V100"],
+        "aliases": ["tiny"],
+    }
+    table = cli("perf", "--list")
+    assert table.code == 0 and "resnet50" in table.out and "models of the performance" in table.out
+    refused = cli("perf", "--list", "--model", "vgg16")
+    assert refused.code == 2
+    assert "--list takes no action, --model, --placement or --requests" in refused.err

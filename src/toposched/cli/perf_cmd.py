@@ -240,6 +240,9 @@ def perf(
         None, "--requests", help="JSONL file of requests, - for stdin."
     ),
     json_out: bool = typer.Option(False, "--json", help="JSON: throughput, iteration_s, ..."),
+    list_models: bool = typer.Option(
+        False, "--list", help="List the catalog's models (what a job's `model` may name)."
+    ),
     measurements: list[str] = typer.Option(
         [],
         "--measurements",
@@ -260,6 +263,11 @@ def perf(
         catalog = load_catalog(catalogs, _aliases(aliases))
     except CatalogError as err:
         fail(str(err))
+    if list_models:
+        if action or model is not None or placement is not None or requests is not None:
+            fail("--list takes no action, --model, --placement or --requests")
+        _print_models(catalog, json_out)
+        return
     if action:
         if action[0] != "fit":
             fail(f"unknown action {action[0]!r}; the only action is fit")
@@ -313,6 +321,49 @@ def perf(
     except PerfError as err:
         fail(_flag_message(err))
     _print_table(catalog, model, gpu, framework, network, node, gpus, result, best)
+
+
+def _print_models(catalog: Catalog, json_out: bool) -> None:
+    """The catalog's models (the shipped one and any --catalog), each with its size, compute and
+    the GPU types it was measured on, as `submit --model` and a job file's `model` name them."""
+    aliases: dict[str, list[str]] = {}
+    for name, target in sorted(catalog.aliases.items()):
+        aliases.setdefault(target, []).append(name)
+    models = [
+        (m, sorted(m.throughput), aliases.get(m.name, []))
+        for m in sorted(catalog.models.values(), key=lambda m: m.name)
+    ]
+    if json_out:
+        emit_json(
+            {
+                "models": [
+                    {
+                        "name": m.name,
+                        "params_m": m.params_m,
+                        "forward_gflops": m.forward_gflops,
+                        "measured_on": measured,
+                        "aliases": names,
+                    }
+                    for m, measured, names in models
+                ]
+            }
+        )
+        return
+    table = Table(title=f"{len(models)} models of the performance catalog")
+    table.add_column("model")
+    table.add_column("parameters", justify="right")
+    table.add_column("forward GFLOPs", justify="right")
+    table.add_column("measured on")
+    table.add_column("also named")
+    for m, measured, names in models:
+        table.add_row(
+            m.name,
+            f"{m.params_m:g} M",
+            f"{m.forward_gflops:g}",
+            ", ".join(measured) or "-",
+            ", ".join(names) or "-",
+        )
+    console.print(table)
 
 
 def _flag_message(err: PerfError) -> str:
