@@ -322,7 +322,15 @@ class Driver:
             self.expect(known.cancelled, f"{edge}: nobody cancelled it")
             self.expect(
                 (isinstance(event, JobCancelled) and old is P)
-                or (old is S and ends_stop(event, name)),
+                or (old is S and ends_stop(event, name))
+                # Cancelled while stopped for its time limit: a clean exit on the signal ends
+                # that stop too, as it ends a time limit's (timed-out, below).
+                or (
+                    old is S
+                    and isinstance(event, JobFinished)
+                    and own
+                    and known.ended_stop is StopKind.TIME_LIMIT
+                ),
                 f"{edge}: cancelled by the wrong event",
             )
         elif new is OK:
