@@ -227,17 +227,6 @@ class Choice:
 Score = Callable[[NodeRoom, Ask, tuple[int, ...]], tuple[float, ...]]
 
 
-def choose(rooms: Iterable[NodeRoom], ask: Ask, score: Score) -> Choice | None:
-    """The feasible (node, GPUs) of least `score`, ties to the lowest node index and GPUs."""
-    best: tuple[tuple[float, ...], int, tuple[int, ...]] | None = None
-    for room in rooms:
-        for gpus in options(room, ask):
-            key = (score(room, ask, gpus), room.index, gpus)
-            if best is None or key < best:
-                best = key
-    return None if best is None else Choice(best[1], best[2])
-
-
 def fgd_points(measure: Measure, room: NodeRoom, ask: Ask, gpus: tuple[int, ...]) -> int:
     """FGD's node score as its authors' simulator gives it (hkust-adsl/kubernetes-scheduler-
     simulator, pkg/simulator/plugin/fgd_score.go): the fall of the node's measure, in GPUs,
