@@ -200,7 +200,8 @@ class Capacity:
     def _wire(self, i: int, node: Node) -> None:
         self.nodes[i] = node
         # A node without a level's value (nodes handed in without their cluster's levels)
-        # is in that level's unnamed domain.
+        # is in that level's unnamed domain. A domain is keyed by its value and every wider
+        # one, so that two leaves may share a name under two spines.
         values = [node.level_values().get(level.name, "") for level in self.levels]
         self.domains[i] = tuple(tuple(values[at:]) for at in range(len(values)))
         self.tier_domains[i] = ((node.pod, node.rack), (node.pod,))

@@ -77,9 +77,3 @@ def check_values(node: str, levels: Sequence[Level], values: Mapping[str, str]) 
     for level in levels:
         if level.name not in values:
             raise LevelError(f"node {node!r}: no value for level {level.name!r}")
-
-
-def domain_key(levels: Sequence[Level], values: Mapping[str, str], at: int) -> tuple[str, ...]:
-    """The domain of level `at` (an index in `levels`) a node with `values` is in: its values
-    at that level and every wider one, so that two leaves may share a name under two spines."""
-    return tuple(values[level.name] for level in levels[at:])
