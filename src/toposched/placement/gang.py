@@ -13,13 +13,14 @@ GPUs can form an NVLink ring that no three of them do).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 
-from toposched.placement.capacity import Capacity
+from toposched.placement.capacity import Capacity, Signature
 from toposched.placement.levels import Usable, domain_rank, domains_at, level_index
 from toposched.placement.nodesets import (
+    Best,
     best_nodes,
     fewest_of,
     least_nodes,
@@ -282,6 +283,18 @@ def node_domain(node: Node, tier: Tier) -> tuple[str, ...]:
     return ()
 
 
+def _workers_held(free: int, room: int | None, g: int) -> int:
+    """Workers of `g` GPUs a node holds: by its `free` GPUs, and by the `room` its CPUs and
+    memory leave (None: no limit)."""
+    by_gpus = free.bit_count() // g
+    return by_gpus if room is None else min(by_gpus, room)
+
+
+def _group_room(key: Signature, fit: WorkerFit) -> int | None:
+    """`Capacity.room` of each node of the group of alike nodes `key`."""
+    return fit.room(key[4], key[5]) if fit.sized else None
+
+
 def _usable_nodes(
     cap: Capacity, request: GangRequest, exclude: Mapping[int, int], admits: Admits
 ) -> Usable:
@@ -294,10 +307,7 @@ def _usable_nodes(
         free = key[1]
         if free.bit_count() < g or (admits is not None and not admits(key[3])):
             continue
-        holds = free.bit_count() // g
-        if fit.sized:
-            room = fit.room(key[4], key[5])
-            holds = holds if room is None else min(holds, room)
+        holds = _workers_held(free, _group_room(key, fit), g)
         if holds > 0:
             usable.extend((i, free, holds) for i in members if i not in exclude)
     for i, mask in exclude.items():
@@ -306,9 +316,7 @@ def _usable_nodes(
             continue
         if admits is not None and not admits(cap.kinds[i]):
             continue
-        holds = free.bit_count() // g
-        room = cap.room(i, fit)
-        holds = holds if room is None else min(holds, room)
+        holds = _workers_held(free, cap.room(i, fit), g)
         if holds > 0:
             usable.append((i, free, holds))
     usable.sort()
@@ -323,17 +331,11 @@ def _place_on_many_nodes(
     admits: Admits,
 ) -> Placement | Shortfall:
     g, workers, fit = request.gpus_per_worker, request.workers, request.fit
-
-    def most(free: int, room: int | None) -> int:
-        """Workers a node holds: by its free GPUs, and by its CPUs and memory."""
-        by_gpus = free.bit_count() // g
-        return by_gpus if room is None else min(by_gpus, room)
-
     where = {Tier.RACK: "one rack", Tier.POD: "one pod", Tier.CLUSTER: "the cluster"}
     # The workers each group of alike nodes holds, with its number of nodes: the whole
     # cluster's room bounds every domain's, counted per group, not per node.
     per_group = [
-        (most(key[1], fit.room(key[4], key[5]) if fit.sized else None), len(members))
+        (_workers_held(key[1], _group_room(key, fit), g), len(members))
         for key, members in cap.groups()
         if admits is None or admits(key[3])
     ]
@@ -341,7 +343,8 @@ def _place_on_many_nodes(
     for i, mask in exclude.items():
         if cap.present[i] and (admits is None or admits(cap.kinds[i])):
             here = cap.room(i, fit)
-            room -= most(cap.free[i], here) - most(cap.free[i] & ~mask, here)
+            before = _workers_held(cap.free[i], here, g)
+            room -= before - _workers_held(cap.free[i] & ~mask, here, g)
     each = fit.asked()
     if room < workers:
         return Shortfall(
@@ -420,22 +423,8 @@ def _place_on_many_nodes(
     m, tier = chosen
     # Every domain of that tier that does it with m nodes competes on ring, then fit (those
     # that need more have no m nodes that hold it; the minimum index in the key decides ties).
-    best: tuple[tuple[float, ...], list[tuple[int, int, int]]] | None = None
-    for members in fewest_at[tier][1]:
-        pick = best_nodes(cap, members, workers, g, m)
-        if pick is not None and (best is None or pick[0] < best[0]):
-            best = pick
-    assert best is not None  # the domain found in phase 1 does it with m nodes
-    slots: list[WorkerSlot] = []
-    rings: list[float] = [network[tier]]
-    for i, free, w in best[1]:
-        node = cap.nodes[i]
-        gpus = node_gpus(node.topology, free, w * g, cap.aware[i], request.mode, g)
-        slots.extend(slots_of(node.name, gpus, g, node.topology if cap.aware[i] else None))
-        ring = ring_gbps(node.topology, gpus)
-        if ring is not None:
-            rings.append(ring)
-    return Placement(tuple(slots), min(rings), tier)
+    plan = _best_plan(cap, fewest_at[tier][1], workers, g, m)
+    return _plan_placement(cap, request, plan, network[tier], tier)
 
 
 def _place_by_level(
@@ -496,15 +485,11 @@ def _place_by_level(
         m = min(entry[0] for entry in fewest)
         ranked = [(domain_rank(cap, at, key), members) for n, key, members in fewest if n == m]
         top = min(rank for rank, _ in ranked)
-        best: tuple[tuple[float, ...], list[tuple[int, int, int]]] | None = None
-        for rank, members in ranked:
-            if rank != top:
-                continue
-            pick = best_nodes(cap, members, workers, g, m)
-            if pick is not None and (best is None or pick[0] < best[0]):
-                best = pick
-        assert best is not None  # a domain that does it with m nodes has a best m of them
-        return _leveled_placement(cap, request, best[1], at)
+        plan = _best_plan(cap, [members for rank, members in ranked if rank == top], workers, g, m)
+        if len(plan) == 1:
+            return _plan_placement(cap, request, plan, None, Tier.NODE)
+        tier = Tier(min(at + 1, Tier.CLUSTER))
+        return _plan_placement(cap, request, plan, cap.levels[at].gbps, tier)
     if required is None:
         return None
     return Shortfall(
@@ -526,12 +511,32 @@ def _fewest_per_domain(
     return out
 
 
-def _leveled_placement(
-    cap: Capacity, request: GangRequest, plan: list[tuple[int, int, int]], at: int
+def _best_plan(
+    cap: Capacity, domains: Iterable[Usable], workers: int, g: int, m: int
+) -> list[tuple[int, int, int]]:
+    """The best m nodes (ring, then fit) of any of `domains`, each of which holds the gang on
+    m nodes; the first domain wins a tie."""
+    best: Best = None
+    for members in domains:
+        pick = best_nodes(cap, members, workers, g, m)
+        if pick is not None and (best is None or pick[0] < best[0]):
+            best = pick
+    assert best is not None  # a domain that does it with m nodes has a best m of them
+    return best[1]
+
+
+def _plan_placement(
+    cap: Capacity,
+    request: GangRequest,
+    plan: list[tuple[int, int, int]],
+    between: float | None,
+    tier: Tier,
 ) -> Placement:
+    """The slots of `plan` (node index, free GPUs, workers there); its ring the slowest of
+    `between` (the link joining its nodes, None on one node) and each node's own."""
     g = request.gpus_per_worker
     slots: list[WorkerSlot] = []
-    rings: list[float] = [cap.levels[at].gbps] if len(plan) > 1 else []
+    rings: list[float] = [] if between is None else [between]
     for i, free, w in plan:
         node = cap.nodes[i]
         gpus = node_gpus(node.topology, free, w * g, cap.aware[i], request.mode, g)
@@ -539,7 +544,6 @@ def _leveled_placement(
         ring = ring_gbps(node.topology, gpus)
         if ring is not None:
             rings.append(ring)
-    tier = Tier(min(at + 1, Tier.CLUSTER)) if len(plan) > 1 else Tier.NODE
     return Placement(tuple(slots), min(rings) if rings else None, tier)
 
 
