@@ -23,11 +23,15 @@ from toposched.placement.sharing import MILLI, NodeRoom, Task
 from toposched.placement.tables import to_mask
 from toposched.topology.cluster import Cluster, Node
 from toposched.topology.mig import COMPUTE_SLICES, MigTable, mig_table
-from toposched.topology.resources import type_key
+from toposched.topology.resources import Hardware, type_key
 
 MIB = 2**20
-
 NOTES = 100  # cluster-wide notes kept (node added, spread/pack changed)
+
+
+def gpus_mig_table(hw: Hardware) -> MigTable | None:
+    """The MIG table of a node's GPUs (`hw`), if any of them is in MIG mode."""
+    return mig_table(hw.gpu_type, hw.gpu_memory) if hw.mig else None
 
 
 class Books:
@@ -361,8 +365,7 @@ class Books:
 
     def mig_table(self, i: int) -> MigTable | None:
         """The MIG table of node `i`'s GPUs, if any of them is in MIG mode."""
-        hw = self.capacity.nodes[i].hardware
-        return mig_table(hw.gpu_type, hw.gpu_memory) if hw.mig else None
+        return gpus_mig_table(self.capacity.nodes[i].hardware)
 
     def mig_milli(self, i: int, profile: str) -> int:
         """What an instance of `profile` on node `i` counts in its queue's thousandths: its
@@ -391,9 +394,9 @@ class Books:
         """A node that comes back while jobs still hold its GPUs keeps what they hold: the
         GPUs with instances in MIG mode of the same table, the others not in MIG mode."""
         hw = node.hardware
-        table = mig_table(hw.gpu_type, hw.gpu_memory) if hw.mig else None
+        same_table = gpus_mig_table(hw) == self.mig_table(i)
         for (n, g), on_gpu in self.mig.items():
-            if n == i and on_gpu and (g not in hw.mig or table != self.mig_table(i)):
+            if n == i and on_gpu and (g not in hw.mig or not same_table):
                 raise SchedulingError(
                     f"node {node.name!r}: GPU {g} comes back not in MIG mode as it was, while "
                     f"{', '.join(sorted(on_gpu))} still hold(s) MIG instances there"
@@ -542,9 +545,8 @@ class Books:
             raise SchedulingError(
                 f"node {node.name!r}: its GPUs or their wiring changed; remove and add it again"
             )
-        if node.hardware.mig != old.hardware.mig or (
-            node.hardware.mig
-            and self.mig_table(i) != mig_table(node.hardware.gpu_type, node.hardware.gpu_memory)
+        if node.hardware.mig != old.hardware.mig or self.mig_table(i) != gpus_mig_table(
+            node.hardware
         ):
             raise SchedulingError(
                 f"node {node.name!r}: its GPUs in MIG mode or their MIG table changed; remove "
