@@ -216,7 +216,7 @@ def test_example_vgg16_job_file(server: ServerProcess, cli: Callable[..., Result
 
 
 def test_a_mig_profile_is_refused_by_its_flag(server: ServerProcess) -> None:
-    """No GPU of the server's node is in MIG mode yet: `--mig` is refused, naming the flag."""
+    """No GPU of the emulated node is in MIG mode: `--mig` is refused, naming the flag."""
     asked, two = run_all(
         user_env(server),
         ("submit", "--mig", "3g.40gb", "--", "true"),

@@ -4,7 +4,9 @@ still served under a small open-file limit."""
 
 from __future__ import annotations
 
+import re
 import resource
+import select
 import socket
 import time
 from collections.abc import Iterator
@@ -91,3 +93,23 @@ def test_a_request_that_stops_halfway_is_closed_after_its_deadline(
             assert said.startswith(b"HTTP/1.1 408 "), said
         # A body cut short: the route read no whole job, and nothing was stored.
         assert Api(server).get("/api/v1/jobs?all=true")["jobs"] == []
+
+
+def test_headers_over_the_bound_get_a_whole_431(tmp_path: Path) -> None:
+    with server_with(tmp_path) as server, socket.socket() as sock:
+        sock.connect(("127.0.0.1", server.port))
+        # Headers that never end, as a slowloris client sends them: past 64 KiB, a 431. Sent
+        # a line at a time until the answer comes (more after the close would reset it).
+        sock.sendall(PARTIAL)
+        for _ in range(40):
+            sock.sendall(b"X-Pad: " + b"a" * 4096 + b"\r\n")
+            if select.select([sock], [], [], 0.05)[0]:
+                break
+        said, _ = read_all(sock, within_s=10)
+    head, _, body = said.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 431 "), said[:200]
+    # The client reads as many bytes as the answer says it has: all of the sentence.
+    length = re.search(rb"content-length: (\d+)", head)
+    assert length is not None, head
+    assert int(length.group(1)) == len(body)
+    assert body == b"the request's headers are over 64 KiB"

@@ -491,8 +491,9 @@ def test_a_delete_asked_live_survives_a_crash_and_removes_the_job_once_it_has_st
 
 
 def test_a_mig_profile_is_refused_naming_mig_where_no_gpu_is_in_mig_mode(api: Api) -> None:
-    """The server's node puts no GPU in MIG mode yet: a MIG profile is refused by the field
-    that asked it, as a MIG job of more than one worker or GPU is; nothing is stored."""
+    """The emulated node has no GPU in MIG mode (only NVML's are found in it): a MIG profile
+    is refused by the field that asked it, as a MIG job of more than one worker or GPU is;
+    nothing is stored."""
     before = api.get("/api/v1/jobs")
     reply = api.http.post("/api/v1/jobs", json={"mig": "3g.40gb", "command": ["true"]})
     assert reply.status_code == 422

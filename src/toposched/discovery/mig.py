@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -56,6 +57,24 @@ def mig_gpus(states: tuple[MigState | None, ...]) -> tuple[int, ...]:
     return tuple(i for i, state in enumerate(states) if state is not None and state.enabled)
 
 
+def mig_device_handles(api: Any, handle: Any) -> Iterator[Any]:
+    """The MIG devices of GPU `handle` (in MIG mode), in NVML's slot order."""
+    for index in range(int(api.nvmlDeviceGetMaxMigDeviceCount(handle))):
+        try:
+            device = api.nvmlDeviceGetMigDeviceHandleByIndex(handle, index)
+        except api.NVMLError as err:
+            if err.value == api.NVML_ERROR_NOT_FOUND:
+                continue  # a slot with no MIG device
+            raise
+        yield device
+
+
+def mig_uuid(api: Any, device: Any) -> str:
+    """A MIG device's UUID (`MIG-...`), as the binding gives it, bytes or str."""
+    uuid = api.nvmlDeviceGetUUID(device)
+    return uuid.decode() if isinstance(uuid, bytes) else str(uuid)
+
+
 def _state(api: Any, handle: Any) -> MigState | None:
     try:
         current, pending = api.nvmlDeviceGetMigMode(handle)
@@ -68,22 +87,13 @@ def _state(api: Any, handle: Any) -> MigState | None:
     enabled = int(current) == api.NVML_DEVICE_MIG_ENABLE
     if not enabled:
         return MigState(False, int(pending) == api.NVML_DEVICE_MIG_ENABLE, table)
-    devices = []
-    for index in range(int(api.nvmlDeviceGetMaxMigDeviceCount(handle))):
-        try:
-            device = api.nvmlDeviceGetMigDeviceHandleByIndex(handle, index)
-        except api.NVMLError as err:
-            if err.value == api.NVML_ERROR_NOT_FOUND:
-                continue  # a slot with no MIG device
-            raise
-        devices.append(_device(api, handle, device, table))
+    devices = [_device(api, handle, device, table) for device in mig_device_handles(api, handle)]
     devices.sort(key=lambda d: d.start)
     return MigState(True, int(pending) == api.NVML_DEVICE_MIG_ENABLE, table, tuple(devices))
 
 
 def _device(api: Any, handle: Any, device: Any, table: MigTable | None) -> MigDevice:
-    uuid = api.nvmlDeviceGetUUID(device)
-    uuid = uuid.decode() if isinstance(uuid, bytes) else str(uuid)
+    uuid = mig_uuid(api, device)
     gi = api.nvmlDeviceGetGpuInstanceById(handle, api.nvmlDeviceGetGpuInstanceId(device))
     info = api.nvmlGpuInstanceGetInfo(gi)
     profile_id = int(info.profileId)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from toposched.discovery.mig import discover_mig
+from toposched.discovery.mig import discover_mig, mig_device_handles, mig_uuid
 from toposched.discovery.nvml import NvmlUnavailable, _init, _load, _shutdown
 
 
@@ -127,16 +127,9 @@ def _hint(api: Any, code: int) -> str:
 
 
 def _device_uuid(api: Any, handle: Any, gi_id: int) -> str:
-    for index in range(int(api.nvmlDeviceGetMaxMigDeviceCount(handle))):
-        try:
-            device = api.nvmlDeviceGetMigDeviceHandleByIndex(handle, index)
-        except api.NVMLError as err:
-            if err.value == api.NVML_ERROR_NOT_FOUND:
-                continue
-            raise
+    for device in mig_device_handles(api, handle):
         if int(api.nvmlDeviceGetGpuInstanceId(device)) == gi_id:
-            uuid = api.nvmlDeviceGetUUID(device)
-            return uuid.decode() if isinstance(uuid, bytes) else str(uuid)
+            return mig_uuid(api, device)
     raise api.NVMLError(api.NVML_ERROR_NOT_FOUND)
 
 

@@ -123,7 +123,6 @@ class ActivityMonitor:
         self.jobs: dict[str, JobActivity] = {}
         self.gpus: dict[int, GpuNow] = {}
         self.idle_events: dict[str, int] = {action.value: 0 for action in IdleAction}
-        self.memory_events = 0  # shared jobs found over their GPU memory share
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -195,7 +194,6 @@ class ActivityMonitor:
             runtime.idle(job, attempt, why, stop=rule.action is IdleAction.STOP)
         for job, why in over:
             if job in running:
-                self.memory_events += 1
                 log.warning("job %s: %s", job, why)
                 runtime.idle(job, running[job], why, stop=self._stops_over(job))
 

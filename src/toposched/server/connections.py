@@ -69,20 +69,26 @@ def bounded_protocol(limits: ConnectionLimits) -> type[HttpToolsProtocol]:
 # bound is reached: the others have not yet asked for anything whole.
 HEADERS, BODY, ANSWERING = "headers", "body", "answering"
 
-TIMED_OUT = (
-    b"HTTP/1.1 408 Request Timeout\r\ncontent-type: text/plain; charset=utf-8\r\n"
-    b"content-length: 37\r\nconnection: close\r\n\r\n"
-    b"the request's headers came too slowly"
+
+def plain_answer(status: str, body: str, *headers: str) -> bytes:
+    """A whole answer in text that closes its connection; its length counted from `body`."""
+    data = body.encode()
+    head = [
+        f"HTTP/1.1 {status}",
+        "content-type: text/plain; charset=utf-8",
+        *headers,
+        f"content-length: {len(data)}",
+        "connection: close",
+    ]
+    return "\r\n".join(head).encode() + b"\r\n\r\n" + data
+
+
+TIMED_OUT = plain_answer("408 Request Timeout", "the request's headers came too slowly")
+TOO_MANY = plain_answer(
+    "503 Service Unavailable", "too many connections are being answered", "retry-after: 1"
 )
-TOO_MANY = (
-    b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain; charset=utf-8\r\n"
-    b"retry-after: 1\r\ncontent-length: 40\r\nconnection: close\r\n\r\n"
-    b"too many connections are being answered"
-)
-HEADERS_TOO_LARGE = (
-    b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
-    b"content-type: text/plain; charset=utf-8\r\ncontent-length: 35\r\n"
-    b"connection: close\r\n\r\nthe request's headers are over 64 KiB"
+HEADERS_TOO_LARGE = plain_answer(
+    "431 Request Header Fields Too Large", "the request's headers are over 64 KiB"
 )
 
 
