@@ -32,13 +32,13 @@ class TimeLimits:
         """The jobs whose run has reached its limit by `now`, each once, in deadline order.
         A job moving then (stopping to resume elsewhere) is not among them: its resume
         enters its run again (`started`), and it comes due at the next event."""
-        out: list[JobRecord] = []
+        out: dict[str, JobRecord] = {}  # by name: a run entered twice (a move) is due once
         heap = self._heap
         while heap and heap[0][0] <= now:
             _, _, rec, started = heapq.heappop(heap)
-            if rec.state is JobState.RUNNING and rec.started == started and rec not in out:
-                out.append(rec)
-        return out
+            if rec.state is JobState.RUNNING and rec.started == started:
+                out.setdefault(rec.name, rec)
+        return list(out.values())
 
     def next_at(self) -> float | None:
         """The earliest deadline of a run that may still be going, or None (after `due`, all
