@@ -32,6 +32,13 @@ def test_a_time_limit_that_is_no_positive_time_is_refused_saying_so(text: str) -
         parse_time_limit(text, "--time")
 
 
+@pytest.mark.parametrize("text", ["1_0", "\u0661\u0662", "\uff15", "1_0:00"])
+def test_a_time_limit_reads_the_digits_0_to_9_only(text: str) -> None:
+    """As durations do: float() alone took `1_0` as 10 minutes and `\u0661\u0662` as 12."""
+    with pytest.raises(DurationError, match=r"--time must be a time such as 90"):
+        parse_time_limit(text, "--time")
+
+
 def test_durations_take_slurms_clock_but_a_plain_number_stays_seconds() -> None:
     assert parse_duration("1:30:00") == 5400.0
     assert parse_duration("2-0") == 172_800.0

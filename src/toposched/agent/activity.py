@@ -5,13 +5,12 @@ Each GPU of a running pod is the container's that the scheduler chose it for (th
 `toposched.io/gpus`, split over its GPU containers in order, as the plugin hands them out; only
 on pods of toposched's scheduler names that were bound, `podmatch.placed_by`, so that another
 scheduler's pod with a forged annotation neither takes a pod's GPUs in the metrics nor hides
-them from its idle rule), so
-dashboards and alerts written for dcgm-exporter (`DCGM_FI_DEV_GPU_UTIL{pod, namespace,
-container}`) read the same series from this agent. A pod with an idle rule (`toposched.io/idle`,
-which the scheduler copies onto the pods it binds) is watched with the core's IdleWatch; once
-every GPU of the pod has stayed below the threshold for the rule's time the agent writes
-`toposched.io/gpu-idle-since` on it, and removes it once they are busy again. The scheduler
-acts on a gang whose every pod says so (kube/driver.py).
+them from its idle rule), so dashboards and alerts written for dcgm-exporter
+(`DCGM_FI_DEV_GPU_UTIL{pod, namespace, container}`) read the same series from this agent. A pod
+with an idle rule (`toposched.io/idle`, which the scheduler copies onto the pods it binds) is
+watched with the core's IdleWatch; once every GPU of the pod has stayed below the threshold for
+the rule's time the agent writes `toposched.io/gpu-idle-since` on it, and removes it once they
+are busy again. The scheduler acts on a gang whose every pod says so (kube/driver.py).
 """
 
 from __future__ import annotations
@@ -240,7 +239,8 @@ class PodActivity:
 
 
 def serve_metrics(activity: PodActivity, listen: str) -> WSGIServer:
-    """Serve the last poll's figures at `/metrics` on HOST:PORT, in a daemon thread."""
+    """Serve the last poll's figures on HOST:PORT, in a daemon thread: at `/metrics`, and
+    at any other path too but /favicon.ico (prometheus-client's server, as it is)."""
     host, _, port = listen.rpartition(":")
     server, _ = start_http_server(int(port), host or "0.0.0.0", registry=activity.registry)
     return server

@@ -25,17 +25,14 @@ def parse_duration(value: str | float, what: str = "duration") -> float:
         seconds = float(value)
     else:
         text = value.strip().lower()
-        try:
-            if not text.isascii() or "_" in text:
-                raise ValueError(text)
-            seconds = float(text)
-        except ValueError:
-            read = _clock(text) if ":" in text or "-" in text else _parts(text)
-            if read is None:
+        number = _number(text)
+        if number is None:
+            number = _clock(text) if ":" in text or "-" in text else _parts(text)
+            if number is None:
                 raise DurationError(
                     f"{what} must be a time such as 30m, 1h30m, 45s or 1:30:00, got {value!r}"
-                ) from None
-            seconds = read
+                )
+        seconds = number
     if not 0 < seconds < math.inf:
         raise DurationError(f"{what} must be a positive time, got {value!r}")
     return seconds
@@ -45,11 +42,8 @@ def parse_time_limit(value: str, what: str = "time limit") -> float:
     """Seconds in a time limit as Slurm's `--time` takes it: a plain number is minutes (MM),
     else MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS, or a duration such as `1h30m`; > 0."""
     text = value.strip()
-    try:
-        minutes = float(text)
-    except ValueError:
-        pass
-    else:
+    minutes = _number(text)
+    if minutes is not None:
         if not 0 < minutes < math.inf:
             raise DurationError(f"{what} must be a positive time, got {value!r}")
         return minutes * 60.0
@@ -60,6 +54,17 @@ def parse_time_limit(value: str, what: str = "time limit") -> float:
             f"{what} must be a time such as 90 (minutes, as Slurm's), 1:30:00, 2-12:00, "
             f"1h30m or 45s, got {value!r}"
         ) from None
+
+
+def _number(text: str) -> float | None:
+    """A plain number in `text` (`90`, `0.5`, `nan`), or None: float() alone also reads `1_0`
+    and other scripts' digits (Arabic-Indic, fullwidth), refused everywhere as numbers."""
+    if not text.isascii() or "_" in text:
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        return None
 
 
 def _parts(text: str) -> float | None:

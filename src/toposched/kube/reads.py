@@ -74,9 +74,9 @@ class SchedulerApi:
 
     def __post_init__(self) -> None:
         proxy = f"/api/v1/namespaces/{self.namespace}/services/{self.service}:{self.port}/proxy"
-        host = str(getattr(getattr(self.api.client, "configuration", None), "host", "") or "")
+        url = self.api.client.configuration.host + proxy  # for the client's messages only
         # No retry of a 503: here it is the proxy's (no endpoint), not a server that will store.
-        client = Client(host + proxy, wire=ProxyWire(self.api, proxy + API), retry=NO_RETRY)
+        client = Client(url, wire=ProxyWire(self.api, proxy + API), retry=NO_RETRY)
         object.__setattr__(self, "client", client)
 
     def jobs(self, all_jobs: bool = False, queue: str | None = None) -> list[JSON]:
