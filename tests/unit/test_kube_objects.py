@@ -357,3 +357,17 @@ def test_the_docs_annotation_command_runs_as_written(tmp_path: Path) -> None:
         check=True,
     )
     assert decode_topology(done.stdout).topology == parse_smi(capture.read_text())
+
+
+def test_the_proxy_wire_refuses_headers_it_cannot_carry() -> None:
+    """kube/reads.py's ProxyWire carries the read API through the API server's proxy; a
+    request with headers (a submit's idempotency key) is refused, never sent without them."""
+    from toposched.kube.reads import ProxyWire
+
+    class NoApi:
+        def raw(self, *args: object) -> object:
+            raise AssertionError("nothing may be sent")
+
+    wire = ProxyWire(NoApi(), "/base")  # type: ignore[arg-type]
+    with pytest.raises(NotImplementedError, match=r"headers \['Idempotency-Key'\]"):
+        wire.send("POST", "/jobs", json={}, headers={"Idempotency-Key": "k"})
