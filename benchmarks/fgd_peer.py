@@ -158,9 +158,9 @@ def build(say: Callable[[str], None] = print) -> Path:
         env=env,
         cwd=tempfile.gettempdir(),
     )
-    source = _downloaded_dir(fetched.stdout)
+    source, error = _downloaded(fetched.stdout)
     if source is None:
-        reason = _download_error(fetched.stdout) or fetched.stderr.strip() or "no answer"
+        reason = error or fetched.stderr.strip() or "no answer"
         raise BuildError(
             f"the Go module proxy gave no {MODULE}@{VERSION}: {reason}\n"
             f"Build `simon` (its ./cmd) from that commit elsewhere and set ${BINARY_ENV} to it."
@@ -192,22 +192,18 @@ def build(say: Callable[[str], None] = print) -> Path:
     return home / "simon"
 
 
-def _downloaded_dir(answer: str) -> Path | None:
+def _downloaded(answer: str) -> tuple[Path | None, str | None]:
+    """From `go mod download -json`'s answer: the module's folder (None where it failed) and
+    the error it names, if any."""
     try:
         info = json.loads(answer)
     except json.JSONDecodeError:
-        return None
-    folder = info.get("Dir") if isinstance(info, dict) and not info.get("Error") else None
-    return Path(folder) if folder else None
-
-
-def _download_error(answer: str) -> str | None:
-    try:
-        info = json.loads(answer)
-    except json.JSONDecodeError:
-        return None
-    error = info.get("Error") if isinstance(info, dict) else None
-    return str(error) if error else None
+        return None, None
+    if not isinstance(info, dict):
+        return None, None
+    if info.get("Error"):
+        return None, str(info["Error"])
+    return (Path(info["Dir"]) if info.get("Dir") else None), None
 
 
 # ---------------------------------------------------------------------------------------------
