@@ -76,6 +76,8 @@ POLICIES: dict[str, tuple[str, str]] = {
     "fgd": ("FGDScore", "FGDScore"),
     "best-fit": ("BestFitScore", "best"),
 }
+# policy -> the prefix of its columns in issue 42's JSON line (fgd_sim_*, bestfit_sim_*)
+JSON_PREFIX = {"fgd": "fgd_sim", "best-fit": "bestfit_sim"}
 
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu")
@@ -156,9 +158,9 @@ def build(say: Callable[[str], None] = print) -> Path:
         env=env,
         cwd=tempfile.gettempdir(),
     )
-    source = _downloaded_dir(fetched.stdout)
+    source, error = _downloaded(fetched.stdout)
     if source is None:
-        reason = _download_error(fetched.stdout) or fetched.stderr.strip() or "no answer"
+        reason = error or fetched.stderr.strip() or "no answer"
         raise BuildError(
             f"the Go module proxy gave no {MODULE}@{VERSION}: {reason}\n"
             f"Build `simon` (its ./cmd) from that commit elsewhere and set ${BINARY_ENV} to it."
@@ -190,22 +192,18 @@ def build(say: Callable[[str], None] = print) -> Path:
     return home / "simon"
 
 
-def _downloaded_dir(answer: str) -> Path | None:
+def _downloaded(answer: str) -> tuple[Path | None, str | None]:
+    """From `go mod download -json`'s answer: the module's folder (None where it failed) and
+    the error it names, if any."""
     try:
         info = json.loads(answer)
     except json.JSONDecodeError:
-        return None
-    folder = info.get("Dir") if isinstance(info, dict) and not info.get("Error") else None
-    return Path(folder) if folder else None
-
-
-def _download_error(answer: str) -> str | None:
-    try:
-        info = json.loads(answer)
-    except json.JSONDecodeError:
-        return None
-    error = info.get("Error") if isinstance(info, dict) else None
-    return str(error) if error else None
+        return None, None
+    if not isinstance(info, dict):
+        return None, None
+    if info.get("Error"):
+        return None, str(info["Error"])
+    return (Path(info["Dir"]) if info.get("Dir") else None), None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -432,6 +430,10 @@ class SimonLog:
     final_gpus_used: int | None = None
     final_milli_used: int | None = None
 
+    def policy(self) -> str | None:
+        """The peer's policy that ran (told by its score plugin), or None if not one of POLICIES."""
+        return next((p for p, (score, _) in POLICIES.items() if score == self.score_plugin), None)
+
     def arrived_pct(self) -> float:
         """How much demand had arrived at the last line, in % of the cluster's GPUs."""
         return self.points[-1][0] / self.total_gpus / 10 if self.points else 0.0
@@ -547,7 +549,7 @@ def json_fields(figures: Iterable[PeerFigures]) -> dict[str, float]:
     """The peer's columns of issue 42's JSON line: fgd_sim_* and bestfit_sim_*."""
     fields = {}
     for f in figures:
-        prefix = {"fgd": "fgd_sim", "best-fit": "bestfit_sim"}[f.policy]
+        prefix = JSON_PREFIX[f.policy]
         fields[f"{prefix}_unallocated_gpus"] = f.unallocated_gpus
         fields[f"{prefix}_alloc_ratio"] = f.alloc_ratio
     return fields
@@ -674,11 +676,10 @@ def smoke_cut(nodes_csv: Path, every: int = 50) -> list[int]:
 
 def read_logs(paths: Sequence[Path]) -> int:
     """Print the figures of logs kept by --keep (a run still going: where it has got to)."""
-    policy_of = {score: policy for policy, (score, _) in POLICIES.items()}
     rows = []
     for path in paths:
         log = parse_log(path.read_text(errors="replace"))
-        policy = policy_of.get(log.score_plugin or "", log.score_plugin or "?")
+        policy = log.policy() or log.score_plugin or "?"
         figures: dict[str, Any]
         try:
             figures = {"unallocated_gpus": log.unallocated_gpus(), "alloc_ratio": log.alloc_ratio()}

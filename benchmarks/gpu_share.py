@@ -63,11 +63,10 @@ def peer_figures(
     """FGD's own simulator's columns and the arrivals it logged (None where it did not run)."""
     if args.peer_logs:
         logs = [fgd_peer.parse_log(path.read_text(errors="replace")) for path in args.peer_logs]
-        policy_of = {score: name for name, (score, _) in fgd_peer.POLICIES.items()}
         fields: dict[str, object] = {}
         arrivals: tuple[str, ...] | None = None
         for path, log in zip(args.peer_logs, logs, strict=True):
-            policy = policy_of.get(log.score_plugin or "")
+            policy = log.policy()
             if policy is None:
                 raise SystemExit(f"--peer-logs {path}: not a log of the peer's fgd or best-fit")
             if log.scheduler_errors:
@@ -75,7 +74,7 @@ def peer_figures(
                     f"--peer-logs {path}: {log.scheduler_errors} placements failed in the "
                     "simulator's own scheduler (see docs/simulator.md): not its policy's figure"
                 )
-            prefix = {"fgd": "fgd_sim", "best-fit": "bestfit_sim"}[policy]
+            prefix = fgd_peer.JSON_PREFIX[policy]
             try:
                 fields[f"{prefix}_unallocated_gpus"] = log.unallocated_gpus()
                 fields[f"{prefix}_alloc_ratio"] = round(log.alloc_ratio() / 100, 5)

@@ -83,6 +83,13 @@ def test_stopping_before_the_point_of_measurement_is_whole_is_refused(tmp_path: 
     assert not any(tmp_path.iterdir())
 
 
+def test_a_logs_policy_is_told_by_the_score_plugin_its_config_names() -> None:
+    text = FIXTURE.read_text()
+    assert peer.parse_log(text).policy() == "fgd"
+    assert peer.parse_log(text.replace("FGDScore", "BestFitScore")).policy() == "best-fit"
+    assert peer.parse_log(text.replace("FGDScore", "GpuPackingScore")).policy() is None
+
+
 def test_copies_the_tuning_adds_are_replayed_as_their_original_pod() -> None:
     assert peer.original_name("openb-pod-0282-tuned-17") == "openb-pod-0282"
     assert peer.original_name("openb-pod-0282") == "openb-pod-0282"

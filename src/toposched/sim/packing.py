@@ -199,7 +199,7 @@ def pack(
         counts[pod.task()] = counts.get(pod.task(), 0) + 1
     workload = Workload.typical(counts)
     rooms_all = [r.index for r in rooms]
-    board = Board(rooms_of(cluster), share_policy(policy, workload, random.Random(seed)))
+    board = Board(rooms, share_policy(policy, workload, random.Random(seed)))
     by_type: dict[frozenset[str], list[int]] = {}
     asked = allocated = failed = 0
     curve: list[tuple[int, float]] = []
@@ -220,7 +220,6 @@ def pack(
         percent = int(100 * asked / (total * MILLI))
         while len(curve) <= percent:
             curve.append((len(curve), 100 * allocated / (total * MILLI)))
-    rooms = board.rooms
     measure = Measure(workload)
-    frag = sum(measure.of(r) for r in rooms) / MILLI
+    frag = sum(measure.of(r) for r in board.rooms) / MILLI
     return PackingResult(policy, total, len(arrivals), failed, tuple(curve), allocated, frag)
