@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from itertools import pairwise, permutations
 
+from toposched.placement.gang import GangRequest
+from toposched.topology.cluster import Cluster
 from toposched.topology.mig import COMPUTE_SLICES, MEMORY_SLICES, MigTable
+from toposched.topology.node import NodeTopology
 
 
 def brute_ring(bw: Sequence[Sequence[float]], gpus: Iterable[int]) -> float | None:
@@ -70,3 +74,29 @@ def brute_mig_best(layout: MigLayout, name: str) -> tuple[int, int] | None:
         if brute_mig_fits(table, used, name, start)
     ]
     return max(results) if results else None
+
+
+@dataclass(frozen=True)
+class GangCase:
+    """A small cluster, each node's busy GPUs (a mask), and the gang asked of it."""
+
+    cluster: Cluster
+    busy: tuple[int, ...]
+    request: GangRequest
+
+
+def nvlink_mesh(n: int) -> NodeTopology:
+    """`n` GPUs, one NVLink between every pair: every ring inside the node is alike (25 GB/s),
+    so only the network and the node count tell placements apart."""
+    return NodeTopology.from_codes([["X" if i == j else "NV1" for j in range(n)] for i in range(n)])
+
+
+def spreads(workers: int, room: Sequence[int]) -> Iterator[tuple[int, ...]]:
+    """Every way to put `workers` on nodes that hold at most `room[i]` each, in node order."""
+    if not room:
+        if workers == 0:
+            yield ()
+        return
+    for here in range(min(workers, room[0]) + 1):
+        for rest in spreads(workers - here, room[1:]):
+            yield (here, *rest)

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.brute import GangCase, nvlink_mesh, spreads
 from toposched.placement.capacity import Capacity
 from toposched.placement.gang import GangRequest, Placement, Shortfall, place_gang
 from toposched.topology.cluster import Cluster, Node, Tier
 from toposched.topology.levels import Level
-from toposched.topology.node import NodeTopology
 
 CLIQUE = Level("clique", 100.0, nvlink=True)
 LEAF = Level("leaf", 10.0)
@@ -20,19 +19,8 @@ BEYOND = 5.0
 LINK_GBPS = 25.0  # NV1 between every pair of GPUs inside a node: rings nest
 
 
-def uniform(n: int) -> NodeTopology:
-    return NodeTopology.from_codes([["X" if i == j else "NV1" for j in range(n)] for i in range(n)])
-
-
-@dataclass(frozen=True)
-class Case:
-    cluster: Cluster
-    busy: tuple[int, ...]
-    request: GangRequest
-
-
 @st.composite
-def cases(draw: st.DrawFn, level: str | None = None) -> Case:
+def cases(draw: st.DrawFn, level: str | None = None) -> GangCase:
     leaves = draw(st.integers(1, 2))
     nodes: list[Node] = []
     busy: list[int] = []
@@ -42,31 +30,21 @@ def cases(draw: st.DrawFn, level: str | None = None) -> Case:
             for _ in range(draw(st.integers(1, 3))):
                 size = draw(st.integers(2, 4))
                 values = {"clique": f"c{clique}", "leaf": f"l{leaf}"}
-                nodes.append(Node(f"n{len(nodes)}", uniform(size), levels=values))
+                nodes.append(Node(f"n{len(nodes)}", nvlink_mesh(size), levels=values))
                 busy.append(draw(st.integers(0, (1 << size) - 1)))
             clique += 1
     cluster = Cluster(tuple(nodes), {Tier.CLUSTER: BEYOND}, levels=(CLIQUE, LEAF))
     g = draw(st.integers(1, 2))
     request = GangRequest(draw(st.integers(2, 6)), g, level=level)
-    return Case(cluster, tuple(busy), request)
+    return GangCase(cluster, tuple(busy), request)
 
 
-def capacity(case: Case) -> Capacity:
+def capacity(case: GangCase) -> Capacity:
     cap = Capacity(case.cluster.nodes, case.cluster.all_levels)
     for i, mask in enumerate(case.busy):
         if mask:
             cap.take(i, mask)
     return cap
-
-
-def spreads(workers: int, room: list[int]) -> Iterator[tuple[int, ...]]:
-    if not room:
-        if workers == 0:
-            yield ()
-        return
-    for here in range(min(workers, room[0]) + 1):
-        for rest in spreads(workers - here, room[1:]):
-            yield (here, *rest)
 
 
 @dataclass(frozen=True)
@@ -77,7 +55,7 @@ class Option:
     bottleneck: float
 
 
-def options(case: Case) -> list[Option]:
+def options(case: GangCase) -> list[Option]:
     """Every spread of the workers over the nodes' free GPUs, on more than one node."""
     nodes, g = case.cluster.nodes, case.request.gpus_per_worker
     free = [n.size - bin(b).count("1") for n, b in zip(nodes, case.busy, strict=True)]
@@ -103,21 +81,21 @@ def options(case: Case) -> list[Option]:
     return out
 
 
-def one_node_holds(case: Case) -> bool:
+def one_node_holds(case: GangCase) -> bool:
     k = case.request.gpus
     return any(
         n.size - bin(b).count("1") >= k for n, b in zip(case.cluster.nodes, case.busy, strict=True)
     )
 
 
-def used_nodes(case: Case, result: Placement) -> tuple[int, ...]:
+def used_nodes(case: GangCase, result: Placement) -> tuple[int, ...]:
     names = [n.name for n in case.cluster.nodes]
     return tuple(sorted({names.index(s.node) for s in result.workers}))
 
 
 @settings(max_examples=300, deadline=None)
 @given(cases())
-def test_a_gang_goes_whole_into_the_best_nvlink_domain(case: Case) -> None:
+def test_a_gang_goes_whole_into_the_best_nvlink_domain(case: GangCase) -> None:
     """In one clique whenever one holds it (its bottleneck, 100 GB/s or the nodes' 25, beats
     any split's 10 or 5); then the fewest nodes, the smallest clique, one under a leaf already
     in use; then the best bottleneck among those."""
@@ -142,7 +120,7 @@ def test_a_gang_goes_whole_into_the_best_nvlink_domain(case: Case) -> None:
 
 @settings(max_examples=200, deadline=None)
 @given(cases(level="leaf"))
-def test_a_required_level_holds_the_gang_or_says_why(case: Case) -> None:
+def test_a_required_level_holds_the_gang_or_says_why(case: GangCase) -> None:
     """topology_level=leaf: the fastest level that holds it, up to one leaf; none: the reason
     names the level."""
     if one_node_holds(case):

@@ -2,36 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass
-
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.brute import GangCase, nvlink_mesh, spreads
 from toposched.placement.capacity import Capacity
 from toposched.placement.gang import GangRequest, Placement, place_gang
 from toposched.topology.cluster import Cluster, Node, Tier
 from toposched.topology.levels import Level
-from toposched.topology.node import NodeTopology
 
-# Inside a node every ring is 25 GB/s, faster than any network level below: the network is
-# the bottleneck of every gang across nodes.
-LINK = "NV1"
-
-
-def uniform(n: int) -> NodeTopology:
-    return NodeTopology.from_codes([["X" if i == j else LINK for j in range(n)] for i in range(n)])
-
-
-@dataclass(frozen=True)
-class Case:
-    cluster: Cluster
-    busy: tuple[int, ...]
-    request: GangRequest
+# Inside a node every ring is 25 GB/s (nvlink_mesh), faster than any network level below: the
+# network is the bottleneck of every gang across nodes.
 
 
 @st.composite
-def cases(draw: st.DrawFn) -> Case:
+def cases(draw: st.DrawFn) -> GangCase:
     # Leaf and spine as fast (a non-blocking fabric) or the spine slower (oversubscribed);
     # beyond the spines as fast or slower still.
     leaf = 10.0
@@ -46,22 +31,12 @@ def cases(draw: st.DrawFn) -> Case:
             for _ in range(draw(st.integers(1, 3))):
                 size = draw(st.integers(2, 4))
                 values = {"leaf": f"l{leaves}", "spine": f"s{spine_no}"}
-                nodes.append(Node(f"n{len(nodes)}", uniform(size), levels=values))
+                nodes.append(Node(f"n{len(nodes)}", nvlink_mesh(size), levels=values))
                 busy.append(draw(st.integers(0, (1 << size) - 1)))
             leaves += 1
     cluster = Cluster(tuple(nodes), {Tier.CLUSTER: beyond}, levels=levels)
     request = GangRequest(draw(st.integers(2, 6)), draw(st.integers(1, 2)))
-    return Case(cluster, tuple(busy), request)
-
-
-def spreads(workers: int, room: list[int]) -> Iterator[tuple[int, ...]]:
-    if not room:
-        if workers == 0:
-            yield ()
-        return
-    for here in range(min(workers, room[0]) + 1):
-        for rest in spreads(workers - here, room[1:]):
-            yield (here, *rest)
+    return GangCase(cluster, tuple(busy), request)
 
 
 def outcome(cluster: Cluster, used: set[int]) -> tuple[float, int, int]:
@@ -75,7 +50,7 @@ def outcome(cluster: Cluster, used: set[int]) -> tuple[float, int, int]:
 
 @settings(max_examples=400, deadline=None)
 @given(cases())
-def test_the_best_bottleneck_then_the_fewest_nodes(case: Case) -> None:
+def test_the_best_bottleneck_then_the_fewest_nodes(case: GangCase) -> None:
     """Whole inside the fastest level that holds it (a split across a slower uplink never
     wins for fewer nodes); among levels as fast, the fewest nodes, then the narrower level."""
     cluster, g = case.cluster, case.request.gpus_per_worker
