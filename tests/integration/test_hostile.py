@@ -522,6 +522,17 @@ STUBBORN = (
 )
 
 
+def restart_with_spec(server: ServerProcess, api: Api, job: str, spec: str) -> Api:
+    """The server stopped, job `job`'s stored spec made `spec` (as another program or a bad
+    disk might leave it), the server started again; a client of the new one."""
+    api.http.close()
+    server.stop()
+    with closing(sqlite3.connect(server.data_dir / "toposched.db")) as conn, conn:
+        conn.execute("UPDATE jobs SET spec = ? WHERE name = ?", (spec, job))
+    server.start()
+    return Api(server)
+
+
 def test_a_running_job_whose_row_cannot_be_read_keeps_its_gpus_until_its_workers_are_gone(
     tmp_path: Path,
 ) -> None:
@@ -533,12 +544,7 @@ def test_a_running_job_whose_row_cannot_be_read_keeps_its_gpus_until_its_workers
         api.until("held", "running")
         wait_for(pid_file.exists, "the worker")
         pid = int(pid_file.read_text())
-        api.http.close()
-        server.stop()
-        with closing(sqlite3.connect(server.data_dir / "toposched.db")) as conn, conn:
-            conn.execute("UPDATE jobs SET spec = '[]' WHERE name = 'held'")
-        server.start()
-        api = Api(server)
+        api = restart_with_spec(server, api, "held", "[]")
         listed = {job["name"]: job for job in api.get("/api/v1/jobs?all=true")["jobs"]}
         assert listed["held"]["state"] == "corrupt"
         assert set(api.holders().values()) == {"held"}
@@ -564,12 +570,7 @@ def test_a_waiting_job_whose_spec_is_an_empty_object_stops_no_start(tmp_path: Pa
         api.submit(name="all-gpus", command=["sleep", "60"], gpus=8)
         api.until("all-gpus", "running")
         api.submit(name="waits", command=["true"])
-        api.http.close()
-        server.stop()
-        with closing(sqlite3.connect(server.data_dir / "toposched.db")) as conn, conn:
-            conn.execute("UPDATE jobs SET spec = '{}' WHERE name = 'waits'")
-        server.start()
-        api = Api(server)
+        api = restart_with_spec(server, api, "waits", "{}")
         listed = {job["name"]: job for job in api.get("/api/v1/jobs?all=true")["jobs"]}
         assert listed["waits"]["state"] == "corrupt"
         assert "its stored spec cannot be read (it has no command" in listed["waits"]["reason"]
